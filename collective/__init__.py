@@ -1,0 +1,48 @@
+"""collective: Horovod-style collectives over a native ring (TCP between hosts, shared memory within one).
+
+    import collective as hvd
+    hvd.init()
+    total = hvd.allreduce(np.ones(4), op=hvd.Sum)
+"""
+
+from collective.config import Config
+from collective.errors import (
+    AuthenticationError,
+    CollectiveError,
+    CollectiveTimeoutError,
+    InvalidArgumentError,
+    MismatchError,
+    NotInitializedError,
+    PeerFailureError,
+)
+from collective.ops import (
+    allgather,
+    allreduce,
+    allreduce_,
+    alltoall,
+    barrier,
+    broadcast,
+    broadcast_,
+    reducescatter,
+)
+from collective.reduce_ops import Average, Max, Min, Product, ReduceOp, Sum
+from collective.runtime import (
+    cross_rank,
+    cross_size,
+    init,
+    is_initialized,
+    local_rank,
+    local_size,
+    rank,
+    shutdown,
+    size,
+    uses_shared_memory,
+)
+
+__all__ = [
+    "Average", "AuthenticationError", "CollectiveError", "CollectiveTimeoutError", "Config",
+    "InvalidArgumentError", "Max", "Min", "MismatchError", "NotInitializedError", "PeerFailureError",
+    "Product", "ReduceOp", "Sum", "allgather", "allreduce", "allreduce_", "alltoall", "barrier",
+    "broadcast", "broadcast_", "cross_rank", "cross_size", "init", "is_initialized", "local_rank",
+    "local_size", "rank", "reducescatter", "shutdown", "size", "uses_shared_memory",
+]

@@ -1,0 +1,75 @@
+"""The minimal contract for exchanging bytes between ranks before the data-plane mesh exists.
+
+Anything that can run an allgather of small payloads (a TCP store, Spark's
+BarrierTaskContext.allGather, MPI) can bootstrap the mesh, so the interface stays tiny.
+"""
+
+from __future__ import annotations
+
+import abc
+from types import TracebackType
+
+
+class Bootstrap(abc.ABC):
+    """Out-of-band channel used once per mesh build to swap addresses and metadata.
+
+    Implementations need not be fast; they must be correct across processes and hosts.
+    """
+
+    @property
+    @abc.abstractmethod
+    def rank(self) -> int:
+        """This process's rank in [0, size)."""
+
+    @property
+    @abc.abstractmethod
+    def size(self) -> int:
+        """Number of ranks in the job."""
+
+    @abc.abstractmethod
+    def allgather(self, payload: bytes, timeout_s: float) -> list[bytes]:
+        """Contributes ``payload`` and returns every rank's payload, indexed by rank.
+
+        Every rank must make the same sequence of calls; implementations tag each call with a
+        sequence number so consecutive calls never see each other's payloads.
+        Raises TimeoutError if some rank has not contributed within ``timeout_s``.
+        """
+
+    @abc.abstractmethod
+    def local_address(self) -> str | None:
+        """The local IP this process used to reach the bootstrap service, if there is one.
+
+        Peers can usually reach us on the same interface, so it is the default advertise host.
+        """
+
+    def close(self) -> None:
+        """Releases connections; the default has nothing to release."""
+
+    def __enter__(self) -> "Bootstrap":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class SingleRankBootstrap(Bootstrap):
+    """The trivial job of one rank: nobody to exchange with, so no service is needed."""
+
+    @property
+    def rank(self) -> int:
+        return 0
+
+    @property
+    def size(self) -> int:
+        return 1
+
+    def allgather(self, payload: bytes, timeout_s: float) -> list[bytes]:
+        return [bytes(payload)]
+
+    def local_address(self) -> str | None:
+        return None

@@ -1,0 +1,634 @@
+"""A small TCP key-value store for bootstrapping, plus a Bootstrap built on it.
+
+Wire protocol (all integers big-endian), chosen so the server never deserialises objects:
+
+  handshake  client -> server  MAGIC(4) VERSION(1)
+             server -> client  MAGIC(4) VERSION(1) AUTH_REQUIRED(1) NONCE(32)
+             if AUTH_REQUIRED: client -> server HMAC-SHA256(secret, AUTH_CONTEXT + NONCE)(32)
+                               server -> client ACCEPTED(1)
+  request    OP(u8) KEY_LEN(u16) BODY_LEN(u32) KEY(utf-8) BODY
+  response   STATUS(u8) BODY_LEN(u32) BODY
+
+Bodies: SET = value; GET = wait in ms (u32, 0 = do not wait); ADD = delta (i64), answered with
+the new total (i64); DELETE = empty, answered with one byte (1 if the key existed).
+Counters are stored as ASCII decimal so GET on a counter key returns something readable.
+
+The store may be reachable by other users of the host or network, so frames are size-limited,
+malformed input closes only the offending connection, and a per-job secret can be required.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import math
+import secrets
+import selectors
+import socket
+import struct
+import threading
+import time
+from types import TracebackType
+
+from collective.bootstrap.base import Bootstrap
+
+logger = logging.getLogger(__name__)
+
+MAGIC = b"CLRV"
+PROTOCOL_VERSION = 1
+AUTH_CONTEXT = b"collective-rendezvous-v1"
+NONCE_BYTES = 32
+MAX_KEY_BYTES = 1024
+DEFAULT_MAX_VALUE_BYTES = 16 << 20
+DEFAULT_MAX_STORE_BYTES = 512 << 20
+MAX_WAIT_MS = 0xFFFFFFFF
+
+OP_SET = 1
+OP_GET = 2
+OP_ADD = 3
+OP_DELETE = 4
+
+STATUS_OK = 0
+STATUS_TIMEOUT = 1
+STATUS_ERROR = 2
+
+_REQUEST_HEADER = struct.Struct("!BHI")
+_RESPONSE_HEADER = struct.Struct("!BI")
+_HELLO = struct.Struct("!4sB")
+_SERVER_HELLO = struct.Struct(f"!4sBB{NONCE_BYTES}s")
+_I64 = struct.Struct("!q")
+_U32 = struct.Struct("!I")
+_MAX_ERROR_BYTES = 4096
+# Slack on client-side socket deadlines so a server answering "timeout" right at the
+# deadline is not misread as a dead connection.
+_IO_GRACE_S = 5.0
+
+
+class RendezvousError(RuntimeError):
+    """The server rejected a request (bad key, store full, counter on a non-integer value)."""
+
+
+class ProtocolError(ConnectionError):
+    """The peer sent bytes that do not follow the protocol; the connection is unusable."""
+
+
+def _auth_digest(secret: bytes, nonce: bytes) -> bytes:
+    return hmac.new(secret, AUTH_CONTEXT + nonce, hashlib.sha256).digest()
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    """Reads exactly n bytes (the socket's timeout bounds each recv)."""
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:], n - got)
+        if k == 0:
+            raise ConnectionError(f"peer closed the connection after {got} of {n} bytes")
+        got += k
+    return bytes(buf)
+
+
+def _validate_key(key: str) -> bytes:
+    if not isinstance(key, str):
+        raise TypeError(f"rendezvous keys are str, got {type(key).__name__}")
+    encoded = key.encode("utf-8")
+    if not encoded or len(encoded) > MAX_KEY_BYTES:
+        raise ValueError(f"rendezvous key must be 1..{MAX_KEY_BYTES} UTF-8 bytes: {key[:80]!r}")
+    return encoded
+
+
+class _Store:
+    """The dictionary behind the server, with blocking lookups and a memory cap."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self._data: dict[str, bytes] = {}
+        self._bytes = 0
+        self._max_bytes = max_bytes
+        self._changed = threading.Condition()
+        self._closed = False
+
+    def set(self, key: str, value: bytes) -> None:
+        with self._changed:
+            self._put_locked(key, value)
+            self._changed.notify_all()
+
+    def get(self, key: str, wait_s: float) -> bytes | None:
+        """The value, or None if it did not appear within wait_s or the store closed."""
+        deadline = time.monotonic() + wait_s
+        with self._changed:
+            while key not in self._data and not self._closed:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._changed.wait(remaining)
+            return self._data.get(key)
+
+    def add(self, key: str, delta: int) -> int:
+        with self._changed:
+            current = self._data.get(key, b"0")
+            try:
+                total = int(current.decode("ascii")) + delta
+            except (UnicodeDecodeError, ValueError):
+                raise RendezvousError(f"key {key!r} holds a non-counter value") from None
+            if not -(1 << 63) <= total < (1 << 63):
+                raise RendezvousError(f"counter {key!r} would overflow int64")
+            self._put_locked(key, str(total).encode("ascii"))
+            self._changed.notify_all()
+            return total
+
+    def delete(self, key: str) -> bool:
+        with self._changed:
+            value = self._data.pop(key, None)
+            if value is None:
+                return False
+            self._bytes -= len(key) + len(value)
+            return True
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+
+    def _put_locked(self, key: str, value: bytes) -> None:
+        old = self._data.get(key)
+        new_bytes = self._bytes + len(key) + len(value)
+        if old is not None:
+            new_bytes -= len(key) + len(old)
+        if new_bytes > self._max_bytes:
+            raise RendezvousError(f"store is full ({self._max_bytes} bytes); refusing {key!r}")
+        self._data[key] = value
+        self._bytes = new_bytes
+
+
+class RendezvousServer:
+    """Thread-per-connection TCP key-value store.
+
+    Connections that have not completed the handshake within ``handshake_timeout_s`` are
+    dropped, so idle or hostile sockets cannot pin threads. Authenticated connections may stay
+    idle until ``idle_timeout_s`` (None: until stop(), which wakes every blocked thread).
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        secret: bytes | None = None,
+        max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+        max_store_bytes: int = DEFAULT_MAX_STORE_BYTES,
+        max_connections: int = 1024,
+        handshake_timeout_s: float = 10.0,
+        idle_timeout_s: float | None = None,
+    ) -> None:
+        if secret is not None and not secret:
+            raise ValueError("secret must be non-empty when given")
+        self._bind_host = host
+        self._bind_port = port
+        self._secret = secret
+        self._max_value_bytes = max_value_bytes
+        self._max_connections = max_connections
+        self._handshake_timeout_s = handshake_timeout_s
+        self._idle_timeout_s = idle_timeout_s
+        self._store = _Store(max_store_bytes)
+        self._listener: socket.socket | None = None
+        self._address: tuple[str, int] | None = None
+        # The accept loop selects on this pair too, so stop() can wake it without racing close().
+        self._wake_reader, self._wake_writer = socket.socketpair()
+        self._accept_thread: threading.Thread | None = None
+        self._connections: dict[socket.socket, threading.Thread] = {}
+        self._connections_lock = threading.Lock()
+        self._stopping = threading.Event()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """(host, port) the server listens on; valid after start()."""
+        if self._address is None:
+            raise RuntimeError("RendezvousServer.address is only known after start()")
+        return self._address
+
+    def start(self) -> None:
+        if self._listener is not None:
+            raise RuntimeError("RendezvousServer already started")
+        family = socket.AF_INET6 if ":" in self._bind_host else socket.AF_INET
+        listener = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((self._bind_host, self._bind_port))
+            listener.listen(min(self._max_connections, socket.SOMAXCONN))
+            listener.setblocking(False)
+        except BaseException:
+            listener.close()
+            raise
+        self._listener = listener
+        host, port = listener.getsockname()[:2]
+        self._address = (host, port)
+        self._accept_thread = threading.Thread(
+            target=self._accept_loop, name=f"rendezvous-accept-{port}", daemon=True
+        )
+        self._accept_thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Closes the listener and every connection; blocked GETs are answered with an error."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        deadline = time.monotonic() + timeout_s
+        try:
+            self._wake_writer.send(b"x")
+        except OSError:
+            pass
+        self._store.close()
+        if self._accept_thread is not None:
+            self._accept_thread.join(max(0.0, deadline - time.monotonic()))
+        with self._connections_lock:
+            connections = dict(self._connections)
+        for conn in connections:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in recv
+            except OSError:
+                pass
+        for thread in connections.values():
+            thread.join(max(0.0, deadline - time.monotonic()))
+        if self._listener is not None:
+            self._listener.close()
+        self._wake_reader.close()
+        self._wake_writer.close()
+
+    def __enter__(self) -> "RendezvousServer":
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _accept_loop(self) -> None:
+        assert self._listener is not None
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._listener, selectors.EVENT_READ)
+            selector.register(self._wake_reader, selectors.EVENT_READ)
+            while not self._stopping.is_set():
+                # No timeout: stop() always writes to the wake socket.
+                for key, _ in selector.select():
+                    if key.fileobj is self._listener:
+                        self._accept_one()
+
+    def _accept_one(self) -> None:
+        assert self._listener is not None
+        try:
+            conn, peer = self._listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            logger.warning("rendezvous accept failed: %s", e)
+            return
+        conn.setblocking(True)
+        with self._connections_lock:
+            if self._stopping.is_set() or len(self._connections) >= self._max_connections:
+                conn.close()
+                return
+            thread = threading.Thread(
+                target=self._serve_connection, args=(conn, peer),
+                name=f"rendezvous-conn-{peer}", daemon=True,
+            )
+            self._connections[conn] = thread
+        thread.start()
+
+    def _serve_connection(self, conn: socket.socket, peer: object) -> None:
+        try:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn.settimeout(self._handshake_timeout_s)
+            self._handshake(conn)
+            conn.settimeout(self._idle_timeout_s)
+            while not self._stopping.is_set():
+                self._serve_request(conn)
+        except (ConnectionError, TimeoutError, OSError) as e:
+            # Includes ProtocolError: only this connection is affected.
+            if not self._stopping.is_set():
+                logger.debug("rendezvous connection from %s closed: %s", peer, e)
+        except Exception:  # noqa: BLE001 - a bug must not take the whole store down
+            logger.exception("rendezvous connection from %s failed", peer)
+        finally:
+            with self._connections_lock:
+                self._connections.pop(conn, None)
+            conn.close()
+
+    def _handshake(self, conn: socket.socket) -> None:
+        magic, version = _HELLO.unpack(_recv_exact(conn, _HELLO.size))
+        if magic != MAGIC or version != PROTOCOL_VERSION:
+            raise ProtocolError(f"bad hello {magic!r} v{version}")
+        nonce = secrets.token_bytes(NONCE_BYTES)
+        auth_required = self._secret is not None
+        conn.sendall(_SERVER_HELLO.pack(MAGIC, PROTOCOL_VERSION, int(auth_required), nonce))
+        if auth_required:
+            assert self._secret is not None
+            digest = _recv_exact(conn, hashlib.sha256().digest_size)
+            accepted = hmac.compare_digest(digest, _auth_digest(self._secret, nonce))
+            conn.sendall(bytes([int(accepted)]))
+            if not accepted:
+                raise ProtocolError("client failed authentication")
+
+    def _serve_request(self, conn: socket.socket) -> None:
+        op, key_len, body_len = _REQUEST_HEADER.unpack(_recv_exact(conn, _REQUEST_HEADER.size))
+        # Validate lengths before reading, so a hostile header cannot make us allocate.
+        if op not in (OP_SET, OP_GET, OP_ADD, OP_DELETE):
+            self._reply_error_and_close(conn, f"unknown op {op}")
+        if not 0 < key_len <= MAX_KEY_BYTES:
+            self._reply_error_and_close(conn, f"key length {key_len} outside 1..{MAX_KEY_BYTES}")
+        if body_len > self._max_value_bytes:
+            self._reply_error_and_close(
+                conn, f"body of {body_len} bytes exceeds {self._max_value_bytes}")
+        expected_body = {OP_GET: _U32.size, OP_ADD: _I64.size, OP_DELETE: 0}.get(op)
+        if expected_body is not None and body_len != expected_body:
+            self._reply_error_and_close(conn, f"op {op} needs a {expected_body}-byte body")
+        try:
+            key = _recv_exact(conn, key_len).decode("utf-8")
+        except UnicodeDecodeError:
+            self._reply_error_and_close(conn, "key is not UTF-8")
+        body = _recv_exact(conn, body_len)
+        try:
+            status, reply = self._execute(op, key, body)
+        except RendezvousError as e:
+            status, reply = STATUS_ERROR, str(e).encode("utf-8")[:_MAX_ERROR_BYTES]
+        conn.sendall(_RESPONSE_HEADER.pack(status, len(reply)) + reply)
+
+    def _execute(self, op: int, key: str, body: bytes) -> tuple[int, bytes]:
+        if op == OP_SET:
+            self._store.set(key, body)
+            return STATUS_OK, b""
+        if op == OP_GET:
+            (wait_ms,) = _U32.unpack(body)
+            value = self._store.get(key, wait_ms / 1000.0)
+            if value is not None:
+                return STATUS_OK, value
+            if self._stopping.is_set():
+                raise RendezvousError("rendezvous server is stopping")
+            return STATUS_TIMEOUT, b""
+        if op == OP_ADD:
+            (delta,) = _I64.unpack(body)
+            return STATUS_OK, _I64.pack(self._store.add(key, delta))
+        existed = self._store.delete(key)
+        return STATUS_OK, bytes([int(existed)])
+
+    def _reply_error_and_close(self, conn: socket.socket, why: str) -> None:
+        message = why.encode("utf-8")[:_MAX_ERROR_BYTES]
+        try:
+            conn.sendall(_RESPONSE_HEADER.pack(STATUS_ERROR, len(message)) + message)
+        except OSError:
+            pass
+        # The stream position is unknown now, so the connection cannot be reused.
+        raise ProtocolError(why)
+
+
+class RendezvousClient:
+    """One connection to a RendezvousServer; requests from several threads are serialised.
+
+    A blocking get() holds the connection, so threads that wait concurrently should each use
+    their own client.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        timeout_s: float = 60.0,
+        *,
+        secret: bytes | None = None,
+        max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+    ) -> None:
+        if not (math.isfinite(timeout_s) and timeout_s > 0):
+            raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
+        self._host = host
+        self._port = port
+        self.timeout_s = timeout_s
+        self._max_value_bytes = max_value_bytes
+        self._lock = threading.Lock()
+        self._broken: str | None = None
+        self._sock = self._connect(secret, time.monotonic() + timeout_s)
+
+    def set(self, key: str, value: bytes) -> None:
+        value = bytes(value)
+        if len(value) > self._max_value_bytes:
+            raise ValueError(
+                f"value for {key!r} is {len(value)} bytes; the limit is {self._max_value_bytes}")
+        self._request(OP_SET, key, value, self.timeout_s)
+
+    def get(self, key: str, timeout_s: float | None = None) -> bytes:
+        """Waits until ``key`` exists; raises TimeoutError naming the key otherwise."""
+        wait_s = self.timeout_s if timeout_s is None else max(0.0, timeout_s)
+        wait_ms = min(MAX_WAIT_MS, math.ceil(wait_s * 1000))
+        status, body = self._request(OP_GET, key, _U32.pack(wait_ms), wait_s)
+        if status == STATUS_TIMEOUT:
+            raise TimeoutError(
+                f"rendezvous key {key!r} did not appear within {wait_s:g}s "
+                f"at {self._host}:{self._port}")
+        return body
+
+    def add(self, key: str, delta: int) -> int:
+        """Atomically adds ``delta`` to the counter at ``key`` (missing = 0); returns the total."""
+        _, body = self._request(OP_ADD, key, _I64.pack(delta), self.timeout_s)
+        return _I64.unpack(body)[0]
+
+    def delete(self, key: str) -> bool:
+        """Removes ``key``; returns whether it existed."""
+        _, body = self._request(OP_DELETE, key, b"", self.timeout_s)
+        return body == b"\x01"
+
+    def exists(self, key: str) -> bool:
+        """Whether ``key`` is set right now (does not wait)."""
+        try:
+            self.get(key, 0)
+            return True
+        except TimeoutError:
+            return False
+
+    def wait(self, keys: list[str] | tuple[str, ...], timeout_s: float | None = None) -> None:
+        """Waits until all ``keys`` exist; the TimeoutError lists every key still missing."""
+        wait_s = self.timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + wait_s
+        for i, key in enumerate(keys):
+            try:
+                self.get(key, max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                missing = [k for k in keys[i:] if not self.exists(k)]
+                shown = ", ".join(repr(k) for k in missing[:10])
+                more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
+                raise TimeoutError(
+                    f"rendezvous keys still missing after {wait_s:g}s: {shown}{more}") from None
+
+    def local_address(self) -> str:
+        """The local IP of this connection: the interface that routes to the server."""
+        return self._sock.getsockname()[0]
+
+    def close(self) -> None:
+        with self._lock:
+            if self._broken is None:
+                self._broken = "client closed"
+            self._sock.close()
+
+    def __enter__(self) -> "RendezvousClient":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _connect(self, secret: bytes | None, deadline: float) -> socket.socket:
+        """Retries refused/unreachable connects until the deadline: the server may start late."""
+        backoff_s = 0.05
+        last_error: OSError | None = None
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(
+                    f"could not connect to rendezvous server {self._host}:{self._port} "
+                    f"within {self.timeout_s:g}s: {last_error}")
+            try:
+                sock = socket.create_connection((self._host, self._port), timeout=remaining)
+            except OSError as e:
+                last_error = e
+                # Backoff between attempts (rate limiting, not synchronisation).
+                time.sleep(min(backoff_s, max(0.0, deadline - time.monotonic())))
+                backoff_s = min(backoff_s * 2, 1.0)
+                continue
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock.settimeout(max(0.001, deadline - time.monotonic()) + _IO_GRACE_S)
+                self._client_handshake(sock, secret)
+                return sock
+            except BaseException:
+                sock.close()
+                raise
+
+    def _client_handshake(self, sock: socket.socket, secret: bytes | None) -> None:
+        sock.sendall(_HELLO.pack(MAGIC, PROTOCOL_VERSION))
+        magic, version, auth_required, nonce = _SERVER_HELLO.unpack(
+            _recv_exact(sock, _SERVER_HELLO.size))
+        if magic != MAGIC or version != PROTOCOL_VERSION:
+            raise ProtocolError(
+                f"{self._host}:{self._port} is not a rendezvous server (v{PROTOCOL_VERSION})")
+        if not auth_required:
+            return
+        if secret is None:
+            raise PermissionError(
+                f"rendezvous server {self._host}:{self._port} requires the job secret "
+                "(set COLLECTIVE_SECRET)")
+        sock.sendall(_auth_digest(secret, nonce))
+        if _recv_exact(sock, 1) != b"\x01":
+            raise PermissionError(
+                f"rendezvous server {self._host}:{self._port} rejected the job secret")
+
+    def _request(self, op: int, key: str, body: bytes, wait_s: float) -> tuple[int, bytes]:
+        encoded_key = _validate_key(key)
+        if not self._lock.acquire(timeout=wait_s + _IO_GRACE_S):
+            raise TimeoutError(f"rendezvous client busy for {wait_s:g}s; request for {key!r}")
+        try:
+            if self._broken is not None:
+                raise ConnectionError(f"rendezvous connection unusable: {self._broken}")
+            try:
+                self._sock.settimeout(wait_s + _IO_GRACE_S)
+                self._sock.sendall(
+                    _REQUEST_HEADER.pack(op, len(encoded_key), len(body)) + encoded_key + body)
+                status, body_len = _RESPONSE_HEADER.unpack(
+                    _recv_exact(self._sock, _RESPONSE_HEADER.size))
+                if body_len > max(self._max_value_bytes, _MAX_ERROR_BYTES):
+                    raise ProtocolError(f"response of {body_len} bytes exceeds the limit")
+                reply = _recv_exact(self._sock, body_len)
+            except (OSError, ConnectionError) as e:
+                # A half-read response leaves the stream misaligned; never reuse it.
+                self._broken = f"{type(e).__name__}: {e}"
+                self._sock.close()
+                if isinstance(e, socket.timeout):
+                    raise TimeoutError(
+                        f"rendezvous server {self._host}:{self._port} did not answer the "
+                        f"request for {key!r} within {wait_s + _IO_GRACE_S:g}s") from e
+                raise ConnectionError(
+                    f"lost rendezvous server {self._host}:{self._port} during request for "
+                    f"{key!r}: {e}") from e
+        finally:
+            self._lock.release()
+        if status == STATUS_ERROR:
+            raise RendezvousError(reply.decode("utf-8", "replace"))
+        if status not in (STATUS_OK, STATUS_TIMEOUT):
+            raise ProtocolError(f"unknown response status {status}")
+        return status, reply
+
+
+class RendezvousBootstrap(Bootstrap):
+    """Bootstrap over a RendezvousClient: each rank publishes a key, then reads everyone's."""
+
+    def __init__(
+        self,
+        client: RendezvousClient,
+        rank: int,
+        size: int,
+        scope: str = "collective",
+        *,
+        owns_client: bool = True,
+    ) -> None:
+        if size < 1 or not 0 <= rank < size:
+            raise ValueError(f"rank={rank} must be in [0, size={size})")
+        self._client = client
+        self._rank = rank
+        self._size = size
+        self._scope = scope
+        self._owns_client = owns_client
+        self._seq = 0
+        # Keys are namespaced by how many times this rank has bootstrapped in this scope, so a
+        # job that re-initialises against the same server never reads a previous round's keys.
+        self._generation = client.add(f"{scope}/generation/{rank}", 1)
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def allgather(self, payload: bytes, timeout_s: float) -> list[bytes]:
+        seq = self._seq
+        self._seq += 1
+        prefix = f"{self._scope}/{self._generation}/{seq}"
+        deadline = time.monotonic() + timeout_s
+        self._client.set(f"{prefix}/{self._rank}", payload)
+        gathered: list[bytes] = []
+        for peer in range(self._size):
+            if peer == self._rank:
+                gathered.append(bytes(payload))
+                continue
+            try:
+                gathered.append(
+                    self._client.get(f"{prefix}/{peer}", max(0.0, deadline - time.monotonic())))
+            except TimeoutError:
+                missing = [r for r in range(peer, self._size)
+                           if r != self._rank and not self._client.exists(f"{prefix}/{r}")]
+                raise TimeoutError(
+                    f"bootstrap allgather #{seq} (scope {self._scope!r}): rank(s) {missing} "
+                    f"did not contribute within {timeout_s:g}s") from None
+        self._forget_round(prefix)
+        return gathered
+
+    def local_address(self) -> str | None:
+        return self._client.local_address()
+
+    def close(self) -> None:
+        if self._owns_client:
+            self._client.close()
+
+    def _forget_round(self, prefix: str) -> None:
+        # The last rank to finish reading removes the round, so long jobs do not grow the store.
+        if self._client.add(f"{prefix}/done", 1) == self._size:
+            for peer in range(self._size):
+                self._client.delete(f"{prefix}/{peer}")
+            self._client.delete(f"{prefix}/done")

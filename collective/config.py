@@ -1,0 +1,253 @@
+"""Job configuration, and the single place where the package reads environment variables.
+
+Keeping every ``os.environ`` lookup here means the launcher (which writes these variables for
+its children, using the constants below) and the ranks (which read them) cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+ENV_RANK = "COLLECTIVE_RANK"
+ENV_SIZE = "COLLECTIVE_SIZE"
+ENV_RENDEZVOUS = "COLLECTIVE_RENDEZVOUS"
+ENV_SECRET = "COLLECTIVE_SECRET"
+ENV_ADVERTISE_HOST = "COLLECTIVE_ADVERTISE_HOST"
+ENV_HOST_KEY = "COLLECTIVE_HOST_KEY"
+ENV_TIMEOUT = "COLLECTIVE_TIMEOUT"
+ENV_CONNECT_TIMEOUT = "COLLECTIVE_CONNECT_TIMEOUT"
+ENV_DISABLE_SHM = "COLLECTIVE_DISABLE_SHM"
+ENV_SHM_BUFFER_BYTES = "COLLECTIVE_SHM_BUFFER_BYTES"
+ENV_TCP_CHUNK_BYTES = "COLLECTIVE_TCP_CHUNK_BYTES"
+
+_BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+_TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
+_FALSE_WORDS = frozenset({"0", "false", "no", "off"})
+
+
+@dataclass(frozen=True)
+class Config:
+    rank: int | None = None            # None: take from bootstrap/env
+    size: int | None = None
+    rendezvous: str | None = None      # "host:port" of a RendezvousServer
+    secret: bytes | None = None        # per-job secret; peers authenticate with HMAC over it
+    advertise_host: str | None = None  # None = local address of the rendezvous connection
+    host_key: str | None = None        # physical-host identity; None = hostname + boot id
+    timeout_s: float = 300.0           # deadline for any single blocking collective
+    connect_timeout_s: float = 60.0    # deadline for building the mesh
+    enable_shm: bool = True            # same-host peers use shared memory
+    shm_buffer_bytes: int = 4 << 20
+    tcp_chunk_bytes: int = 1 << 20
+    scope: str = "collective"          # rendezvous key prefix
+
+    def __post_init__(self) -> None:
+        _validate(dataclasses.asdict(self), _field_label)
+
+    def replace(self, **changes: Any) -> "Config":
+        """Returns a copy with ``changes`` applied; the copy is validated like a new Config."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise ValueError(f"Config has no field(s) {sorted(unknown)}")
+        return dataclasses.replace(self, **changes)
+
+    def __repr__(self) -> str:
+        # The secret must never end up in logs or tracebacks.
+        shown = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if shown["secret"] is not None:
+            shown["secret"] = f"<{len(shown['secret'])} bytes>"
+        return "Config(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
+
+
+def config_from_env(base: Config | None = None, environ: Mapping[str, str] | None = None) -> Config:
+    """Builds a Config from defaults, then ``environ`` (default ``os.environ``), then ``base``.
+
+    Fields of ``base`` that differ from the Config defaults win over the environment, so code
+    that sets a value explicitly is never silently overridden by a stray variable.
+    """
+    environ = os.environ if environ is None else environ
+    values = dataclasses.asdict(Config())
+    source: dict[str, str] = {}
+    for field_name, (env_name, parse) in _ENV_FIELDS.items():
+        raw = environ.get(env_name)
+        if raw is None or not raw.strip():
+            continue  # Launchers often export empty variables; treat them as unset.
+        values[field_name] = parse(env_name, raw.strip())
+        source[field_name] = env_name
+    if base is not None:
+        for field in dataclasses.fields(base):
+            explicit = getattr(base, field.name)
+            if explicit != field.default:
+                values[field.name] = explicit
+                source.pop(field.name, None)
+    _validate(values, lambda name: source.get(name, _field_label(name)))
+    return Config(**values)
+
+
+def default_host_key() -> str:
+    """Identifies this physical machine: the hostname plus the kernel boot id.
+
+    The boot id distinguishes containers or VMs that share a hostname but not memory, which
+    matters because the key decides whether two ranks may talk through shared memory.
+    """
+    hostname = socket.gethostname()
+    try:
+        with open(_BOOT_ID_PATH, encoding="ascii") as f:
+            boot_id = f.read().strip()
+    except OSError:
+        return hostname
+    return f"{hostname}:{boot_id}" if boot_id else hostname
+
+
+def parse_host_port(text: str) -> tuple[str, int]:
+    """Splits ``host:port`` (or ``[v6addr]:port``) and checks the port range."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"expected 'host:port', got {text!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ValueError(f"port in {text!r} is not an integer") from None
+    if not 0 < port < 65536:
+        raise ValueError(f"port in {text!r} is outside 1..65535")
+    return host, port
+
+
+def format_host_port(host: str, port: int) -> str:
+    """Inverse of parse_host_port; brackets IPv6 literals so the last ':' stays the separator."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def env_for_rank(
+    rank: int,
+    size: int,
+    rendezvous: str,
+    secret: bytes,
+    host_key: str | None = None,
+) -> dict[str, str]:
+    """The variables a launcher exports so that config_from_env() in the child sees this rank.
+
+    Lives here rather than in the launcher so the encoding (e.g. hex secret) has one owner.
+    """
+    env = {
+        ENV_RANK: str(rank),
+        ENV_SIZE: str(size),
+        ENV_RENDEZVOUS: rendezvous,
+        ENV_SECRET: secret.hex(),
+    }
+    if host_key is not None:
+        env[ENV_HOST_KEY] = host_key
+    _validate({**dataclasses.asdict(Config()), "rank": rank, "size": size,
+               "rendezvous": rendezvous, "secret": secret, "host_key": host_key}, _field_label)
+    return env
+
+
+def inherited_environ() -> dict[str, str]:
+    """A copy of this process's environment, for a launcher to hand on to its children."""
+    return dict(os.environ)
+
+
+def _field_label(name: str) -> str:
+    return f"Config.{name}"
+
+
+def _parse_int(env_name: str, raw: str) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{env_name}={raw!r} is not an integer") from None
+
+
+def _parse_seconds(env_name: str, raw: str) -> float:
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"{env_name}={raw!r} is not a number of seconds") from None
+
+
+def _parse_secret(env_name: str, raw: str) -> bytes:
+    try:
+        return bytes.fromhex(raw)
+    except ValueError:
+        raise ValueError(f"{env_name} is not valid hex (length {len(raw)})") from None
+
+
+def _parse_text(env_name: str, raw: str) -> str:
+    return raw
+
+
+def _parse_shm_enabled(env_name: str, raw: str) -> bool:
+    word = raw.lower()
+    if word in _TRUE_WORDS:
+        return False  # The variable *disables* shm, so "true" means enable_shm=False.
+    if word in _FALSE_WORDS:
+        return True
+    raise ValueError(f"{env_name}={raw!r} is not one of 1/0/true/false/yes/no/on/off")
+
+
+_ENV_FIELDS: dict[str, tuple[str, Callable[[str, str], Any]]] = {
+    "rank": (ENV_RANK, _parse_int),
+    "size": (ENV_SIZE, _parse_int),
+    "rendezvous": (ENV_RENDEZVOUS, _parse_text),
+    "secret": (ENV_SECRET, _parse_secret),
+    "advertise_host": (ENV_ADVERTISE_HOST, _parse_text),
+    "host_key": (ENV_HOST_KEY, _parse_text),
+    "timeout_s": (ENV_TIMEOUT, _parse_seconds),
+    "connect_timeout_s": (ENV_CONNECT_TIMEOUT, _parse_seconds),
+    "enable_shm": (ENV_DISABLE_SHM, _parse_shm_enabled),
+    "shm_buffer_bytes": (ENV_SHM_BUFFER_BYTES, _parse_int),
+    "tcp_chunk_bytes": (ENV_TCP_CHUNK_BYTES, _parse_int),
+}
+
+
+def _validate(values: Mapping[str, Any], label: Callable[[str], str]) -> None:
+    """Checks field values; ``label`` names where each came from (env var or Config field)."""
+
+    def fail(name: str, why: str) -> None:
+        shown = "<redacted>" if name == "secret" else repr(values[name])
+        raise ValueError(f"{label(name)}={shown} {why}")
+
+    for name in ("rank", "size", "shm_buffer_bytes", "tcp_chunk_bytes"):
+        value = values[name]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            fail(name, "must be an int")
+    rank, size = values["rank"], values["size"]
+    if size is not None and size < 1:
+        fail("size", "must be >= 1")
+    if rank is not None and rank < 0:
+        fail("rank", "must be >= 0")
+    if rank is not None and size is not None and rank >= size:
+        fail("rank", f"must be < {label('size')}={size}")
+    if values["rendezvous"] is not None:
+        if not isinstance(values["rendezvous"], str):
+            fail("rendezvous", "must be a 'host:port' string")
+        try:
+            parse_host_port(values["rendezvous"])
+        except ValueError as e:
+            fail("rendezvous", f"is invalid: {e}")
+    secret = values["secret"]
+    if secret is not None and (not isinstance(secret, bytes) or len(secret) == 0):
+        fail("secret", "must be non-empty bytes")
+    for name in ("advertise_host", "host_key"):
+        value = values[name]
+        if value is not None and (not isinstance(value, str) or not value):
+            fail(name, "must be a non-empty string")
+    for name in ("timeout_s", "connect_timeout_s"):
+        value = values[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            fail(name, "must be a number of seconds")
+        if not (math.isfinite(value) and value > 0):
+            fail(name, "must be a positive, finite number of seconds")
+    for name in ("shm_buffer_bytes", "tcp_chunk_bytes"):
+        if values[name] <= 0:
+            fail(name, "must be > 0")
+    if not isinstance(values["enable_shm"], bool):
+        fail("enable_shm", "must be a bool")
+    if not isinstance(values["scope"], str) or not values["scope"]:
+        fail("scope", "must be a non-empty string")

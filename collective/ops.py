@@ -1,0 +1,146 @@
+"""Collectives on numpy arrays, with Horovod's argument names.
+
+Out-of-place functions return new arrays; the ``_`` variants work in place. Arrays are handed to
+the native core by address, without a copy when they are already C-contiguous.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from collective.dtypes import dtype_code
+from collective.errors import InvalidArgumentError
+from collective.reduce_ops import ReduceOp, resolve_op
+from collective.runtime import communicator
+
+
+def _contiguous(tensor: np.ndarray | Sequence, name: str) -> np.ndarray:
+    array = np.asarray(tensor)
+    if array.dtype == object:
+        raise InvalidArgumentError(f"tensor {name!r} is not numeric")
+    return np.ascontiguousarray(array)
+
+
+def _writable_target(tensor: np.ndarray, what: str) -> None:
+    if not isinstance(tensor, np.ndarray):
+        raise InvalidArgumentError(f"{what} works in place and needs a numpy array, got {type(tensor).__name__}")
+    if not tensor.flags.writeable:
+        raise InvalidArgumentError(f"{what} works in place but the array is read-only")
+
+
+def _call_args(array: np.ndarray, name: str) -> tuple[int, int, list[int]]:
+    return array.ctypes.data, dtype_code(array.dtype, name), list(array.shape)
+
+
+def _result(flat: np.ndarray, shape: Sequence[int], dtype: np.dtype) -> np.ndarray:
+    return flat.view(dtype).reshape(tuple(shape))
+
+
+def allreduce_(
+    tensor: np.ndarray,
+    average: bool | None = None,
+    name: str | None = None,
+    op: ReduceOp | None = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+) -> np.ndarray:
+    """Reduces ``tensor`` across all ranks in place and returns it. ``op`` defaults to Average."""
+    _writable_target(tensor, "allreduce_")
+    name = name or ""
+    work = tensor if tensor.flags.c_contiguous else np.ascontiguousarray(tensor)
+    ptr, code, shape = _call_args(work, name)
+    communicator().allreduce(
+        ptr, code, shape, int(resolve_op(op, average)), float(prescale_factor), float(postscale_factor), name
+    )
+    if work is not tensor:
+        tensor[...] = work
+    return tensor
+
+
+def allreduce(
+    tensor: np.ndarray,
+    average: bool | None = None,
+    name: str | None = None,
+    op: ReduceOp | None = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+) -> np.ndarray:
+    """Returns the reduction of ``tensor`` across all ranks. ``op`` defaults to Average."""
+    out = np.array(tensor, copy=True, order="C")
+    return allreduce_(out, average, name, op, prescale_factor, postscale_factor)
+
+
+def allgather(tensor: np.ndarray, name: str | None = None) -> np.ndarray:
+    """Concatenates every rank's ``tensor`` along the first dimension, in rank order.
+
+    First dimensions may differ between ranks; the other dimensions must agree.
+    """
+    name = name or ""
+    array = _contiguous(tensor, name)
+    ptr, code, shape = _call_args(array, name)
+    flat, out_shape = communicator().allgather(ptr, code, shape, name)
+    return _result(flat, out_shape, array.dtype)
+
+
+def broadcast_(tensor: np.ndarray, root_rank: int, name: str | None = None) -> np.ndarray:
+    """Overwrites ``tensor`` on every rank with ``root_rank``'s value, in place."""
+    _writable_target(tensor, "broadcast_")
+    name = name or ""
+    work = tensor if tensor.flags.c_contiguous else np.ascontiguousarray(tensor)
+    ptr, code, shape = _call_args(work, name)
+    communicator().broadcast(ptr, code, shape, int(root_rank), name)
+    if work is not tensor:
+        tensor[...] = work
+    return tensor
+
+
+def broadcast(tensor: np.ndarray, root_rank: int, name: str | None = None) -> np.ndarray:
+    """Returns ``root_rank``'s ``tensor`` on every rank."""
+    out = np.array(tensor, copy=True, order="C")
+    return broadcast_(out, root_rank, name)
+
+
+def alltoall(
+    tensor: np.ndarray, splits: Sequence[int] | np.ndarray | None = None, name: str | None = None
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """Sends slice i of ``tensor``'s first dimension to rank i and gathers what every rank sent here.
+
+    Without ``splits`` the first dimension is divided evenly and the output is returned. With
+    ``splits`` (rows per destination rank), returns ``(output, received_splits)`` as Horovod does.
+    """
+    name = name or ""
+    array = _contiguous(tensor, name)
+    ptr, code, shape = _call_args(array, name)
+    split_list = [] if splits is None else [int(s) for s in np.asarray(splits).reshape(-1)]
+    flat, out_shape, received = communicator().alltoall(ptr, code, shape, split_list, name)
+    output = _result(flat, out_shape, array.dtype)
+    if splits is None:
+        return output
+    return output, np.asarray(received, dtype=np.int64)
+
+
+def reducescatter(
+    tensor: np.ndarray,
+    op: ReduceOp | None = None,
+    name: str | None = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+) -> np.ndarray:
+    """Reduces ``tensor`` across ranks and returns this rank's share of the first dimension.
+
+    Rank r gets rows [offset_r, offset_r + n_r), where the first ``rows % size`` ranks get one extra row.
+    """
+    name = name or ""
+    array = _contiguous(tensor, name)
+    ptr, code, shape = _call_args(array, name)
+    flat, out_shape = communicator().reducescatter(
+        ptr, code, shape, int(resolve_op(op, None)), float(prescale_factor), float(postscale_factor), name
+    )
+    return _result(flat, out_shape, array.dtype)
+
+
+def barrier() -> None:
+    """Returns once every rank has called barrier()."""
+    communicator().barrier()

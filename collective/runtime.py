@@ -1,0 +1,146 @@
+"""Lifecycle of the process-wide communicator: init, shutdown and topology queries."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from collective import _native
+from collective.bootstrap import Bootstrap, bootstrap_from_config
+from collective.config import Config, config_from_env, default_host_key
+from collective.errors import CollectiveError, NotInitializedError
+from collective.topology import Topology, topology_from_host_keys
+
+
+@dataclass
+class _Runtime:
+    config: Config
+    topology: Topology
+    comm: Any  # collective._native.Communicator
+
+
+_lock = threading.Lock()
+_runtime: _Runtime | None = None
+_generation = 0  # inits so far; keeps rendezvous keys of successive inits apart
+_atexit_registered = False
+
+
+def init(config: Config | None = None, *, bootstrap: Bootstrap | None = None, **overrides: Any) -> None:
+    """Joins the job: finds the peers, authenticates to each, and builds the mesh.
+
+    ``config`` fields that are set win over ``COLLECTIVE_*`` environment variables; keyword
+    ``overrides`` (``enable_shm=False``, ``timeout_s=30``...) win over both. ``bootstrap`` replaces
+    the rendezvous (Spark and MPI pass their own).
+    """
+    global _runtime, _generation, _atexit_registered
+    with _lock:
+        if _runtime is not None:
+            raise CollectiveError("collective.init() was already called in this process; call shutdown() first")
+        cfg = config_from_env(config)
+        if overrides:
+            cfg = cfg.replace(**overrides)
+        _generation += 1
+        cfg = cfg.replace(scope=f"{cfg.scope}/init{_generation}")
+        own_bootstrap = bootstrap is None
+        if bootstrap is None:
+            bootstrap = bootstrap_from_config(cfg)
+        try:
+            _runtime = _build_runtime(cfg, bootstrap)
+        finally:
+            if own_bootstrap:
+                bootstrap.close()
+        if not _atexit_registered:
+            # A goodbye on exit lets peers tell a finished rank from a dead one.
+            atexit.register(shutdown)
+            _atexit_registered = True
+
+
+def _build_runtime(cfg: Config, bootstrap: Bootstrap) -> _Runtime:
+    rank, size = bootstrap.rank, bootstrap.size
+    host = cfg.advertise_host or bootstrap.local_address() or "127.0.0.1"
+    host_key = cfg.host_key or default_host_key()
+    listener = _native.listen(host)
+    try:
+        record = json.dumps(
+            {"host": host, "port": listener.port, "host_key": host_key, "shm": cfg.enable_shm}
+        ).encode()
+        peers = [json.loads(raw) for raw in bootstrap.allgather(record, cfg.connect_timeout_s)]
+        host_keys = [p["host_key"] for p in peers]
+        comm = _native.Communicator(
+            listener,
+            rank=rank,
+            size=size,
+            secret=cfg.secret or b"",
+            hosts=[p["host"] for p in peers],
+            ports=[int(p["port"]) for p in peers],
+            host_keys=host_keys,
+            # Shared memory only if every rank allows it, so both sides of each pair agree.
+            enable_shm=all(p["shm"] for p in peers),
+            shm_buffer_bytes=cfg.shm_buffer_bytes,
+            tcp_chunk_bytes=cfg.tcp_chunk_bytes,
+            connect_timeout_s=cfg.connect_timeout_s,
+            timeout_s=cfg.timeout_s,
+        )
+    finally:
+        listener.close()
+    return _Runtime(config=cfg, topology=topology_from_host_keys(rank, host_keys), comm=comm)
+
+
+def shutdown() -> None:
+    """Leaves the job. Peers still expecting data from this rank get a clear error, not a hang."""
+    global _runtime
+    with _lock:
+        runtime, _runtime = _runtime, None
+    if runtime is not None:
+        runtime.comm.shutdown()
+
+
+def is_initialized() -> bool:
+    return _runtime is not None
+
+
+def communicator() -> Any:
+    """The native communicator; raises NotInitializedError before init()."""
+    runtime = _runtime
+    if runtime is None:
+        raise NotInitializedError("collective.init() has not been called (or shutdown() was)")
+    return runtime.comm
+
+
+def topology() -> Topology:
+    runtime = _runtime
+    if runtime is None:
+        raise NotInitializedError("collective.init() has not been called (or shutdown() was)")
+    return runtime.topology
+
+
+def rank() -> int:
+    return topology().rank
+
+
+def size() -> int:
+    return topology().size
+
+
+def local_rank() -> int:
+    return topology().local_rank
+
+
+def local_size() -> int:
+    return topology().local_size
+
+
+def cross_rank() -> int:
+    return topology().cross_rank
+
+
+def cross_size() -> int:
+    return topology().cross_size
+
+
+def uses_shared_memory(peer: int) -> bool:
+    """Whether data to ``peer`` travels through shared memory (True) or TCP (False)."""
+    return bool(communicator().uses_shm(peer))

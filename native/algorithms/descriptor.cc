@@ -1,0 +1,218 @@
+#include "algorithms/descriptor.h"
+
+#include <cstring>
+#include <map>
+
+#include "common/error.h"
+
+namespace shvd {
+namespace {
+
+constexpr uint32_t kBlockMagic = 0x4b4c4244;  // "DBLK"
+constexpr size_t kMaxName = 1024;
+constexpr size_t kMaxDims = 64;
+
+// Fixed part of a block. `block_bytes` sits at offset 8: the mesh reads it to size the receive.
+struct BlockHeader {
+  uint32_t magic;
+  uint32_t kind;
+  uint64_t block_bytes;
+  uint64_t seq;
+  int32_t dtype;
+  int32_t op;
+  int32_t root;
+  uint32_t name_bytes;
+  uint32_t ndim;
+  uint32_t extra_count;
+  uint64_t data_bytes;
+  double prescale;
+  double postscale;
+};
+
+std::string describe_field(const CallInfo& c, const std::string& field) {
+  if (field == "kind") return collective_name(c.kind);
+  if (field == "name") return "'" + c.name + "'";
+  if (field == "dtype") return dtype_name(c.dtype);
+  if (field == "shape" || field == "trailing shape") return shape_text(c.shape);
+  if (field == "op") return reduce_op_name(c.op);
+  if (field == "root") return std::to_string(c.root);
+  return "prescale " + std::to_string(c.prescale) + ", postscale " + std::to_string(c.postscale);
+}
+
+}  // namespace
+
+const char* collective_name(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllreduce: return "allreduce";
+    case CollectiveKind::kAllgather: return "allgather";
+    case CollectiveKind::kBroadcast: return "broadcast";
+    case CollectiveKind::kAlltoall: return "alltoall";
+    case CollectiveKind::kReducescatter: return "reducescatter";
+    case CollectiveKind::kBarrier: return "barrier";
+  }
+  return "unknown collective";
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+size_t element_count(const std::vector<int64_t>& shape) {
+  size_t n = 1;
+  for (int64_t d : shape) n *= size_t(d);
+  return n;
+}
+
+AgreementRules rules_for(CollectiveKind kind) {
+  AgreementRules r;
+  switch (kind) {
+    case CollectiveKind::kAllreduce:
+    case CollectiveKind::kReducescatter:
+      r.shape = r.op = r.scales = true;
+      break;
+    case CollectiveKind::kAllgather:
+    case CollectiveKind::kAlltoall:
+      r.trailing_shape = true;
+      break;
+    case CollectiveKind::kBroadcast:
+      r.shape = r.root = true;
+      break;
+    case CollectiveKind::kBarrier:
+      break;
+  }
+  return r;
+}
+
+std::vector<PeerBlock> exchange_call_info(Mesh& mesh, const CallInfo& mine, const std::vector<int64_t>& extra,
+                                          const void* inline_data, size_t inline_bytes, const Deadline& deadline) {
+  if (mine.name.size() > kMaxName) fail(ErrorKind::kInvalidArgument, "tensor name longer than 1024 bytes");
+  if (mine.shape.size() > kMaxDims) fail(ErrorKind::kInvalidArgument, "tensor has more than 64 dimensions");
+  BlockHeader h{};
+  h.magic = kBlockMagic;
+  h.kind = uint32_t(mine.kind);
+  h.seq = mine.seq;
+  h.dtype = int32_t(mine.dtype);
+  h.op = int32_t(mine.op);
+  h.root = mine.root;
+  h.name_bytes = uint32_t(mine.name.size());
+  h.ndim = uint32_t(mine.shape.size());
+  h.extra_count = uint32_t(extra.size());
+  h.data_bytes = inline_bytes;
+  h.prescale = mine.prescale;
+  h.postscale = mine.postscale;
+  h.block_bytes = sizeof(h) + h.name_bytes + 8 * (h.ndim + h.extra_count) + inline_bytes;
+  std::vector<uint8_t> block(h.block_bytes);
+  uint8_t* p = block.data();
+  std::memcpy(p, &h, sizeof(h));
+  p += sizeof(h);
+  std::memcpy(p, mine.name.data(), mine.name.size());
+  p += mine.name.size();
+  std::memcpy(p, mine.shape.data(), 8 * mine.shape.size());
+  p += 8 * mine.shape.size();
+  std::memcpy(p, extra.data(), 8 * extra.size());
+  p += 8 * extra.size();
+  if (inline_bytes > 0) std::memcpy(p, inline_data, inline_bytes);
+
+  const int n = mesh.size();
+  const int me = mesh.rank();
+  std::vector<PeerBlock> blocks(n);
+  std::vector<SendItem> sends;
+  std::vector<RecvItem> recvs;
+  sends.reserve(n);
+  recvs.reserve(n);
+  // Inline data can make a block large; cap what a peer may announce to something sane.
+  const size_t max_block = (64u << 20) + sizeof(h) + kMaxName + 8 * (kMaxDims + size_t(n));
+  for (int step = 1; step < n; ++step) {
+    // Staggered order spreads the load: rank r first talks to r+1, then r+2, ...
+    int to = (me + step) % n;
+    int from = (me - step + n) % n;
+    SendItem s;
+    s.peer = to;
+    s.data = block.data();
+    s.len = block.size();
+    sends.push_back(s);
+    RecvItem r;
+    r.peer = from;
+    r.grow_into = &blocks[from].storage;
+    r.max_len = max_block;
+    recvs.push_back(std::move(r));
+  }
+  std::string what = std::string(collective_name(mine.kind)) + " '" + mine.name + "'";
+  mesh.run(sends, recvs, deadline, what);
+  blocks[me].storage = std::move(block);
+
+  for (int r = 0; r < n; ++r) {
+    std::vector<uint8_t>& raw = blocks[r].storage;
+    BlockHeader got;
+    if (raw.size() < sizeof(got)) fail(ErrorKind::kPeerFailure, "short call descriptor from rank " + std::to_string(r), r);
+    std::memcpy(&got, raw.data(), sizeof(got));
+    size_t expect = sizeof(got) + size_t(got.name_bytes) + 8 * (size_t(got.ndim) + got.extra_count) + got.data_bytes;
+    if (got.magic != kBlockMagic || got.name_bytes > kMaxName || got.ndim > kMaxDims || expect != raw.size() ||
+        got.dtype < 0 || got.dtype >= kNumDTypes || got.op < 0 || got.op >= kNumReduceOps) {
+      fail(ErrorKind::kPeerFailure, "malformed call descriptor from rank " + std::to_string(r), r);
+    }
+    PeerBlock& b = blocks[r];
+    const uint8_t* q = raw.data() + sizeof(got);
+    b.info.kind = CollectiveKind(got.kind);
+    b.info.seq = got.seq;
+    b.info.dtype = DType(got.dtype);
+    b.info.op = ReduceOp(got.op);
+    b.info.root = got.root;
+    b.info.prescale = got.prescale;
+    b.info.postscale = got.postscale;
+    b.info.name.assign(reinterpret_cast<const char*>(q), got.name_bytes);
+    q += got.name_bytes;
+    b.info.shape.resize(got.ndim);
+    std::memcpy(b.info.shape.data(), q, 8 * got.ndim);
+    q += 8 * got.ndim;
+    b.extra.resize(got.extra_count);
+    std::memcpy(b.extra.data(), q, 8 * got.extra_count);
+    q += 8 * got.extra_count;
+    b.data = got.data_bytes ? q : nullptr;
+    b.data_bytes = got.data_bytes;
+  }
+  return blocks;
+}
+
+void check_agreement(const std::vector<PeerBlock>& blocks, int my_rank) {
+  const CallInfo& base = blocks[0].info;
+  auto differs = [&](const CallInfo& a, const std::string& field) -> bool {
+    AgreementRules rules = rules_for(base.kind);
+    if (field == "kind") return a.kind != base.kind;
+    if (field == "name") return a.name != base.name;
+    if (field == "dtype") return base.kind != CollectiveKind::kBarrier && a.dtype != base.dtype;
+    if (field == "shape") return rules.shape && a.shape != base.shape;
+    if (field == "trailing shape") {
+      if (!rules.trailing_shape) return false;
+      if (a.shape.empty() || base.shape.empty()) return a.shape.size() != base.shape.size();
+      return std::vector<int64_t>(a.shape.begin() + 1, a.shape.end()) !=
+             std::vector<int64_t>(base.shape.begin() + 1, base.shape.end());
+    }
+    if (field == "op") return rules.op && a.op != base.op;
+    if (field == "root") return rules.root && a.root != base.root;
+    return rules.scales && (a.prescale != base.prescale || a.postscale != base.postscale);
+  };
+  for (const std::string field : {"kind", "name", "dtype", "shape", "trailing shape", "op", "root", "scales"}) {
+    bool any = false;
+    for (const PeerBlock& b : blocks) any |= differs(b.info, field);
+    if (!any) continue;
+    // Group ranks by what they passed, so the message reads "rank 0, 2: float32; rank 1: float64".
+    std::map<std::string, std::string> groups;
+    for (size_t r = 0; r < blocks.size(); ++r) {
+      std::string& ranks = groups[describe_field(blocks[r].info, field)];
+      ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    }
+    std::string detail;
+    for (auto& [value, ranks] : groups) {
+      detail += (detail.empty() ? "" : "; ") + std::string("rank ") + ranks + ": " + value;
+    }
+    const CallInfo& me = blocks[my_rank].info;
+    std::string msg = "ranks disagree on the " + field + " of " + collective_name(me.kind) + " '" + me.name +
+                      "' (call #" + std::to_string(me.seq) + "): " + detail;
+    fail(ErrorKind::kMismatch, msg);
+  }
+}
+
+}  // namespace shvd

@@ -1,0 +1,32 @@
+// Building blocks shared by the ring algorithms.
+#pragma once
+#include <cstddef>
+#include <vector>
+
+#include "common/types.h"
+#include "transport/mesh.h"
+
+namespace shvd {
+
+// Splits `rows` into `parts` contiguous ranges; the first rows % parts ranges get one extra row.
+struct Partition {
+  std::vector<size_t> offset;  // in rows
+  std::vector<size_t> rows;
+};
+Partition split_rows(size_t rows, int parts);
+
+// Appends the send/receive items of a ring reduce-scatter over `data`, partitioned into `parts`
+// (element ranges). On return of mesh.run, chunk (rank + 1 + shift) % size holds the full reduction.
+// Every send after the first is gated on the receive that produced its bytes, so the whole ring
+// runs pipelined in one mesh.run call.
+void add_ring_reduce_scatter(std::vector<SendItem>& sends, std::vector<RecvItem>& recvs, int rank, int size,
+                             uint8_t* data, const Partition& parts, size_t elem_bytes, DType dtype, ReduceOp op,
+                             int shift);
+
+// Appends a ring allgather that starts from chunk (rank + 1 + shift) % size being complete locally.
+// When `chain_gate` is set, the first send waits on it (the reduce-scatter's last receive).
+void add_ring_allgather(std::vector<SendItem>& sends, std::vector<RecvItem>& recvs, int rank, int size,
+                        uint8_t* data, const std::vector<size_t>& byte_offset, const std::vector<size_t>& byte_len,
+                        int shift, const size_t* chain_gate);
+
+}  // namespace shvd

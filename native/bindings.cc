@@ -1,0 +1,254 @@
+// The only file that knows Python. Tensors arrive as (address, dtype code, shape) so that numpy,
+// torch and TensorFlow adapters can all hand over their memory without a copy; every blocking call
+// releases the GIL; shvd::Error becomes one Python exception class per ErrorKind, here and nowhere else.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <mutex>
+
+#include "common/error.h"
+#include "communicator.h"
+#include "reduce/reduce.h"
+
+namespace nb = nanobind;
+using namespace shvd;
+
+namespace {
+
+PyObject* g_errors[6] = {nullptr};  // indexed by ErrorKind
+
+PyObject* make_error_class(nb::module_& m, const char* name, PyObject* base, const char* doc) {
+  std::string qualified = std::string("collective._native.") + name;
+  PyObject* cls = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, base, nullptr);
+  m.attr(name) = nb::handle(cls);
+  return cls;
+}
+
+void raise_python(const Error& e) {
+  PyObject* cls = g_errors[int(e.kind())];
+  nb::object instance = nb::steal(PyObject_CallFunction(cls, "s", e.what()));
+  if (!instance.is_valid()) return;
+  if (e.peer_rank() >= 0) {
+    nb::setattr(instance, "rank", nb::int_(e.peer_rank()));
+  } else {
+    nb::setattr(instance, "rank", nb::none());
+  }
+  PyErr_SetObject(cls, instance.ptr());
+}
+
+DType to_dtype(int code) {
+  if (code < 0 || code >= kNumDTypes) fail(ErrorKind::kInvalidArgument, "unknown dtype code " + std::to_string(code));
+  return DType(code);
+}
+
+ReduceOp to_op(int code) {
+  if (code < 0 || code >= kNumReduceOps) {
+    fail(ErrorKind::kInvalidArgument, "unknown reduce op code " + std::to_string(code));
+  }
+  return ReduceOp(code);
+}
+
+TensorRef tensor(uintptr_t address, int dtype, const std::vector<int64_t>& shape) {
+  for (int64_t d : shape) {
+    if (d < 0) fail(ErrorKind::kInvalidArgument, "negative dimension in shape " + shape_text(shape));
+  }
+  TensorRef t;
+  t.data = reinterpret_cast<void*>(address);
+  t.dtype = to_dtype(dtype);
+  t.shape = shape;
+  return t;
+}
+
+// Hands a result buffer to Python as a flat uint8 numpy array that owns it; the caller views and reshapes.
+nb::ndarray<nb::numpy, uint8_t> to_numpy(OwnedResult& result, size_t bytes) {
+  uint8_t* raw = result.data.release();
+  nb::capsule owner(raw, [](void* p) noexcept { delete[] static_cast<uint8_t*>(p); });
+  size_t shape[1] = {bytes};
+  return nb::ndarray<nb::numpy, uint8_t>(raw, 1, shape, owner);
+}
+
+size_t result_bytes(const OwnedResult& r, int dtype) { return element_count(r.shape) * dtype_size(DType(dtype)); }
+
+// Serialises callers from several Python threads; the mesh itself is single-threaded.
+struct PyCommunicator {
+  std::unique_ptr<Communicator> comm;
+  std::mutex mutex;
+};
+
+struct Listener {
+  Fd fd;
+  int port = 0;
+};
+
+}  // namespace
+
+NB_MODULE(_native, m) {
+  m.doc() = "spark-hvd native core: transports, ring collectives and reduction kernels.";
+
+  PyObject* base = make_error_class(m, "CollectiveError", PyExc_RuntimeError, "Base class of all collective errors.");
+  g_errors[int(ErrorKind::kGeneric)] = base;
+  g_errors[int(ErrorKind::kTimeout)] =
+      make_error_class(m, "CollectiveTimeoutError", base, "A collective or connection passed its deadline.");
+  g_errors[int(ErrorKind::kPeerFailure)] =
+      make_error_class(m, "PeerFailureError", base, "A peer rank died, disconnected or aborted; .rank names it.");
+  g_errors[int(ErrorKind::kMismatch)] =
+      make_error_class(m, "MismatchError", base, "Ranks disagree on a collective's shape, dtype, op or root.");
+  g_errors[int(ErrorKind::kAuthentication)] =
+      make_error_class(m, "AuthenticationError", base, "A peer failed the job-secret challenge.");
+  g_errors[int(ErrorKind::kInvalidArgument)] =
+      make_error_class(m, "InvalidArgumentError", base, "A collective was called with bad arguments.");
+
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const Error& e) {
+      raise_python(e);
+    }
+  });
+
+  nb::class_<Listener>(m, "Listener")
+      .def_ro("port", &Listener::port)
+      .def("close", [](Listener& l) { l.fd.reset(); });
+
+  m.def(
+      "listen",
+      [](const std::string& host) {
+        auto l = std::make_unique<Listener>();
+        l->port = Mesh::bind_listener(host, &l->fd);
+        return l.release();
+      },
+      nb::arg("host"), nb::rv_policy::take_ownership, "Bind a listening socket for the mesh; publish .port to peers.");
+
+  nb::class_<PyCommunicator>(m, "Communicator")
+      .def(
+          "__init__",
+          [](PyCommunicator* self, Listener& listener, int rank, int size, nb::bytes secret,
+             std::vector<std::string> hosts, std::vector<int> ports, std::vector<std::string> host_keys,
+             bool enable_shm, size_t shm_buffer_bytes, size_t tcp_chunk_bytes, double connect_timeout_s,
+             double timeout_s, int spin_us) {
+            MeshOptions mo;
+            mo.rank = rank;
+            mo.size = size;
+            mo.secret.assign(secret.c_str(), secret.size());
+            mo.hosts = std::move(hosts);
+            mo.ports = std::move(ports);
+            mo.host_keys = std::move(host_keys);
+            mo.enable_shm = enable_shm;
+            mo.shm_buffer_bytes = shm_buffer_bytes;
+            mo.tcp_chunk_bytes = tcp_chunk_bytes;
+            mo.connect_timeout_s = connect_timeout_s;
+            mo.spin_us = spin_us;
+            CommOptions co;
+            co.timeout_s = timeout_s;
+            if (rank < 0 || rank >= size) {
+              fail(ErrorKind::kInvalidArgument,
+                   "rank " + std::to_string(rank) + " is outside [0, " + std::to_string(size) + ")");
+            }
+            if (mo.secret.empty() && size > 1) fail(ErrorKind::kInvalidArgument, "a job secret is required");
+            new (self) PyCommunicator();
+            Fd fd = std::move(listener.fd);
+            nb::gil_scoped_release release;
+            self->comm = std::make_unique<Communicator>(std::move(mo), std::move(fd), co);
+          },
+          nb::arg("listener"), nb::arg("rank"), nb::arg("size"), nb::arg("secret"), nb::arg("hosts"),
+          nb::arg("ports"), nb::arg("host_keys"), nb::arg("enable_shm"), nb::arg("shm_buffer_bytes"),
+          nb::arg("tcp_chunk_bytes"), nb::arg("connect_timeout_s"), nb::arg("timeout_s"), nb::arg("spin_us") = -1)
+      .def_prop_ro("rank", [](PyCommunicator& c) { return c.comm->rank(); })
+      .def_prop_ro("size", [](PyCommunicator& c) { return c.comm->size(); })
+      .def("uses_shm", [](PyCommunicator& c, int peer) { return c.comm->uses_shm(peer); })
+      .def(
+          "allreduce",
+          [](PyCommunicator& c, uintptr_t ptr, int dtype, std::vector<int64_t> shape, int op, double prescale,
+             double postscale, const std::string& name) {
+            TensorRef t = tensor(ptr, dtype, shape);
+            ReduceOp rop = to_op(op);
+            nb::gil_scoped_release release;
+            std::lock_guard<std::mutex> lock(c.mutex);
+            c.comm->allreduce(t, rop, prescale, postscale, name);
+          },
+          nb::arg("ptr"), nb::arg("dtype"), nb::arg("shape"), nb::arg("op"), nb::arg("prescale"),
+          nb::arg("postscale"), nb::arg("name"))
+      .def(
+          "allgather",
+          [](PyCommunicator& c, uintptr_t ptr, int dtype, std::vector<int64_t> shape, const std::string& name) {
+            TensorRef t = tensor(ptr, dtype, shape);
+            OwnedResult r;
+            {
+              nb::gil_scoped_release release;
+              std::lock_guard<std::mutex> lock(c.mutex);
+              r = c.comm->allgather(t, name);
+            }
+            size_t bytes = result_bytes(r, dtype);
+            return nb::make_tuple(to_numpy(r, bytes), r.shape);
+          },
+          nb::arg("ptr"), nb::arg("dtype"), nb::arg("shape"), nb::arg("name"))
+      .def(
+          "broadcast",
+          [](PyCommunicator& c, uintptr_t ptr, int dtype, std::vector<int64_t> shape, int root,
+             const std::string& name) {
+            TensorRef t = tensor(ptr, dtype, shape);
+            nb::gil_scoped_release release;
+            std::lock_guard<std::mutex> lock(c.mutex);
+            c.comm->broadcast(t, root, name);
+          },
+          nb::arg("ptr"), nb::arg("dtype"), nb::arg("shape"), nb::arg("root"), nb::arg("name"))
+      .def(
+          "alltoall",
+          [](PyCommunicator& c, uintptr_t ptr, int dtype, std::vector<int64_t> shape, std::vector<int64_t> splits,
+             const std::string& name) {
+            TensorRef t = tensor(ptr, dtype, shape);
+            OwnedResult r;
+            {
+              nb::gil_scoped_release release;
+              std::lock_guard<std::mutex> lock(c.mutex);
+              r = c.comm->alltoall(t, splits, name);
+            }
+            size_t bytes = result_bytes(r, dtype);
+            return nb::make_tuple(to_numpy(r, bytes), r.shape, r.received_splits);
+          },
+          nb::arg("ptr"), nb::arg("dtype"), nb::arg("shape"), nb::arg("splits"), nb::arg("name"))
+      .def(
+          "reducescatter",
+          [](PyCommunicator& c, uintptr_t ptr, int dtype, std::vector<int64_t> shape, int op, double prescale,
+             double postscale, const std::string& name) {
+            TensorRef t = tensor(ptr, dtype, shape);
+            ReduceOp rop = to_op(op);
+            OwnedResult r;
+            {
+              nb::gil_scoped_release release;
+              std::lock_guard<std::mutex> lock(c.mutex);
+              r = c.comm->reducescatter(t, rop, prescale, postscale, name);
+            }
+            size_t bytes = result_bytes(r, dtype);
+            return nb::make_tuple(to_numpy(r, bytes), r.shape);
+          },
+          nb::arg("ptr"), nb::arg("dtype"), nb::arg("shape"), nb::arg("op"), nb::arg("prescale"),
+          nb::arg("postscale"), nb::arg("name"))
+      .def("barrier",
+           [](PyCommunicator& c) {
+             nb::gil_scoped_release release;
+             std::lock_guard<std::mutex> lock(c.mutex);
+             c.comm->barrier();
+           })
+      .def("shutdown", [](PyCommunicator& c) {
+        nb::gil_scoped_release release;
+        std::lock_guard<std::mutex> lock(c.mutex);
+        c.comm->shutdown();
+      });
+
+  m.def(
+      "reduce_arrays",
+      [](uintptr_t dst, uintptr_t src, size_t count, int dtype, int op) {
+        DType d = to_dtype(dtype);
+        ReduceOp o = to_op(op);
+        nb::gil_scoped_release release;
+        reduce_inplace(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), count, d, o);
+      },
+      nb::arg("dst"), nb::arg("src"), nb::arg("count"), nb::arg("dtype"), nb::arg("op"),
+      "dst = dst (op) src, element-wise; exposed for the kernel tests.");
+  m.def("reduce_isa", &reduce_isa, "The vectorised instruction set the reduction kernels use.");
+}

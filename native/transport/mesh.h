@@ -1,0 +1,116 @@
+// The full mesh of connections of one rank, and the progress loop that moves data over it.
+//
+// Every pair of ranks holds one authenticated TCP connection. Same-host pairs also share a
+// shared-memory segment that then carries the data; their TCP connection carries only control
+// frames (abort, bye), so a dead or failing peer is noticed wherever this rank is waiting.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/deadline.h"
+#include "common/types.h"
+#include "transport/shm_ring.h"
+#include "transport/socket.h"
+
+namespace shvd {
+
+struct MeshOptions {
+  int rank = 0;
+  int size = 1;
+  std::string secret;
+  std::vector<std::string> hosts;      // advertised address of every rank
+  std::vector<int> ports;              // listening port of every rank
+  std::vector<std::string> host_keys;  // equal keys = same physical host
+  bool enable_shm = true;
+  size_t shm_buffer_bytes = 4 << 20;
+  size_t tcp_chunk_bytes = 1 << 20;
+  int tcp_socket_buffer_bytes = 4 << 20;
+  double connect_timeout_s = 60.0;
+  int spin_us = -1;     // busy-wait before sleeping; -1 picks by cores vs local ranks
+  std::string job_tag;  // distinguishes shm names of concurrent jobs
+};
+
+// One send to a peer. Sends to the same peer go out in the order given.
+struct SendItem {
+  int peer = -1;
+  const uint8_t* data = nullptr;
+  size_t len = 0;
+  // When set, only bytes below *gate may be sent yet: they are produced by an earlier receive
+  // of the same call, which lets one call pipeline a whole ring algorithm without bubbles.
+  const size_t* gate = nullptr;
+  // Progress, owned by the mesh.
+  size_t done = 0;
+  size_t header_done = 0;
+};
+
+// One receive from a peer. Receives from the same peer complete in the order given.
+struct RecvItem {
+  int peer = -1;
+  uint8_t* dst = nullptr;
+  size_t len = 0;
+  bool reduce = false;  // dst = dst (op) incoming, element-wise
+  DType dtype = DType::kUInt8;
+  ReduceOp op = ReduceOp::kSum;
+  // Self-describing receive: the first `describe_bytes` bytes hold a little-endian uint64 total
+  // length at offset 8; the payload then grows *grow_into up to max_len.
+  std::vector<uint8_t>* grow_into = nullptr;
+  size_t max_len = 0;
+  // Progress, owned by the mesh: bytes delivered into dst (whole elements when reducing).
+  size_t done = 0;
+  bool header_read = false;  // TCP frame header / self-describing length consumed
+  size_t staged = 0;         // bytes of a partial element (or TCP chunk) waiting in staging
+  std::unique_ptr<uint8_t[]> staging;
+};
+
+class Mesh {
+ public:
+  // Binds the listening socket first, so its port can be published before the mesh forms.
+  static int bind_listener(const std::string& host, Fd* listener);
+
+  Mesh(MeshOptions options, Fd listener);
+  ~Mesh();
+
+  int rank() const { return options_.rank; }
+  int size() const { return options_.size; }
+  bool uses_shm(int peer) const;
+  const MeshOptions& options() const { return options_; }
+
+  // Moves all items to completion or throws (timeout, peer failure, size mismatch).
+  // `what` names the operation for error messages.
+  void run(std::vector<SendItem>& sends, std::vector<RecvItem>& recvs, const Deadline& deadline,
+           const std::string& what);
+
+  // Tells every peer this rank is failing because of `cause_rank`, then drops all connections.
+  void abort(int cause_rank, const std::string& message);
+  // Orderly goodbye: peers that still expect data from this rank get a clear error instead of a hang.
+  void close();
+  bool broken() const { return broken_; }
+
+ private:
+  struct Peer;
+  void connect_all();
+  void setup_shm();
+  bool progress_send(SendItem& item, Peer& peer);
+  bool progress_recv(RecvItem& item, Peer& peer);
+  bool progress_recv_tcp(RecvItem& item, Peer& peer);
+  bool progress_recv_shm(RecvItem& item, Peer& peer);
+  bool read_frame_header(RecvItem& item, Peer& peer);
+  void handle_control_frame(Peer& peer, uint32_t type, uint64_t length, bool expecting_data);
+  void check_control(const std::vector<bool>& active_recv, bool block, int timeout_ms,
+                     const std::vector<bool>& want_write);
+  void wait_for_progress(std::vector<SendItem>& sends, std::vector<RecvItem>& recvs,
+                         const std::vector<int>& active_send, const std::vector<int>& active_recv,
+                         const Deadline& deadline, const std::string& what);
+
+  MeshOptions options_;
+  Fd listener_;
+  std::vector<std::unique_ptr<Peer>> peers_;
+  int spin_us_ = 0;
+  bool broken_ = false;
+  bool closed_ = false;
+};
+
+}  // namespace shvd
