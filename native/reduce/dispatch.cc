@@ -13,22 +13,20 @@ namespace shvd {
 namespace reduce_detail {
 namespace {
 
+// libgcc/compiler-rt only report AVX features when the OS saves the YMM/ZMM state (XCR0).
+#if defined(__x86_64__) && !defined(SHVD_REDUCE_NO_AVX2)
 bool cpu_runs_avx2() {
-#if defined(__x86_64__) && !defined(SHVD_REDUCE_NO_AVX2) && defined(__GNUC__)
-  // libgcc/compiler-rt only report AVX features when the OS saves the YMM/ZMM state (XCR0).
   __builtin_cpu_init();
   bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #if !defined(__clang__)
-  ok = ok && __builtin_cpu_supports("f16c");
+  ok = ok && __builtin_cpu_supports("f16c");  // every AVX2 CPU has it; clang lacks the name
 #endif
   return ok;
-#else
-  return false;
-#endif
 }
+#endif
 
+#if defined(__x86_64__) && !defined(SHVD_REDUCE_NO_AVX512)
 bool cpu_runs_avx512() {
-#if defined(__x86_64__) && !defined(SHVD_REDUCE_NO_AVX512) && defined(__GNUC__)
   __builtin_cpu_init();
   bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
@@ -37,10 +35,8 @@ bool cpu_runs_avx512() {
   ok = ok && __builtin_cpu_supports("f16c");
 #endif
   return ok;
-#else
-  return false;
-#endif
 }
+#endif
 
 // Best first.
 const KernelTable* best_table() {

@@ -743,24 +743,45 @@ void test_conversions(bool exhaustive) {
       CHECK(fo[0] == -7.0f && fo[n + 1] == -7.0f, "%s f16->f32 tail %zu wrote outside", I, n);
       for (size_t i = 0; i < n; ++i) CHECK(fbits(fo[1 + i]) == fbits(ref_f16_to_f32(static_cast<uint16_t>(30000 + i))), "%s f16->f32 tail", I);
     }
-    if (exhaustive) {
-      std::printf("  exhaustive float32 -> float16/bfloat16 on %s...\n", I);
-      std::fflush(stdout);
-      const size_t kChunk = size_t{1} << 20;
-      std::vector<float> src(kChunk);
-      std::vector<uint16_t> o16(kChunk), obf(kChunk);
-      long bad16 = 0, badbf = 0;
-      for (uint64_t base = 0; base < (uint64_t{1} << 32); base += kChunk) {
-        for (size_t i = 0; i < kChunk; ++i) src[i] = bitsf(static_cast<uint32_t>(base + i));
-        kt->f32_to_f16(src.data(), o16.data(), kChunk);
-        kt->f32_to_bf16(src.data(), obf.data(), kChunk);
+  }
+  if (exhaustive) {
+    // All 2^32 float32 patterns: every ISA must match the first one (normally the baseline's
+    // software conversion) bit for bit, and the first must match the compiler's _Float16.
+    std::printf("  exhaustive float32 -> float16/bfloat16 on %zu ISAs...\n", g_isas.size());
+    std::fflush(stdout);
+    const size_t kChunk = size_t{1} << 20;
+    std::vector<float> src(kChunk);
+    std::vector<uint16_t> first16(kChunk), firstbf(kChunk), o16(kChunk), obf(kChunk);
+    std::vector<long> bad16(g_isas.size()), badbf(g_isas.size());
+    long bad_cc = 0;
+    for (uint64_t base = 0; base < (uint64_t{1} << 32); base += kChunk) {
+      for (size_t i = 0; i < kChunk; ++i) src[i] = bitsf(static_cast<uint32_t>(base + i));
+      for (size_t k = 0; k < g_isas.size(); ++k) {
+        const KernelTable* kt = reduce_detail::table_for_isa(g_isas[k].c_str());
+        uint16_t* d16 = k == 0 ? first16.data() : o16.data();
+        uint16_t* dbf = k == 0 ? firstbf.data() : obf.data();
+        kt->f32_to_f16(src.data(), d16, kChunk);
+        kt->f32_to_bf16(src.data(), dbf, kChunk);
+        if (k == 0) continue;
         for (size_t i = 0; i < kChunk; ++i) {
-          bad16 += o16[i] != ref_f32_to_f16(src[i]);
-          badbf += obf[i] != ref_f32_to_bf16(src[i]);
+          bad16[k] += o16[i] != first16[i];
+          badbf[k] += obf[i] != firstbf[i];
         }
       }
-      CHECK(bad16 == 0 && badbf == 0, "%s exhaustive: %ld f16 and %ld bf16 mismatches", I, bad16, badbf);
+#if defined(__FLT16_MAX__)
+      for (size_t i = 0; i < kChunk; ++i) {
+        if (std::isnan(src[i])) continue;
+        const _Float16 x = static_cast<_Float16>(src[i]);
+        uint16_t h;
+        std::memcpy(&h, &x, 2);
+        bad_cc += h != first16[i];
+      }
+#endif
     }
+    for (size_t k = 1; k < g_isas.size(); ++k)
+      CHECK(bad16[k] == 0 && badbf[k] == 0, "exhaustive %s vs %s: %ld f16 and %ld bf16 mismatches", g_isas[k].c_str(),
+            g_isas[0].c_str(), bad16[k], badbf[k]);
+    CHECK(bad_cc == 0, "exhaustive %s vs _Float16: %ld mismatches", g_isas[0].c_str(), bad_cc);
   }
 }
 

@@ -1,0 +1,218 @@
+"""One rank of the allreduce benchmark (see bench/allreduce.py, which starts it).
+
+    python _allreduce_worker.py --impl {ours-shm,ours-tcp,gloo,mpi} --sizes 4096 ... [--target-s S]
+
+Every implementation is measured by the same loop; a backend only supplies the in-place
+allreduce, a barrier and a way to agree on a number. Each rank prints one line per size:
+``@@allreduce {json}``. The marker lets the driver find the line whatever prefix a launcher
+adds (collective.run prepends ``[rank]: ``) and ignore any other output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+MARKER = "@@allreduce "
+# Warm-up covers at least this many bytes (and 3..200 calls): enough to fault in pages, grow
+# internal buffers and settle the iteration-count estimate without costing seconds at 256 MiB.
+_WARMUP_BYTES = 32 << 20
+
+
+class Backend:
+    """What the timing loop needs from an implementation."""
+
+    name = "?"
+    rank = 0
+    size = 1
+
+    def prepare(self, buf: np.ndarray) -> Callable[[], None]:
+        """Returns a closure doing one in-place SUM allreduce of ``buf`` (wrapping done once, here)."""
+        raise NotImplementedError
+
+    def barrier(self) -> None:
+        raise NotImplementedError
+
+    def agree_max(self, value: float) -> float:
+        """The maximum of ``value`` over ranks, so every rank runs the same number of iterations."""
+        raise NotImplementedError
+
+    def info(self) -> dict[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+class Ours(Backend):
+    def __init__(self, shm: bool) -> None:
+        import collective as hvd
+
+        self.hvd = hvd
+        self.name = "ours-shm" if shm else "ours-tcp"
+        hvd.init(enable_shm=shm)
+        self.rank, self.size = hvd.rank(), hvd.size()
+        # Refuse to report shm numbers measured over tcp (or the reverse).
+        used = [hvd.uses_shared_memory(p) for p in range(self.size) if p != self.rank]
+        if any(u != shm for u in used):
+            raise RuntimeError(f"{self.name}: uses_shared_memory per peer is {used}, expected all {shm}")
+
+    def prepare(self, buf: np.ndarray) -> Callable[[], None]:
+        hvd = self.hvd
+        return lambda: hvd.allreduce_(buf, op=hvd.Sum)
+
+    def barrier(self) -> None:
+        self.hvd.barrier()
+
+    def agree_max(self, value: float) -> float:
+        box = np.array([value], dtype=np.float64)
+        self.hvd.allreduce_(box, op=self.hvd.Max)
+        return float(box[0])
+
+    def close(self) -> None:
+        self.hvd.shutdown()
+
+
+class Gloo(Backend):
+    """torch.distributed/gloo; rank, world size and address come from env:// (set by the driver)."""
+
+    def __init__(self) -> None:
+        import datetime
+
+        import torch
+        import torch.distributed as dist
+
+        self.torch, self.dist = torch, dist
+        self.name = "gloo"
+        # A dead peer should fail the job well within the driver's own deadline.
+        dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=120))
+        self.rank, self.size = dist.get_rank(), dist.get_world_size()
+
+    def prepare(self, buf: np.ndarray) -> Callable[[], None]:
+        tensor = self.torch.from_numpy(buf)  # shares buf's memory, so the check below sees the result
+        return lambda: self.dist.all_reduce(tensor)
+
+    def barrier(self) -> None:
+        self.dist.barrier()
+
+    def agree_max(self, value: float) -> float:
+        box = self.torch.tensor([value], dtype=self.torch.float64)
+        self.dist.all_reduce(box, op=self.dist.ReduceOp.MAX)
+        return float(box[0])
+
+    def info(self) -> dict[str, Any]:
+        return {"torch": self.torch.__version__}
+
+    def close(self) -> None:
+        self.dist.destroy_process_group()
+
+
+class Mpi(Backend):
+    """mpi4py on whatever transport mpiexec's --mca options selected."""
+
+    def __init__(self) -> None:
+        from mpi4py import MPI
+
+        self.MPI = MPI
+        self.name = "mpi"
+        self.comm = MPI.COMM_WORLD
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+
+    def prepare(self, buf: np.ndarray) -> Callable[[], None]:
+        comm, MPI = self.comm, self.MPI
+        return lambda: comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+    def agree_max(self, value: float) -> float:
+        return float(self.comm.allreduce(value, op=self.MPI.MAX))
+
+    def info(self) -> dict[str, Any]:
+        return {"mpi_library": self.MPI.Get_library_version().strip().splitlines()[0]}
+
+
+def make_backend(impl: str) -> Backend:
+    if impl in ("ours-shm", "ours-tcp"):
+        return Ours(shm=impl == "ours-shm")
+    if impl == "gloo":
+        return Gloo()
+    if impl == "mpi":
+        return Mpi()
+    raise ValueError(f"unknown --impl {impl!r}")
+
+
+def measure(backend: Backend, nbytes: int, target_s: float, min_iters: int, max_iters: int) -> dict[str, Any]:
+    """Times in-place float32 SUM allreduce of ``nbytes``; returns this rank's statistics."""
+    p = backend.size
+    buf = np.empty(nbytes // 4, dtype=np.float32)
+    buf.fill(backend.rank + 1)  # also faults every page in before anything is timed
+    run = backend.prepare(buf)
+    # First call doubles as a correctness check: sum of 1..p is exact in float32.
+    run()
+    correct = bool(np.all(buf == p * (p + 1) / 2))
+    # Zeros stay zero under repeated SUM, so no inf/denormal can creep into later iterations.
+    buf.fill(0.0)
+
+    warmup = min(200, max(3, math.ceil(_WARMUP_BYTES / nbytes)))
+    backend.barrier()
+    start = time.perf_counter()
+    for _ in range(warmup):
+        run()
+    estimate = backend.agree_max((time.perf_counter() - start) / warmup)
+    iters = min(max_iters, max(min_iters, math.ceil(target_s / max(estimate, 1e-9))))
+
+    times = [0.0] * iters
+    backend.barrier()  # start the timed loop together; later skew is absorbed by the collective itself
+    for i in range(iters):
+        t0 = time.perf_counter()
+        run()
+        times[i] = time.perf_counter() - t0
+    times.sort()
+    return {
+        "impl": backend.name, "ranks": p, "rank": backend.rank, "bytes": nbytes,
+        "iters": iters, "warmup": warmup, "correct": correct,
+        "median_s": statistics.median(times), "mean_s": statistics.fmean(times),
+        "min_s": times[0], "p10_s": times[int(0.1 * (iters - 1))],
+        "p90_s": times[int(0.9 * (iters - 1))], "max_s": times[-1],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--impl", required=True, choices=["ours-shm", "ours-tcp", "gloo", "mpi"])
+    parser.add_argument("--sizes", type=int, nargs="+", required=True, help="message sizes in bytes")
+    parser.add_argument("--target-s", type=float, default=1.0, help="aim for this much timed work per size")
+    parser.add_argument("--min-iters", type=int, default=5)
+    parser.add_argument("--max-iters", type=int, default=100_000)
+    parser.add_argument("--label", default=None, help="name reported for this implementation")
+    args = parser.parse_args(argv)
+
+    backend = make_backend(args.impl)
+    if args.label:
+        backend.name = args.label
+    for nbytes in args.sizes:
+        result = measure(backend, nbytes, args.target_s, args.min_iters, args.max_iters)
+        result.update(backend.info())
+        print(MARKER + json.dumps(result), flush=True)
+    backend.barrier()  # nobody tears down while a peer still waits on the last size
+    backend.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if args.impl == "gloo":
+        # torch+gloo on CPU can abort in its atexit/static destructors ("terminate called
+        # without an active exception"); every result is already printed, so skip them.
+        os._exit(0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

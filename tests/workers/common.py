@@ -1,0 +1,71 @@
+"""Shared by the worker scripts: deterministic inputs every rank can recompute, and result reporting."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import ml_dtypes
+import numpy as np
+
+DTYPES = {
+    "uint8": np.dtype(np.uint8),
+    "int8": np.dtype(np.int8),
+    "int32": np.dtype(np.int32),
+    "int64": np.dtype(np.int64),
+    "float16": np.dtype(np.float16),
+    "bfloat16": np.dtype(ml_dtypes.bfloat16),
+    "float32": np.dtype(np.float32),
+    "float64": np.dtype(np.float64),
+}
+
+
+def report(**record: object) -> None:
+    print("RESULT " + json.dumps(record), flush=True)
+
+
+def rank_input(rank: int, count: int, dtype: np.dtype, op: str, seed: int = 0) -> np.ndarray:
+    """The array rank `rank` contributes; any rank can rebuild every other rank's input."""
+    rng = np.random.default_rng([seed, rank, count])
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if op == "Product":
+            values = rng.integers(-3 if info.min < 0 else 0, 4, size=count)
+        elif dtype.itemsize <= 1:
+            values = rng.integers(info.min, info.max, size=count, endpoint=True)  # sums wrap around
+        else:
+            values = rng.integers(-1000 if info.min < 0 else 0, 1000, size=count)
+        return values.astype(dtype)
+    if op == "Product":
+        return rng.uniform(0.5, 1.5, size=count).astype(dtype)
+    return rng.uniform(-10, 10, size=count).astype(dtype)
+
+
+def expected_reduction(inputs: list[np.ndarray], op: str, dtype: np.dtype, size: int) -> np.ndarray:
+    """numpy's answer. Integers wrap like the native kernels; floats reduce in float64 then round."""
+    if dtype.kind in "iu":
+        stack = np.stack(inputs)
+        if op in ("Sum", "Average"):
+            total = np.add.reduce(stack, axis=0, dtype=dtype)
+            if op == "Average":
+                return np.trunc(total.astype(np.float64) / size).astype(dtype)
+            return total
+        if op == "Product":
+            return np.multiply.reduce(stack, axis=0, dtype=dtype)
+        return (np.min if op == "Min" else np.max)(stack, axis=0)
+    stack = np.stack([x.astype(np.float64) for x in inputs])
+    if op == "Sum":
+        return stack.sum(axis=0)
+    if op == "Average":
+        return stack.sum(axis=0) / size
+    if op == "Product":
+        return stack.prod(axis=0)
+    return (np.min if op == "Min" else np.max)(stack, axis=0)
+
+
+def tolerance(dtype: np.dtype, size: int) -> float:
+    return {"float16": 4e-3, "bfloat16": 3e-2, "float32": 1e-5, "float64": 1e-12}[dtype.name] * size
+
+
+def fail(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)

@@ -1,0 +1,126 @@
+"""allgather(v), broadcast, alltoall(v), reducescatter, barrier, in-place and scaling, checked on every rank."""
+
+from __future__ import annotations
+
+import sys
+from typing import Callable
+
+import numpy as np
+
+import collective as hvd
+from common import report
+
+
+def check(failures: list[str], label: str, got: np.ndarray, want: np.ndarray) -> None:
+    if got.shape != want.shape or got.dtype != want.dtype or not np.array_equal(got, want):
+        failures.append(f"{label}: got {got.dtype}{got.shape} {got.ravel()[:6].tolist()} "
+                        f"want {want.dtype}{want.shape} {want.ravel()[:6].tolist()}")
+
+
+def rows_for(rank: int) -> int:
+    return (rank * 3) % 5  # uneven, and zero rows for some ranks
+
+
+def main() -> None:
+    hvd.init(enable_shm=(sys.argv[1] == "shm"))
+    rank, size = hvd.rank(), hvd.size()
+    failures: list[str] = []
+    cases: list[tuple[str, Callable[[], None]]] = []
+
+    def case(fn: Callable[[], None]) -> Callable[[], None]:
+        cases.append((fn.__name__, fn))
+        return fn
+
+    @case
+    def allgather_uneven_first_dimension() -> None:
+        for rows_scale, dtype in ((1, np.float32), (40_000, np.int64)):  # inline and ring paths
+            mine = np.full((rows_for(rank) * rows_scale, 3), rank, dtype=dtype)
+            got = hvd.allgather(mine, name=f"gather{rows_scale}")
+            want = np.concatenate([np.full((rows_for(r) * rows_scale, 3), r, dtype=dtype) for r in range(size)])
+            check(failures, f"allgather x{rows_scale}", got, want)
+
+    @case
+    def broadcast_from_every_root() -> None:
+        for root in range(size):
+            for count in (5, 2_000_003):
+                mine = np.full(count, rank * 10 + 1, dtype=np.float64)
+                got = hvd.broadcast(mine, root_rank=root)
+                check(failures, f"broadcast root={root} n={count}", got, np.full(count, root * 10 + 1, np.float64))
+                check(failures, f"broadcast input untouched root={root}", mine, np.full(count, rank * 10 + 1, np.float64))
+
+    @case
+    def broadcast_in_place_non_contiguous() -> None:
+        base = np.full((6, 4), rank, dtype=np.int32)
+        view = base[:, ::2]
+        hvd.broadcast_(view, root_rank=size - 1)
+        want = np.full((6, 4), rank, dtype=np.int32)
+        want[:, ::2] = size - 1
+        check(failures, "broadcast_ on strided view", base, want)
+
+    @case
+    def alltoall_even_and_uneven() -> None:
+        even = np.arange(size * 2 * 3, dtype=np.int32).reshape(size * 2, 3) + 1000 * rank
+        got = hvd.alltoall(even)
+        want = np.concatenate([np.arange(size * 2 * 3, dtype=np.int32).reshape(size * 2, 3)[2 * rank:2 * rank + 2]
+                               + 1000 * r for r in range(size)])
+        check(failures, "alltoall even", got, want)
+        for scale in (1, 50_000):
+            # Rank r sends (r + d) % 3 * scale rows to rank d, each row tagged with (sender, destination).
+            splits = [((rank + d) % 3) * scale for d in range(size)]
+            rows = [np.full((splits[d], 2), rank * 100 + d, dtype=np.float32) for d in range(size)]
+            tensor = np.concatenate(rows) if sum(splits) else np.zeros((0, 2), np.float32)
+            got, received = hvd.alltoall(tensor, splits=splits, name=f"a2a{scale}")
+            want_splits = [((s + rank) % 3) * scale for s in range(size)]
+            want = np.concatenate([np.full((want_splits[s], 2), s * 100 + rank, dtype=np.float32)
+                                   for s in range(size)])
+            check(failures, f"alltoall uneven x{scale} splits", received, np.array(want_splits, dtype=np.int64))
+            check(failures, f"alltoall uneven x{scale}", got, want)
+
+    @case
+    def reducescatter_sum_and_average() -> None:
+        for rows in (size * 2 + 1, 300_001):
+            tensor = (np.arange(rows * 2, dtype=np.float64).reshape(rows, 2) + rank)
+            got = hvd.reducescatter(tensor, op=hvd.Sum)
+            total = sum(np.arange(rows * 2, dtype=np.float64).reshape(rows, 2) + r for r in range(size))
+            per, extra = divmod(rows, size)
+            start = rank * per + min(rank, extra)
+            mine = total[start:start + per + (1 if rank < extra else 0)]
+            check(failures, f"reducescatter sum rows={rows}", got, mine)
+            got = hvd.reducescatter(tensor, op=hvd.Average)
+            if not np.allclose(got, mine / size):
+                failures.append(f"reducescatter average rows={rows}")
+
+    @case
+    def allreduce_in_place_and_scaled() -> None:
+        x = np.full(1000, rank + 1, dtype=np.float32)
+        same = hvd.allreduce_(x, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5)
+        if same is not x:
+            failures.append("allreduce_ did not return its input")
+        check(failures, "allreduce_ scaled", x, np.full(1000, size * (size + 1) / 2, np.float32))
+        ints = hvd.allreduce(np.full(7, 3, dtype=np.int32), op=hvd.Sum, postscale_factor=1.5)
+        # Integers round half away from zero (4.5 -> 5), unlike Python's round().
+        check(failures, "int postscale rounds", ints, np.full(7, int(3 * size * 1.5 + 0.5), np.int32))
+        avg = hvd.allreduce(np.full(4, float(rank), dtype=np.float64))  # Horovod's default op: Average
+        check(failures, "default op is Average", avg, np.full(4, (size - 1) / 2, np.float64))
+        legacy = hvd.allreduce(np.ones(3, np.float32), average=False)
+        check(failures, "average=False means Sum", legacy, np.full(3, size, np.float32))
+        matrix = np.arange(12, dtype=np.float32).reshape(3, 4).T  # non-contiguous input
+        got = hvd.allreduce(matrix, op=hvd.Sum)
+        check(failures, "non-contiguous allreduce", got, np.ascontiguousarray(matrix) * size)
+
+    @case
+    def barrier_many_times() -> None:
+        for _ in range(50):
+            hvd.barrier()
+
+    for name, fn in cases:
+        try:
+            fn()
+        except Exception as exc:  # report and keep going, so one run shows every broken case
+            failures.append(f"{name} raised {type(exc).__name__}: {exc}")
+    report(kind="cases", failures=failures, ran=[name for name, _ in cases])
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()
