@@ -25,6 +25,8 @@ MARKER = "@@allreduce "
 # Warm-up covers at least this many bytes (and 3..200 calls): enough to fault in pages, grow
 # internal buffers and settle the iteration-count estimate without costing seconds at 256 MiB.
 _WARMUP_BYTES = 32 << 20
+# Timed calls between two "shall we stop?" agreements: rare enough not to disturb the loop.
+_BLOCK_S = 0.1
 
 
 class Backend:
@@ -137,7 +139,8 @@ class Mpi(Backend):
         return float(self.comm.allreduce(value, op=self.MPI.MAX))
 
     def info(self) -> dict[str, Any]:
-        return {"mpi_library": self.MPI.Get_library_version().strip().splitlines()[0]}
+        version = self.MPI.Get_library_version().replace("\x00", "").strip()
+        return {"mpi_library": version.splitlines()[0]}
 
 
 def make_backend(impl: str) -> Backend:
@@ -168,14 +171,24 @@ def measure(backend: Backend, nbytes: int, target_s: float, min_iters: int, max_
     for _ in range(warmup):
         run()
     estimate = backend.agree_max((time.perf_counter() - start) / warmup)
-    iters = min(max_iters, max(min_iters, math.ceil(target_s / max(estimate, 1e-9))))
+    # Ranks must run the same number of calls, so they agree after each block whether to stop.
+    # Stopping on elapsed time (not a count fixed up front) keeps each cell near target_s even
+    # when the warm-up estimate was optimistic, e.g. because another process stole a core.
+    block = max(1, min(max_iters, math.ceil(_BLOCK_S / max(estimate, 1e-9))))
 
-    times = [0.0] * iters
+    times: list[float] = []
     backend.barrier()  # start the timed loop together; later skew is absorbed by the collective itself
-    for i in range(iters):
-        t0 = time.perf_counter()
-        run()
-        times[i] = time.perf_counter() - t0
+    loop_start = time.perf_counter()
+    while True:
+        for _ in range(min(block, max_iters - len(times))):
+            t0 = time.perf_counter()
+            run()
+            times.append(time.perf_counter() - t0)
+        finished = len(times) >= max_iters or (
+            len(times) >= min_iters and time.perf_counter() - loop_start >= target_s)
+        if backend.agree_max(1.0 if finished else 0.0) > 0.0:  # untimed; any rank may call it
+            break
+    iters = len(times)
     times.sort()
     return {
         "impl": backend.name, "ranks": p, "rank": backend.rank, "bytes": nbytes,

@@ -1,0 +1,38 @@
+# The two commands of the quick start are `make demo` and `make test`; both create and reuse .venv/.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+NATIVE_SOURCES := $(shell find native -type f) CMakeLists.txt pyproject.toml
+
+# Open MPI refuses to run as root without these (CI runs as root).
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+
+.PHONY: all build test demo bench clean
+
+all: build
+
+$(VENV)/.deps: requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --disable-pip-version-check -q -r requirements-dev.txt
+	touch $@
+
+# Rebuilds the extension (incrementally, in build/) whenever a native source changes.
+$(VENV)/.built: $(VENV)/.deps $(NATIVE_SOURCES)
+	$(PIP) install --disable-pip-version-check -q --no-build-isolation --no-deps -e .
+	touch $@
+
+build: $(VENV)/.built
+
+test: build
+	$(PY) -m pytest -q tests
+
+demo: build
+	$(PY) -m collective.run -np 2 --timeout 300 examples/numpy_sgd.py
+
+bench: build
+	$(PY) bench/allreduce.py
+
+clean:
+	rm -rf build $(VENV)/.built

@@ -1,0 +1,87 @@
+"""Unhappy paths: disagreeing ranks, a rank killed mid-allreduce, use before init, double init."""
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+import collective as hvd
+from jobs import RESULT_TAG, ManualJob, run_job
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("num_proc", [2, 3])
+def test_mismatch_is_a_clear_error_on_every_rank(num_proc: int, transport: str) -> None:
+    job = run_job("mismatch.py", num_proc, transport, timeout_s=90)
+    assert job.returncode == 0, job.output[-4000:]
+    for rank in range(num_proc):
+        records = job.records(rank)
+        errors = {r["case"]: r["message"] for r in records if r["kind"] == "mismatch"}
+        assert set(errors) == {"dtype", "shape", "count", "op", "root", "kind"}, records
+        assert "'grad.w'" in errors["dtype"] and "float32" in errors["dtype"] and "float64" in errors["dtype"]
+        assert "rank 0: float32" in errors["dtype"]
+        assert "[2, 5]" in errors["shape"] and "[10]" in errors["shape"]
+        assert "[5000000]" in errors["count"] and "[4000000]" in errors["count"]
+        assert "Sum" in errors["op"] and "Max" in errors["op"]
+        assert "root" in errors["root"]
+        assert "allgather" in errors["kind"] and "allreduce" in errors["kind"]
+        assert [r["ok"] for r in records if r["kind"] == "after"] == [True]
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("num_proc", [2, 4])
+def test_killed_rank_is_named_by_every_survivor_within_10s(num_proc: int, transport: str) -> None:
+    victim = 1
+    with ManualJob("kill_target.py", num_proc, transport) as job:
+        for rank in range(num_proc):
+            job.wait_for_line(rank, "looping")
+        killed_at = time.time()
+        job.kill(victim)
+        for rank in range(num_proc):
+            if rank == victim:
+                continue
+            code, out = job.finish(rank, timeout_s=30)
+            lines = [json.loads(line[len(RESULT_TAG):]) for line in out.splitlines() if line.startswith(RESULT_TAG)]
+            assert lines, f"rank {rank} reported nothing (exit {code}):\n{out[-3000:]}"
+            record = lines[0]
+            assert record["kind"] == "peer-failure", record
+            assert record["rank"] == victim, record
+            assert f"rank {victim}" in record["message"]
+            assert record["at"] - killed_at < 10.0, f"rank {rank} took {record['at'] - killed_at:.1f} s"
+
+
+def test_ops_before_init_raise_not_initialized() -> None:
+    assert not hvd.is_initialized()
+    with pytest.raises(hvd.NotInitializedError, match="init"):
+        hvd.allreduce(np.ones(3))
+    with pytest.raises(hvd.NotInitializedError):
+        hvd.rank()
+    with pytest.raises(hvd.NotInitializedError):
+        hvd.barrier()
+
+
+def test_double_init_is_refused_and_shutdown_allows_reinit() -> None:
+    hvd.init()
+    try:
+        assert (hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size()) == (0, 1, 0, 1)
+        assert (hvd.cross_rank(), hvd.cross_size()) == (0, 1)
+        with pytest.raises(hvd.CollectiveError, match="already"):
+            hvd.init()
+        np.testing.assert_array_equal(hvd.allreduce(np.arange(4.0), op=hvd.Sum), np.arange(4.0))
+    finally:
+        hvd.shutdown()
+    assert not hvd.is_initialized()
+    hvd.init()
+    hvd.shutdown()
+
+
+def test_unsupported_dtype_names_the_tensor() -> None:
+    hvd.init()
+    try:
+        with pytest.raises(hvd.InvalidArgumentError, match="'w'.*complex128"):
+            hvd.allreduce(np.ones(3, np.complex128), name="w")
+        with pytest.raises(hvd.InvalidArgumentError, match="splits"):
+            hvd.alltoall(np.ones((4, 2)), splits=[1, 2])
+    finally:
+        hvd.shutdown()
