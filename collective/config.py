@@ -24,6 +24,7 @@ ENV_CONNECT_TIMEOUT = "COLLECTIVE_CONNECT_TIMEOUT"
 ENV_DISABLE_SHM = "COLLECTIVE_DISABLE_SHM"
 ENV_SHM_BUFFER_BYTES = "COLLECTIVE_SHM_BUFFER_BYTES"
 ENV_TCP_CHUNK_BYTES = "COLLECTIVE_TCP_CHUNK_BYTES"
+ENV_REDUCE_ISA = "COLLECTIVE_REDUCE_ISA"
 
 _BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 _TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
@@ -44,6 +45,7 @@ class Config:
     shm_buffer_bytes: int = 4 << 20
     tcp_chunk_bytes: int = 1 << 20
     scope: str = "collective"          # rendezvous key prefix
+    reduce_isa: str | None = None      # cap the kernels' instruction set: "baseline", "avx2" or "avx512"
 
     def __post_init__(self) -> None:
         _validate(dataclasses.asdict(self), _field_label)
@@ -203,6 +205,7 @@ _ENV_FIELDS: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "enable_shm": (ENV_DISABLE_SHM, _parse_shm_enabled),
     "shm_buffer_bytes": (ENV_SHM_BUFFER_BYTES, _parse_int),
     "tcp_chunk_bytes": (ENV_TCP_CHUNK_BYTES, _parse_int),
+    "reduce_isa": (ENV_REDUCE_ISA, _parse_text),
 }
 
 
@@ -249,5 +252,7 @@ def _validate(values: Mapping[str, Any], label: Callable[[str], str]) -> None:
             fail(name, "must be > 0")
     if not isinstance(values["enable_shm"], bool):
         fail("enable_shm", "must be a bool")
+    if values["reduce_isa"] not in (None, "baseline", "avx2", "avx512"):
+        fail("reduce_isa", "must be one of baseline, avx2, avx512")
     if not isinstance(values["scope"], str) or not values["scope"]:
         fail("scope", "must be a non-empty string")

@@ -42,6 +42,8 @@ def init(config: Config | None = None, *, bootstrap: Bootstrap | None = None, **
         cfg = config_from_env(config)
         if overrides:
             cfg = cfg.replace(**overrides)
+        if cfg.reduce_isa is not None:
+            _native.limit_reduce_isa(cfg.reduce_isa)
         _generation += 1
         cfg = cfg.replace(scope=f"{cfg.scope}/init{_generation}")
         own_bootstrap = bootstrap is None

@@ -251,4 +251,7 @@ NB_MODULE(_native, m) {
       nb::arg("dst"), nb::arg("src"), nb::arg("count"), nb::arg("dtype"), nb::arg("op"),
       "dst = dst (op) src, element-wise; exposed for the kernel tests.");
   m.def("reduce_isa", &reduce_isa, "The vectorised instruction set the reduction kernels use.");
+  m.def(
+      "limit_reduce_isa", [](const std::string& name) { return limit_reduce_isa(name.c_str()); }, nb::arg("name"),
+      "Caps the kernels' instruction set (baseline, avx2, avx512); returns True if that lowered it.");
 }

@@ -1,13 +1,26 @@
 #include "communicator.h"
 
 #include <cstring>
-#include <numeric>
 
+#include "algorithms/algorithms.h"
 #include "algorithms/ring.h"
 #include "common/error.h"
 #include "reduce/reduce.h"
 
 namespace shvd {
+namespace {
+
+std::vector<int64_t> trailing(const std::vector<int64_t>& shape) {
+  return shape.empty() ? shape : std::vector<int64_t>(shape.begin() + 1, shape.end());
+}
+
+void require_rows(const TensorRef& t, const char* what) {
+  if (t.shape.empty()) {
+    fail(ErrorKind::kInvalidArgument, std::string(what) + " needs a tensor with at least one dimension");
+  }
+}
+
+}  // namespace
 
 Communicator::Communicator(MeshOptions mesh_options, Fd listener, CommOptions options)
     : mesh_(std::make_unique<Mesh>(std::move(mesh_options), std::move(listener))), options_(options) {}
@@ -39,6 +52,11 @@ CallInfo Communicator::call(CollectiveKind kind, const std::string& name, const 
   return info;
 }
 
+CollectiveOptions Communicator::options_for(const CallInfo& info) const {
+  return CollectiveOptions{Deadline::after_seconds(options_.timeout_s),
+                           std::string(collective_name(info.kind)) + " '" + info.name + "'"};
+}
+
 std::vector<PeerBlock> Communicator::agree(const CallInfo& info, const std::vector<int64_t>& extra,
                                            const void* inline_data, size_t inline_bytes, const Deadline& deadline) {
   std::vector<PeerBlock> blocks = exchange_call_info(*mesh_, info, extra, inline_data, inline_bytes, deadline);
@@ -67,49 +85,32 @@ void Communicator::allreduce(TensorRef t, ReduceOp op, double prescale, double p
     info.op = op;
     info.prescale = prescale;
     info.postscale = postscale;
-    Deadline deadline = Deadline::after_seconds(options_.timeout_s);
+    CollectiveOptions opts = options_for(info);
     const size_t count = t.count();
     const size_t bytes = t.bytes();
-    uint8_t* data = static_cast<uint8_t*>(t.data);
-    if (prescale != 1.0) scale(data, count, t.dtype, prescale);
+    if (prescale != 1.0) scale(t.data, count, t.dtype, prescale);
     const bool small = fits_inline(bytes);
-    auto blocks = agree(info, {}, data, small ? bytes : 0, deadline);
-    if (size() > 1 && small) {
+    auto blocks = agree(info, {}, t.data, small ? bytes : 0, opts.deadline);
+    if (small && size() > 1) {
       // Everyone has every input: reduce locally in rank order, so all ranks get identical bits.
       std::vector<const void*> inputs(size());
-      for (int r = 0; r < size(); ++r) inputs[r] = r == rank() ? data : blocks[r].data;
-      reduce_many(data, inputs.data(), inputs.size(), count, t.dtype, op);
-    } else if (size() > 1) {
-      Partition parts = split_rows(count, size());
-      const size_t elem = dtype_size(t.dtype);
-      std::vector<size_t> byte_offset(size()), byte_len(size());
-      for (int i = 0; i < size(); ++i) {
-        byte_offset[i] = parts.offset[i] * elem;
-        byte_len[i] = parts.rows[i] * elem;
-      }
-      std::vector<SendItem> sends;
-      std::vector<RecvItem> recvs;
-      sends.reserve(2 * size());
-      recvs.reserve(2 * size());
-      add_ring_reduce_scatter(sends, recvs, rank(), size(), data, parts, elem, t.dtype, op, 0);
-      const size_t* last_reduced = &recvs.back().done;
-      add_ring_allgather(sends, recvs, rank(), size(), data, byte_offset, byte_len, 0, last_reduced);
-      mesh_->run(sends, recvs, deadline, "allreduce '" + name + "'");
+      for (int r = 0; r < size(); ++r) inputs[r] = r == rank() ? t.data : blocks[r].data;
+      reduce_many(t.data, inputs.data(), inputs.size(), count, t.dtype, op);
+    } else {
+      ring_allreduce(*mesh_, t.data, count, t.dtype, op, opts);
     }
-    finish_reduction(data, count, t.dtype, op, size(), postscale);
+    finish_reduction(t.data, count, t.dtype, op, size(), postscale);
   });
 }
 
 OwnedResult Communicator::allgather(const TensorRef& t, const std::string& name) {
   return guarded([&] {
-    if (t.shape.empty()) fail(ErrorKind::kInvalidArgument, "allgather needs a tensor with at least one dimension");
+    require_rows(t, "allgather");
     CallInfo info = call(CollectiveKind::kAllgather, name, &t);
-    Deadline deadline = Deadline::after_seconds(options_.timeout_s);
+    CollectiveOptions opts = options_for(info);
     const size_t bytes = t.bytes();
-    const bool small = fits_inline(bytes);
-    auto blocks = agree(info, {}, t.data, small ? bytes : 0, deadline);
-    const size_t row_bytes =
-        dtype_size(t.dtype) * element_count(std::vector<int64_t>(t.shape.begin() + 1, t.shape.end()));
+    auto blocks = agree(info, {}, t.data, fits_inline(bytes) ? bytes : 0, opts.deadline);
+    const size_t row_bytes = dtype_size(t.dtype) * element_count(trailing(t.shape));
     std::vector<size_t> byte_offset(size()), byte_len(size());
     size_t total_rows = 0, total_bytes = 0;
     // Every rank sees the same blocks, so every rank makes the same choice here.
@@ -131,14 +132,8 @@ OwnedResult Communicator::allgather(const TensorRef& t, const std::string& name)
       for (int r = 0; r < size(); ++r) {
         if (r != rank()) std::memcpy(out.data.get() + byte_offset[r], blocks[r].data, byte_len[r]);
       }
-    } else if (size() > 1) {
-      std::vector<SendItem> sends;
-      std::vector<RecvItem> recvs;
-      sends.reserve(size());
-      recvs.reserve(size());
-      // A ring allgather starting from this rank's own block: shift so chunk `rank` goes first.
-      add_ring_allgather(sends, recvs, rank(), size(), out.data.get(), byte_offset, byte_len, -1, nullptr);
-      mesh_->run(sends, recvs, deadline, "allgather '" + name + "'");
+    } else {
+      ring_allgatherv(*mesh_, out.data.get(), byte_offset, byte_len, opts);
     }
     return out;
   });
@@ -152,106 +147,67 @@ void Communicator::broadcast(TensorRef t, int root, const std::string& name) {
     }
     CallInfo info = call(CollectiveKind::kBroadcast, name, &t);
     info.root = root;
-    Deadline deadline = Deadline::after_seconds(options_.timeout_s);
+    CollectiveOptions opts = options_for(info);
     const size_t bytes = t.bytes();
     const bool small = fits_inline(bytes);
-    auto blocks = agree(info, {}, t.data, small && rank() == root ? bytes : 0, deadline);
-    if (size() == 1) return;
-    if (small) {
-      if (rank() != root) std::memcpy(t.data, blocks[root].data, bytes);
-      return;
+    auto blocks = agree(info, {}, t.data, small && rank() == root ? bytes : 0, opts.deadline);
+    if (!small) {
+      chain_broadcast(*mesh_, t.data, bytes, root, opts);
+    } else if (rank() != root) {
+      std::memcpy(t.data, blocks[root].data, bytes);
     }
-    // A pipelined chain root -> root+1 -> ... : each rank forwards bytes as soon as they arrive.
-    const int pos = (rank() - root + size()) % size();
-    std::vector<SendItem> sends;
-    std::vector<RecvItem> recvs;
-    sends.reserve(1);
-    recvs.reserve(1);
-    if (pos > 0) {
-      RecvItem r;
-      r.peer = (rank() - 1 + size()) % size();
-      r.dst = static_cast<uint8_t*>(t.data);
-      r.len = bytes;
-      recvs.push_back(std::move(r));
-    }
-    if (pos < size() - 1) {
-      SendItem s;
-      s.peer = (rank() + 1) % size();
-      s.data = static_cast<uint8_t*>(t.data);
-      s.len = bytes;
-      s.gate = pos > 0 ? &recvs.back().done : nullptr;
-      sends.push_back(s);
-    }
-    mesh_->run(sends, recvs, deadline, "broadcast '" + name + "'");
   });
 }
 
 OwnedResult Communicator::alltoall(const TensorRef& t, const std::vector<int64_t>& splits_in, const std::string& name) {
   return guarded([&] {
-    if (t.shape.empty()) fail(ErrorKind::kInvalidArgument, "alltoall needs a tensor with at least one dimension");
+    require_rows(t, "alltoall");
+    const std::string label = "alltoall '" + name + "': ";
     const size_t rows = size_t(t.shape[0]);
     std::vector<int64_t> splits = splits_in;
     if (splits.empty()) {
       if (rows % size_t(size()) != 0) {
-        fail(ErrorKind::kInvalidArgument, "alltoall '" + name + "': first dimension " + std::to_string(rows) +
+        fail(ErrorKind::kInvalidArgument, label + "first dimension " + std::to_string(rows) +
                                               " does not divide evenly by " + std::to_string(size()) +
                                               " ranks; pass splits=");
       }
       splits.assign(size(), int64_t(rows / size_t(size())));
     }
     if (int(splits.size()) != size()) {
-      fail(ErrorKind::kInvalidArgument, "alltoall '" + name + "': splits has " + std::to_string(splits.size()) +
+      fail(ErrorKind::kInvalidArgument, label + "splits has " + std::to_string(splits.size()) +
                                             " entries, but there are " + std::to_string(size()) + " ranks");
     }
     int64_t sum = 0;
     for (int64_t s : splits) {
-      if (s < 0) fail(ErrorKind::kInvalidArgument, "alltoall '" + name + "': splits must not be negative");
+      if (s < 0) fail(ErrorKind::kInvalidArgument, label + "splits must not be negative");
       sum += s;
     }
     if (size_t(sum) != rows) {
-      fail(ErrorKind::kInvalidArgument, "alltoall '" + name + "': splits sum to " + std::to_string(sum) +
+      fail(ErrorKind::kInvalidArgument, label + "splits sum to " + std::to_string(sum) +
                                             " but the first dimension is " + std::to_string(rows));
     }
     CallInfo info = call(CollectiveKind::kAlltoall, name, &t);
-    Deadline deadline = Deadline::after_seconds(options_.timeout_s);
-    auto blocks = agree(info, splits, nullptr, 0, deadline);
-    const size_t row_bytes = dtype_size(t.dtype) * element_count(std::vector<int64_t>(t.shape.begin() + 1, t.shape.end()));
+    CollectiveOptions opts = options_for(info);
+    auto blocks = agree(info, splits, nullptr, 0, opts.deadline);
+    const size_t row_bytes = dtype_size(t.dtype) * element_count(trailing(t.shape));
     OwnedResult out;
     out.received_splits.resize(size());
-    size_t recv_rows = 0;
+    std::vector<size_t> send_offset(size()), send_len(size()), recv_offset(size()), recv_len(size());
+    size_t sent_rows = 0, recv_rows = 0;
     for (int r = 0; r < size(); ++r) {
       out.received_splits[r] = blocks[r].extra[rank()];
+      send_offset[r] = sent_rows * row_bytes;
+      send_len[r] = size_t(splits[r]) * row_bytes;
+      recv_offset[r] = recv_rows * row_bytes;
+      recv_len[r] = size_t(out.received_splits[r]) * row_bytes;
+      sent_rows += size_t(splits[r]);
       recv_rows += size_t(out.received_splits[r]);
     }
     out.shape = t.shape;
     out.shape[0] = int64_t(recv_rows);
     out.data.reset(new uint8_t[std::max<size_t>(recv_rows * row_bytes, 1)]);
-    const uint8_t* src = static_cast<const uint8_t*>(t.data);
-    std::vector<size_t> send_offset(size()), recv_offset(size());
-    for (int r = 0, s_at = 0, r_at = 0; r < size(); ++r) {
-      send_offset[r] = size_t(s_at) * row_bytes;
-      recv_offset[r] = size_t(r_at) * row_bytes;
-      s_at += int(splits[r]);
-      r_at += int(out.received_splits[r]);
-    }
-    std::memcpy(out.data.get() + recv_offset[rank()], src + send_offset[rank()], size_t(splits[rank()]) * row_bytes);
-    std::vector<SendItem> sends;
-    std::vector<RecvItem> recvs;
-    for (int step = 1; step < size(); ++step) {
-      int to = (rank() + step) % size();
-      int from = (rank() - step + size()) % size();
-      SendItem s;
-      s.peer = to;
-      s.data = src + send_offset[to];
-      s.len = size_t(splits[to]) * row_bytes;
-      sends.push_back(s);
-      RecvItem r;
-      r.peer = from;
-      r.dst = out.data.get() + recv_offset[from];
-      r.len = size_t(out.received_splits[from]) * row_bytes;
-      recvs.push_back(std::move(r));
-    }
-    mesh_->run(sends, recvs, deadline, "alltoall '" + name + "'");
+    pairwise_alltoallv(*mesh_, static_cast<const uint8_t*>(t.data), send_offset, send_len, out.data.get(),
+                       recv_offset, recv_len, opts);
     return out;
   });
 }
@@ -259,50 +215,42 @@ OwnedResult Communicator::alltoall(const TensorRef& t, const std::vector<int64_t
 OwnedResult Communicator::reducescatter(const TensorRef& t, ReduceOp op, double prescale, double postscale,
                                         const std::string& name) {
   return guarded([&] {
-    if (t.shape.empty()) fail(ErrorKind::kInvalidArgument, "reducescatter needs a tensor with at least one dimension");
+    require_rows(t, "reducescatter");
     CallInfo info = call(CollectiveKind::kReducescatter, name, &t);
     info.op = op;
     info.prescale = prescale;
     info.postscale = postscale;
-    Deadline deadline = Deadline::after_seconds(options_.timeout_s);
+    CollectiveOptions opts = options_for(info);
     const size_t bytes = t.bytes();
     const size_t elem = dtype_size(t.dtype);
-    const size_t row_elems = element_count(std::vector<int64_t>(t.shape.begin() + 1, t.shape.end()));
+    const size_t row_elems = element_count(trailing(t.shape));
     Partition rows = split_rows(size_t(t.shape[0]), size());
-    Partition parts;  // in elements
+    std::vector<size_t> elem_offset(size()), elem_count(size());
     for (int i = 0; i < size(); ++i) {
-      parts.offset.push_back(rows.offset[i] * row_elems);
-      parts.rows.push_back(rows.rows[i] * row_elems);
+      elem_offset[i] = rows.offset[i] * row_elems;
+      elem_count[i] = rows.rows[i] * row_elems;
     }
     // Work on a copy: the ring reduces in place and the caller's input must stay intact.
     std::unique_ptr<uint8_t[]> work(new uint8_t[std::max<size_t>(bytes, 1)]);
     std::memcpy(work.get(), t.data, bytes);
     if (prescale != 1.0) scale(work.get(), t.count(), t.dtype, prescale);
     const bool small = fits_inline(bytes);
-    auto blocks = agree(info, {}, work.get(), small ? bytes : 0, deadline);
-    uint8_t* mine = work.get() + parts.offset[rank()] * elem;
-    const size_t my_count = parts.rows[rank()];
-    if (size() > 1 && small) {
+    auto blocks = agree(info, {}, work.get(), small ? bytes : 0, opts.deadline);
+    const size_t mine_at = elem_offset[rank()] * elem;
+    const size_t my_count = elem_count[rank()];
+    if (small && size() > 1) {
       std::vector<const void*> inputs(size());
-      for (int r = 0; r < size(); ++r) {
-        inputs[r] = (r == rank() ? work.get() : blocks[r].data) + parts.offset[rank()] * elem;
-      }
-      reduce_many(mine, inputs.data(), inputs.size(), my_count, t.dtype, op);
-    } else if (size() > 1) {
-      std::vector<SendItem> sends;
-      std::vector<RecvItem> recvs;
-      sends.reserve(size());
-      recvs.reserve(size());
-      // Shift by -1 so that rank r ends holding chunk r.
-      add_ring_reduce_scatter(sends, recvs, rank(), size(), work.get(), parts, elem, t.dtype, op, -1);
-      mesh_->run(sends, recvs, deadline, "reducescatter '" + name + "'");
+      for (int r = 0; r < size(); ++r) inputs[r] = (r == rank() ? work.get() : blocks[r].data) + mine_at;
+      reduce_many(work.get() + mine_at, inputs.data(), inputs.size(), my_count, t.dtype, op);
+    } else {
+      ring_reducescatter(*mesh_, work.get(), elem_offset, elem_count, t.dtype, op, opts);
     }
-    finish_reduction(mine, my_count, t.dtype, op, size(), postscale);
+    finish_reduction(work.get() + mine_at, my_count, t.dtype, op, size(), postscale);
     OwnedResult out;
     out.shape = t.shape;
     out.shape[0] = int64_t(rows.rows[rank()]);
     out.data.reset(new uint8_t[std::max<size_t>(my_count * elem, 1)]);
-    std::memcpy(out.data.get(), mine, my_count * elem);
+    std::memcpy(out.data.get(), work.get() + mine_at, my_count * elem);
     return out;
   });
 }
@@ -310,8 +258,8 @@ OwnedResult Communicator::reducescatter(const TensorRef& t, ReduceOp op, double 
 void Communicator::barrier() {
   guarded([&] {
     CallInfo info = call(CollectiveKind::kBarrier, "", nullptr);
-    Deadline deadline = Deadline::after_seconds(options_.timeout_s);
-    agree(info, {}, nullptr, 0, deadline);
+    // Nobody's block can arrive before its sender entered the barrier, so the round itself is the barrier.
+    agree(info, {}, nullptr, 0, options_for(info).deadline);
   });
 }
 

@@ -1,5 +1,6 @@
-// One rank's handle on a job: the mesh plus the collectives, each of which first agrees on the call
-// with every peer (see algorithms/descriptor.h) and then moves data with a pipelined ring or direct exchange.
+// One rank's handle on a job: the mesh plus the collectives. Each collective first agrees on the call
+// with every peer (algorithms/descriptor.h); small tensors travel inside that round and are finished
+// locally, large ones then move with an algorithm from algorithms/algorithms.h.
 // Not thread-safe by itself: callers serialise (the binding holds a mutex).
 #pragma once
 #include <cstdint>
@@ -7,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/collective_options.h"
 #include "algorithms/descriptor.h"
 #include "common/types.h"
 #include "transport/mesh.h"
@@ -59,6 +61,7 @@ class Communicator {
   std::vector<PeerBlock> agree(const CallInfo& info, const std::vector<int64_t>& extra, const void* inline_data,
                                size_t inline_bytes, const Deadline& deadline);
   CallInfo call(CollectiveKind kind, const std::string& name, const TensorRef* tensor);
+  CollectiveOptions options_for(const CallInfo& info) const;
   bool fits_inline(size_t bytes) const;
 
   std::unique_ptr<Mesh> mesh_;

@@ -20,8 +20,9 @@ Partition split_rows(size_t rows, int parts) {
 static int wrap(int i, int n) { return ((i % n) + n) % n; }
 
 void add_ring_reduce_scatter(std::vector<SendItem>& sends, std::vector<RecvItem>& recvs, int rank, int size,
-                             uint8_t* data, const Partition& parts, size_t elem_bytes, DType dtype, ReduceOp op,
-                             int shift) {
+                             uint8_t* data, const std::vector<size_t>& offset, const std::vector<size_t>& count,
+                             DType dtype, ReduceOp op, int shift) {
+  const size_t elem_bytes = dtype_size(dtype);
   const int right = wrap(rank + 1, size);
   const int left = wrap(rank - 1, size);
   for (int step = 0; step < size - 1; ++step) {
@@ -29,14 +30,14 @@ void add_ring_reduce_scatter(std::vector<SendItem>& sends, std::vector<RecvItem>
     int recv_chunk = wrap(rank - step - 1 + shift, size);
     SendItem s;
     s.peer = right;
-    s.data = data + parts.offset[send_chunk] * elem_bytes;
-    s.len = parts.rows[send_chunk] * elem_bytes;
+    s.data = data + offset[send_chunk] * elem_bytes;
+    s.len = count[send_chunk] * elem_bytes;
     if (step > 0) s.gate = &recvs[recvs.size() - 1].done;
     sends.push_back(s);
     RecvItem r;
     r.peer = left;
-    r.dst = data + parts.offset[recv_chunk] * elem_bytes;
-    r.len = parts.rows[recv_chunk] * elem_bytes;
+    r.dst = data + offset[recv_chunk] * elem_bytes;
+    r.len = count[recv_chunk] * elem_bytes;
     r.reduce = true;
     r.dtype = dtype;
     r.op = op;

@@ -15,13 +15,13 @@ struct Partition {
 };
 Partition split_rows(size_t rows, int parts);
 
-// Appends the send/receive items of a ring reduce-scatter over `data`, partitioned into `parts`
-// (element ranges). On return of mesh.run, chunk (rank + 1 + shift) % size holds the full reduction.
-// Every send after the first is gated on the receive that produced its bytes, so the whole ring
-// runs pipelined in one mesh.run call.
+// Appends the items of a ring reduce-scatter over `data`, whose chunk i spans elements
+// [offset[i], offset[i] + count[i]). After mesh.run, chunk (rank + 1 + shift) % size holds the full
+// reduction. Every send after the first waits on the receive that produced its bytes, so the whole ring
+// runs pipelined in one mesh.run call. The vectors must have room reserved: items point at each other.
 void add_ring_reduce_scatter(std::vector<SendItem>& sends, std::vector<RecvItem>& recvs, int rank, int size,
-                             uint8_t* data, const Partition& parts, size_t elem_bytes, DType dtype, ReduceOp op,
-                             int shift);
+                             uint8_t* data, const std::vector<size_t>& offset, const std::vector<size_t>& count,
+                             DType dtype, ReduceOp op, int shift);
 
 // Appends a ring allgather that starts from chunk (rank + 1 + shift) % size being complete locally.
 // When `chain_gate` is set, the first send waits on it (the reduce-scatter's last receive).

@@ -56,27 +56,13 @@ int isa_level(const char* name) {
   return -1;
 }
 
-// The best table, capped by SHVD_REDUCE_ISA if that names a known ISA (unknown values are ignored).
-const KernelTable* initial_table() {
-  const KernelTable* t = best_table();
-  const char* env = std::getenv("SHVD_REDUCE_ISA");
-  if (env == nullptr || *env == '\0') return t;
-  const int cap = isa_level(env);
-  if (cap < 0) return t;
-  if (cap < isa_level(t->name)) {
-    const KernelTable* capped = table_for_isa(env);
-    if (capped != nullptr) return capped;
-  }
-  return t;
-}
-
 std::atomic<const KernelTable*> g_table{nullptr};
 
 const KernelTable* table() {
   const KernelTable* t = g_table.load(std::memory_order_acquire);
   if (t != nullptr) return t;
   const KernelTable* expected = nullptr;
-  t = initial_table();
+  t = best_table();
   if (!g_table.compare_exchange_strong(expected, t, std::memory_order_acq_rel)) t = expected;
   return t;
 }
@@ -105,6 +91,15 @@ bool force_isa(const char* name) {
 }
 
 }  // namespace reduce_detail
+
+bool limit_reduce_isa(const char* name) {
+  using namespace reduce_detail;
+  const int cap = name == nullptr ? -1 : isa_level(name);
+  if (cap < 0) fail(ErrorKind::kInvalidArgument, std::string("unknown instruction set '") + (name ? name : "") +
+                                                   "'; use baseline, avx2 or avx512");
+  if (cap >= isa_level(table()->name)) return false;
+  return force_isa(name);
+}
 
 namespace {
 

@@ -1,8 +1,8 @@
 // Element-wise reduction kernels used by every collective algorithm.
 //
 // All functions pick a vectorised implementation (AVX-512, AVX2 or baseline) once, at run time, from
-// the CPU's features; SHVD_REDUCE_ISA=baseline|avx2|avx512 in the environment caps the choice (it can
-// lower it, never raise it above what the CPU supports). Every ISA produces bit-identical results
+// the CPU's features; limit_reduce_isa() caps the choice (it can lower it, never raise it above what
+// the CPU supports). Every ISA produces bit-identical results
 // (NaNs included, see below), so ranks on different CPUs agree.
 //
 // Common rules:
@@ -54,5 +54,9 @@ void divide(void* buf, size_t count, DType dtype, int64_t divisor);
 
 // The instruction set in use: "avx512", "avx2" or "baseline".
 const char* reduce_isa();
+
+// Caps the instruction set at `name` ("baseline", "avx2" or "avx512"); returns true if that lowered it.
+// Unknown names throw kInvalidArgument.
+bool limit_reduce_isa(const char* name);
 
 }  // namespace shvd

@@ -24,6 +24,8 @@ struct Response {
   uint8_t nonce[kNonceBytes];
   uint32_t rank;
   uint32_t world_size;
+  uint32_t channel;
+  uint32_t reserved;
   uint8_t mac[32];
 };
 
@@ -34,12 +36,13 @@ struct Proof {
 };
 
 Digest response_mac(const std::string& secret, const uint8_t* acceptor_nonce, const Response& r) {
-  uint8_t message[16 + kNonceBytes * 2 + 8];
+  uint8_t message[16 + kNonceBytes * 2 + 12];
   std::memcpy(message, "shvd-connector--", 16);
   std::memcpy(message + 16, acceptor_nonce, kNonceBytes);
   std::memcpy(message + 16 + kNonceBytes, r.nonce, kNonceBytes);
   std::memcpy(message + 16 + 2 * kNonceBytes, &r.rank, 4);
   std::memcpy(message + 20 + 2 * kNonceBytes, &r.world_size, 4);
+  std::memcpy(message + 24 + 2 * kNonceBytes, &r.channel, 4);
   return hmac_sha256(secret, message, sizeof(message));
 }
 
@@ -56,7 +59,7 @@ Digest proof_mac(const std::string& secret, const uint8_t* acceptor_nonce, const
 }  // namespace
 
 int authenticate_incoming(int fd, const std::string& secret, int my_rank, int world_size, const Deadline& deadline,
-                          std::string* why) {
+                          Channel* channel, std::string* why) {
   Challenge challenge;
   std::memcpy(challenge.greeting, kGreeting, sizeof(kGreeting));
   random_bytes(challenge.nonce, kNonceBytes);
@@ -73,7 +76,7 @@ int authenticate_incoming(int fd, const std::string& secret, int my_rank, int wo
   }
   // Authenticated: from here on the peer's fields can be trusted to be what a job member sent.
   if (response.world_size != uint32_t(world_size) || response.rank >= uint32_t(world_size) ||
-      int(response.rank) <= my_rank) {
+      int(response.rank) <= my_rank || response.channel > uint32_t(Channel::kData)) {
     *why = "authenticated peer claims rank " + std::to_string(response.rank) + " of " +
            std::to_string(response.world_size) + ", which this rank does not expect";
     return -1;
@@ -83,11 +86,12 @@ int authenticate_incoming(int fd, const std::string& secret, int my_rank, int wo
   Digest mac = proof_mac(secret, challenge.nonce, response.nonce, proof.rank);
   std::memcpy(proof.mac, mac.data(), mac.size());
   if (!write_all(fd, &proof, sizeof(proof), deadline, why)) return -1;
+  *channel = Channel(response.channel);
   return int(response.rank);
 }
 
 void authenticate_outgoing(int fd, const std::string& secret, int my_rank, int expected_peer, int world_size,
-                           const Deadline& deadline) {
+                           Channel channel, const Deadline& deadline) {
   std::string why;
   Challenge challenge;
   if (!read_all(fd, &challenge, sizeof(challenge), deadline, &why)) {
@@ -103,6 +107,8 @@ void authenticate_outgoing(int fd, const std::string& secret, int my_rank, int e
   random_bytes(response.nonce, kNonceBytes);
   response.rank = uint32_t(my_rank);
   response.world_size = uint32_t(world_size);
+  response.channel = uint32_t(channel);
+  response.reserved = 0;
   Digest mac = response_mac(secret, challenge.nonce, response);
   std::memcpy(response.mac, mac.data(), mac.size());
   if (!write_all(fd, &response, sizeof(response), deadline, &why)) {

@@ -3,7 +3,6 @@
 #include <poll.h>
 #include <sched.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,7 +20,7 @@ namespace shvd {
 namespace {
 
 constexpr uint32_t kFrameMagic = 0x44564853;  // "SHVD"
-enum FrameType : uint32_t { kData = 1, kAbort = 2, kBye = 3, kShmSetup = 4, kShmAck = 5 };
+enum FrameType : uint32_t { kAbort = 2, kBye = 3, kShmSetup = 4, kShmAck = 5 };
 
 struct FrameHeader {
   uint32_t magic;
@@ -33,7 +32,10 @@ static_assert(sizeof(FrameHeader) == 16, "frame header is sent raw");
 // Largest piece moved per step, so receivers start (and gated sends follow) early.
 constexpr size_t kPieceBytes = 256 << 10;
 constexpr size_t kMaxControlPayload = 64 << 10;
+// A self-describing block starts with 16 bytes whose second 8 hold the block's total length.
 constexpr size_t kDescribeBytes = 16;
+// How long a broken data connection waits for the peer's explanation on its control connection.
+constexpr double kAbortGraceSeconds = 0.2;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -68,20 +70,19 @@ std::string read_frame_blocking(int fd, uint32_t expected_type, const Deadline& 
   return payload;
 }
 
+bool item_complete(const SendItem& s) { return s.done == s.len; }
+bool item_complete(const RecvItem& r) { return r.done == r.len && (r.grow_into == nullptr || r.length_known); }
+
 }  // namespace
 
 struct Mesh::Peer {
   int rank = -1;
-  Fd fd;
+  Fd control;
+  Fd data;
   bool shm = false;
   ShmSegment segment;
   ShmRing out;
   ShmRing in;
-  // Incoming TCP framing state.
-  uint8_t header_buf[sizeof(FrameHeader)];
-  size_t header_have = 0;
-  // Outgoing DATA frame half written: an abort frame cannot be injected into the stream then.
-  bool send_frame_open = false;
   bool said_bye = false;
 };
 
@@ -110,11 +111,9 @@ Mesh::Mesh(MeshOptions options, Fd listener) : options_(std::move(options)), lis
 }
 
 Mesh::~Mesh() {
-  if (!closed_ && !broken_) {
-    try {
-      close();
-    } catch (...) {
-    }
+  try {
+    close();
+  } catch (...) {
   }
 }
 
@@ -124,15 +123,20 @@ void Mesh::connect_all() {
   const int me = options_.rank;
   const int n = options_.size;
   Deadline deadline = Deadline::after_seconds(options_.connect_timeout_s);
-  for (int j = 0; j < me; ++j) {
-    Fd fd = connect_tcp_with_retry(options_.hosts[j], options_.ports[j], deadline, peer_name(j));
-    authenticate_outgoing(fd.get(), options_.secret, me, j, n, deadline);
-    auto peer = std::make_unique<Peer>();
-    peer->rank = j;
-    peer->fd = std::move(fd);
-    peers_[j] = std::move(peer);
+  for (int j = 0; j < n; ++j) {
+    if (j != me) {
+      peers_[j] = std::make_unique<Peer>();
+      peers_[j]->rank = j;
+    }
   }
-  int missing = n - 1 - me;
+  for (int j = 0; j < me; ++j) {
+    for (Channel channel : {Channel::kControl, Channel::kData}) {
+      Fd fd = connect_tcp_with_retry(options_.hosts[j], options_.ports[j], deadline, peer_name(j));
+      authenticate_outgoing(fd.get(), options_.secret, me, j, n, channel, deadline);
+      (channel == Channel::kControl ? peers_[j]->control : peers_[j]->data) = std::move(fd);
+    }
+  }
+  int missing = 2 * (n - 1 - me);
   int refused = 0;
   std::string last_refusal;
   while (missing > 0) {
@@ -140,7 +144,9 @@ void Mesh::connect_all() {
     if (!fd.valid()) {
       std::string waiting;
       for (int j = me + 1; j < n; ++j) {
-        if (!peers_[j]) waiting += (waiting.empty() ? "" : ", ") + std::to_string(j);
+        if (!peers_[j]->control.valid() || !peers_[j]->data.valid()) {
+          waiting += (waiting.empty() ? "" : ", ") + std::to_string(j);
+        }
       }
       std::string msg = peer_name(me) + " timed out after " + std::to_string(options_.connect_timeout_s) +
                         " s waiting for rank(s) " + waiting + " to connect";
@@ -154,24 +160,25 @@ void Mesh::connect_all() {
     Deadline auth_deadline = Deadline::after_seconds(std::min(5.0, options_.connect_timeout_s));
     if (auth_deadline.at() > deadline.at()) auth_deadline = deadline;
     std::string why;
-    int peer_rank = authenticate_incoming(fd.get(), options_.secret, me, n, auth_deadline, &why);
-    if (peer_rank < 0 || peers_[peer_rank]) {
+    Channel channel = Channel::kControl;
+    int peer_rank = authenticate_incoming(fd.get(), options_.secret, me, n, auth_deadline, &channel, &why);
+    Fd* slot = nullptr;
+    if (peer_rank >= 0) slot = channel == Channel::kControl ? &peers_[peer_rank]->control : &peers_[peer_rank]->data;
+    if (slot == nullptr || slot->valid()) {
       ++refused;
       last_refusal = peer_rank < 0 ? why : "a second connection claiming " + peer_name(peer_rank);
       continue;
     }
-    auto peer = std::make_unique<Peer>();
-    peer->rank = peer_rank;
-    peer->fd = std::move(fd);
-    peers_[peer_rank] = std::move(peer);
+    *slot = std::move(fd);
     --missing;
   }
   listener_.reset();
   for (auto& peer : peers_) {
-    if (peer) {
-      set_nonblocking(peer->fd.get(), true);
-      tune_data_socket(peer->fd.get(), options_.tcp_socket_buffer_bytes);
-    }
+    if (!peer) continue;
+    set_nonblocking(peer->control.get(), true);
+    set_nonblocking(peer->data.get(), true);
+    tune_data_socket(peer->control.get(), 0);
+    tune_data_socket(peer->data.get(), options_.tcp_socket_buffer_bytes);
   }
 }
 
@@ -196,12 +203,12 @@ void Mesh::setup_shm() {
     uint64_t capacity = options_.shm_buffer_bytes;
     std::memcpy(payload.data(), &capacity, 8);
     payload += name;
-    send_frame_blocking(peer.fd.get(), kShmSetup, payload.data(), payload.size(), deadline, j);
+    send_frame_blocking(peer.control.get(), kShmSetup, payload.data(), payload.size(), deadline, j);
   }
   for (int j = 0; j < me; ++j) {
     if (!same_host(j)) continue;
     Peer& peer = *peers_[j];
-    std::string payload = read_frame_blocking(peer.fd.get(), kShmSetup, deadline, j);
+    std::string payload = read_frame_blocking(peer.control.get(), kShmSetup, deadline, j);
     if (payload.size() < 9) fail(ErrorKind::kPeerFailure, "malformed shared-memory setup from " + peer_name(j), j);
     uint64_t capacity = 0;
     std::memcpy(&capacity, payload.data(), 8);
@@ -209,12 +216,12 @@ void Mesh::setup_shm() {
     peer.out = peer.segment.outgoing(false);
     peer.in = peer.segment.incoming(false);
     peer.shm = true;
-    send_frame_blocking(peer.fd.get(), kShmAck, nullptr, 0, deadline, j);
+    send_frame_blocking(peer.control.get(), kShmAck, nullptr, 0, deadline, j);
   }
   for (int j = me + 1; j < n; ++j) {
     if (!same_host(j)) continue;
     Peer& peer = *peers_[j];
-    read_frame_blocking(peer.fd.get(), kShmAck, deadline, j);
+    read_frame_blocking(peer.control.get(), kShmAck, deadline, j);
     peer.segment.unlink_name();
     peer.out = peer.segment.outgoing(true);
     peer.in = peer.segment.incoming(true);
@@ -222,146 +229,105 @@ void Mesh::setup_shm() {
   }
 }
 
+void Mesh::read_control_frame(Peer& peer) {
+  FrameHeader h{};
+  ssize_t n = ::recv(peer.control.get(), &h, sizeof(h), MSG_DONTWAIT | MSG_PEEK);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+  if (n <= 0) {
+    if (peer.said_bye) return;
+    fail(ErrorKind::kPeerFailure, peer_name(peer.rank) + " died or lost its connection (closed without saying goodbye)",
+         peer.rank);
+  }
+  if (size_t(n) < sizeof(h)) return;  // the rest of a header is on its way
+  std::string why;
+  Deadline deadline = Deadline::after_seconds(1.0);
+  read_all(peer.control.get(), &h, sizeof(h), deadline, &why);
+  if (h.magic != kFrameMagic || h.length > kMaxControlPayload) {
+    fail(ErrorKind::kPeerFailure, "corrupt control stream from " + peer_name(peer.rank), peer.rank);
+  }
+  std::string payload(h.length, '\0');
+  if (h.length > 0 && !read_all(peer.control.get(), payload.data(), h.length, deadline, &why)) {
+    fail(ErrorKind::kPeerFailure, peer_name(peer.rank) + " died while reporting a failure: " + why, peer.rank);
+  }
+  if (h.type == kAbort && payload.size() >= 4) {
+    int cause = peer.rank;
+    std::memcpy(&cause, payload.data(), 4);
+    if (cause < 0 || cause >= options_.size) cause = peer.rank;
+    fail(ErrorKind::kPeerFailure, payload.substr(4) + " (reported by " + peer_name(peer.rank) + ")", cause);
+  }
+  if (h.type == kBye) {
+    peer.said_bye = true;
+    return;
+  }
+  fail(ErrorKind::kPeerFailure, "unexpected control frame " + std::to_string(h.type) + " from " + peer_name(peer.rank),
+       peer.rank);
+}
+
+void Mesh::peer_lost(Peer& peer, const std::string& context) {
+  // A failing peer explains itself on its control connection before dropping the data connection:
+  // give that explanation a moment to arrive, so the error names the real culprit.
+  Deadline grace = Deadline::after_seconds(kAbortGraceSeconds);
+  while (!peer.said_bye && peer.control.valid()) {
+    pollfd p{peer.control.get(), POLLIN, 0};
+    if (::poll(&p, 1, grace.remaining_ms(50)) > 0) {
+      read_control_frame(peer);  // throws on abort or death
+      continue;
+    }
+    if (grace.expired()) break;
+  }
+  if (peer.said_bye) {
+    fail(ErrorKind::kPeerFailure,
+         peer_name(peer.rank) + " has shut down while this rank still " + context +
+             "; did the ranks call different numbers of collectives?",
+         peer.rank);
+  }
+  fail(ErrorKind::kPeerFailure, "connection to " + peer_name(peer.rank) + " lost while this rank " + context +
+                                    "; that rank probably died",
+       peer.rank);
+}
+
 bool Mesh::progress_send(SendItem& item, Peer& peer) {
   size_t limit = item.gate ? std::min(*item.gate, item.len) : item.len;
+  if (item.done >= limit) return false;
   if (peer.shm) {
-    if (item.done >= limit) return false;
     size_t n = peer.out.write_some(item.data + item.done, std::min(limit - item.done, kPieceBytes));
     item.done += n;
     return n > 0;
   }
-  FrameHeader header{kFrameMagic, kData, item.len};
-  iovec iov[2];
-  int count = 0;
-  if (item.header_done < sizeof(header)) {
-    iov[count++] = {reinterpret_cast<uint8_t*>(&header) + item.header_done, sizeof(header) - item.header_done};
-  }
-  size_t payload = std::min(limit - std::min(limit, item.done), options_.tcp_chunk_bytes);
-  if (payload > 0) iov[count++] = {const_cast<uint8_t*>(item.data + item.done), payload};
-  if (count == 0) return false;
-  msghdr msg{};
-  msg.msg_iov = iov;
-  msg.msg_iovlen = count;
-  ssize_t n = ::sendmsg(peer.fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+  size_t want = std::min(limit - item.done, options_.tcp_chunk_bytes);
+  ssize_t n = ::send(peer.data.get(), item.data + item.done, want, MSG_NOSIGNAL | MSG_DONTWAIT);
   if (n < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return false;
-    fail(ErrorKind::kPeerFailure,
-         "connection to " + peer_name(peer.rank) + " lost while sending (" + errno_text(errno) +
-             "); that rank probably died or exited",
-         peer.rank);
+    peer_lost(peer, "was sending to it (" + errno_text(errno) + ")");
   }
-  size_t sent = size_t(n);
-  size_t to_header = std::min(sent, sizeof(header) - item.header_done);
-  item.header_done += to_header;
-  item.done += sent - to_header;
-  peer.send_frame_open = item.done < item.len;
+  item.done += size_t(n);
   return n > 0;
 }
 
-bool Mesh::read_frame_header(RecvItem& item, Peer& peer) {
-  while (peer.header_have < sizeof(FrameHeader)) {
-    ssize_t n = ::recv(peer.fd.get(), peer.header_buf + peer.header_have, sizeof(FrameHeader) - peer.header_have,
-                       MSG_DONTWAIT);
+size_t Mesh::read_available(Peer& peer, uint8_t* dst, size_t max) {
+  if (peer.shm) {
+    const uint8_t* region;
+    size_t n = std::min(peer.in.peek(&region), max);
     if (n > 0) {
-      peer.header_have += size_t(n);
-      continue;
+      std::memcpy(dst, region, n);
+      peer.in.consume(n);
     }
-    if (n == 0) {
-      fail(ErrorKind::kPeerFailure,
-           peer_name(peer.rank) + " closed its connection while this rank expected data from it; it probably died",
-           peer.rank);
-    }
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return false;
-    fail(ErrorKind::kPeerFailure, "connection to " + peer_name(peer.rank) + " lost: " + errno_text(errno), peer.rank);
+    return n;
   }
-  FrameHeader h;
-  std::memcpy(&h, peer.header_buf, sizeof(h));
-  peer.header_have = 0;
-  if (h.magic != kFrameMagic) {
-    fail(ErrorKind::kPeerFailure, "corrupt stream from " + peer_name(peer.rank), peer.rank);
-  }
-  if (h.type != kData) {
-    handle_control_frame(peer, h.type, h.length, true);
-    return false;
-  }
-  if (item.grow_into != nullptr) {
-    if (h.length > item.max_len || h.length < kDescribeBytes) {
-      fail(ErrorKind::kMismatch, peer_name(peer.rank) + " sent a " + std::to_string(h.length) +
-                                     "-byte block where at most " + std::to_string(item.max_len) + " fit",
-           peer.rank);
-    }
-    item.grow_into->resize(h.length);
-    item.dst = item.grow_into->data();
-    item.len = h.length;
-  } else if (h.length != item.len) {
-    fail(ErrorKind::kMismatch, peer_name(peer.rank) + " sent " + std::to_string(h.length) +
-                                   " bytes where this rank expected " + std::to_string(item.len) +
-                                   "; the ranks disagree about this operation",
-         peer.rank);
-  }
-  item.header_read = true;
-  return true;
+  ssize_t n = ::recv(peer.data.get(), dst, max, MSG_DONTWAIT);
+  if (n > 0) return size_t(n);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
+  peer_lost(peer, "expected data from it");
 }
 
-bool Mesh::progress_recv_tcp(RecvItem& item, Peer& peer) {
+bool Mesh::progress_recv(RecvItem& item, Peer& peer) {
   bool progressed = false;
-  if (!item.header_read) {
-    if (!read_frame_header(item, peer)) return false;
-    progressed = true;
-  }
-  const size_t elem = item.reduce ? dtype_size(item.dtype) : 1;
-  if (item.reduce && !item.staging) item.staging.reset(new uint8_t[std::max(options_.tcp_chunk_bytes, elem)]);
-  while (item.done < item.len) {
-    uint8_t* into;
-    size_t want;
-    if (item.reduce) {
-      into = item.staging.get() + item.staged;
-      size_t room = std::max(options_.tcp_chunk_bytes, elem) - item.staged;
-      want = std::min(room, item.len - item.done - item.staged);
-    } else {
-      into = item.dst + item.done;
-      want = std::min(item.len - item.done, options_.tcp_chunk_bytes);
-    }
-    ssize_t n = ::recv(peer.fd.get(), into, want, MSG_DONTWAIT);
-    if (n == 0) {
-      fail(ErrorKind::kPeerFailure,
-           peer_name(peer.rank) + " closed its connection in the middle of a transfer; it probably died",
-           peer.rank);
-    }
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return progressed;
-      fail(ErrorKind::kPeerFailure, "connection to " + peer_name(peer.rank) + " lost: " + errno_text(errno),
-           peer.rank);
-    }
-    progressed = true;
-    if (!item.reduce) {
-      item.done += size_t(n);
-      continue;
-    }
-    item.staged += size_t(n);
-    size_t whole = item.staged / elem * elem;
-    if (whole > 0) {
-      reduce_inplace(item.dst + item.done, item.staging.get(), whole / elem, item.dtype, item.op);
-      item.done += whole;
-      item.staged -= whole;
-      if (item.staged > 0) std::memmove(item.staging.get(), item.staging.get() + whole, item.staged);
-    }
-  }
-  return progressed;
-}
-
-bool Mesh::progress_recv_shm(RecvItem& item, Peer& peer) {
-  bool progressed = false;
-  if (item.grow_into != nullptr && !item.header_read) {
+  if (item.grow_into != nullptr && !item.length_known) {
     if (item.grow_into->size() < kDescribeBytes) item.grow_into->resize(kDescribeBytes);
     while (item.done < kDescribeBytes) {
-      const uint8_t* region;
-      size_t n = peer.in.peek(&region);
+      size_t n = read_available(peer, item.grow_into->data() + item.done, kDescribeBytes - item.done);
       if (n == 0) return progressed;
-      size_t take = std::min(n, kDescribeBytes - item.done);
-      std::memcpy(item.grow_into->data() + item.done, region, take);
-      peer.in.consume(take);
-      item.done += take;
+      item.done += n;
       progressed = true;
     }
     uint64_t total = 0;
@@ -374,8 +340,44 @@ bool Mesh::progress_recv_shm(RecvItem& item, Peer& peer) {
     item.grow_into->resize(total);
     item.dst = item.grow_into->data();
     item.len = total;
-    item.header_read = true;
+    item.length_known = true;
   }
+  return (peer.shm ? progress_recv_shm(item, peer) : progress_recv_tcp(item, peer)) || progressed;
+}
+
+bool Mesh::progress_recv_tcp(RecvItem& item, Peer& peer) {
+  bool progressed = false;
+  if (!item.reduce) {
+    while (item.done < item.len) {
+      size_t n = read_available(peer, item.dst + item.done, std::min(item.len - item.done, options_.tcp_chunk_bytes));
+      if (n == 0) return progressed;
+      item.done += n;
+      progressed = true;
+    }
+    return progressed;
+  }
+  // Reduce what arrived, whole elements at a time, straight from a staging chunk.
+  const size_t elem = dtype_size(item.dtype);
+  const size_t capacity = std::max(options_.tcp_chunk_bytes, elem);
+  if (!item.staging) item.staging.reset(new uint8_t[capacity]);
+  while (item.done < item.len) {
+    size_t want = std::min(capacity - item.staged, item.len - item.done - item.staged);
+    size_t n = read_available(peer, item.staging.get() + item.staged, want);
+    if (n == 0) return progressed;
+    progressed = true;
+    item.staged += n;
+    size_t whole = item.staged / elem * elem;
+    if (whole == 0) continue;
+    reduce_inplace(item.dst + item.done, item.staging.get(), whole / elem, item.dtype, item.op);
+    item.done += whole;
+    item.staged -= whole;
+    if (item.staged > 0) std::memmove(item.staging.get(), item.staging.get() + whole, item.staged);
+  }
+  return progressed;
+}
+
+bool Mesh::progress_recv_shm(RecvItem& item, Peer& peer) {
+  bool progressed = false;
   const size_t elem = item.reduce ? dtype_size(item.dtype) : 1;
   if (item.reduce && !item.staging) item.staging.reset(new uint8_t[8]);
   while (item.done < item.len) {
@@ -404,6 +406,7 @@ bool Mesh::progress_recv_shm(RecvItem& item, Peer& peer) {
       continue;
     }
     size_t whole = take / elem * elem;
+    // Reduce straight out of the shared ring: no intermediate copy.
     reduce_inplace(item.dst + item.done, region, whole / elem, item.dtype, item.op);
     peer.in.consume(whole);
     item.done += whole;
@@ -411,79 +414,29 @@ bool Mesh::progress_recv_shm(RecvItem& item, Peer& peer) {
   return progressed;
 }
 
-bool Mesh::progress_recv(RecvItem& item, Peer& peer) {
-  return peer.shm ? progress_recv_shm(item, peer) : progress_recv_tcp(item, peer);
-}
-
-void Mesh::handle_control_frame(Peer& peer, uint32_t type, uint64_t length, bool expecting_data) {
-  if (type == kAbort) {
-    std::string payload(std::min<uint64_t>(length, kMaxControlPayload), '\0');
-    std::string why;
-    int cause = peer.rank;
-    Deadline deadline = Deadline::after_seconds(1.0);
-    if (payload.size() >= 4 && read_all(peer.fd.get(), payload.data(), payload.size(), deadline, &why)) {
-      std::memcpy(&cause, payload.data(), 4);
-      if (cause < 0 || cause >= options_.size) cause = peer.rank;
-      fail(ErrorKind::kPeerFailure, payload.substr(4) + " (reported by " + peer_name(peer.rank) + ")", cause);
-    }
-    fail(ErrorKind::kPeerFailure, peer_name(peer.rank) + " aborted the job", peer.rank);
-  }
-  if (type == kBye) {
-    peer.said_bye = true;
-    if (expecting_data) {
-      fail(ErrorKind::kPeerFailure,
-           peer_name(peer.rank) + " has shut down while this rank still expected data from it; did the ranks call "
-                                  "different numbers of collectives?",
-           peer.rank);
-    }
-    return;
-  }
-  fail(ErrorKind::kPeerFailure, "unexpected frame type " + std::to_string(type) + " from " + peer_name(peer.rank),
-       peer.rank);
-}
-
-// Looks at connections this rank is not currently reading, for aborts, goodbyes and deaths.
-void Mesh::check_control(const std::vector<bool>& active_recv, bool block, int timeout_ms,
-                         const std::vector<bool>& want_write) {
+// Sleeps until a data connection is ready or a control frame arrives (or timeout_ms passes), and acts
+// on control frames: an abort or a death anywhere in the job ends this rank's wait too.
+void Mesh::watch(const std::vector<bool>& reading, const std::vector<bool>& writing, int timeout_ms) {
   std::vector<pollfd> fds;
-  std::vector<int> ranks;
+  std::vector<Peer*> control_of;
   for (auto& p : peers_) {
-    if (!p || !p->fd.valid()) continue;
-    short events = 0;
-    bool reading = active_recv[p->rank] && !p->shm;
-    if (reading) {
-      events |= POLLIN;
-    } else if (!p->said_bye) {
-      // For a TCP peer not being read, its next bytes may be a later operation's data: only a hangup counts.
-      events |= p->shm ? (POLLIN | POLLRDHUP) : POLLRDHUP;
+    if (!p || !p->control.valid()) continue;
+    if (!p->said_bye) {
+      fds.push_back({p->control.get(), POLLIN, 0});
+      control_of.push_back(p.get());
     }
-    if (want_write[p->rank] && !p->shm) events |= POLLOUT;
-    if (events == 0) continue;
-    fds.push_back({p->fd.get(), events, 0});
-    ranks.push_back(p->rank);
+    if (p->shm) continue;
+    short events = short((reading[p->rank] ? POLLIN : 0) | (writing[p->rank] ? POLLOUT : 0));
+    if (events != 0) {
+      fds.push_back({p->data.get(), events, 0});
+      control_of.push_back(nullptr);
+    }
   }
-  if (fds.empty()) {
-    if (block && timeout_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms));
-    return;
-  }
-  int rc = ::poll(fds.data(), fds.size(), block ? timeout_ms : 0);
+  if (fds.empty()) return;
+  int rc = ::poll(fds.data(), fds.size(), timeout_ms);
   if (rc <= 0) return;
   for (size_t i = 0; i < fds.size(); ++i) {
-    Peer& peer = *peers_[ranks[i]];
-    if (fds[i].revents == 0) continue;
-    if (active_recv[peer.rank] && !peer.shm) continue;  // its reader handles data, frames and EOF
-    if (!(fds[i].revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR))) continue;
-    FrameHeader h{};
-    ssize_t n = ::recv(peer.fd.get(), &h, sizeof(h), MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-      if (peer.said_bye) continue;
-      fail(ErrorKind::kPeerFailure,
-           peer_name(peer.rank) + " died or lost its connection (closed without saying goodbye)", peer.rank);
-    }
-    if (n < ssize_t(sizeof(h)) || h.magic != kFrameMagic) continue;
-    if (h.type == kData) continue;  // a later operation's data; nothing is wrong
-    ::recv(peer.fd.get(), &h, sizeof(h), MSG_DONTWAIT);
-    handle_control_frame(peer, h.type, h.length, false);
+    if (control_of[i] != nullptr && fds[i].revents != 0) read_control_frame(*control_of[i]);
   }
 }
 
@@ -500,8 +453,7 @@ void Mesh::wait_for_progress(std::vector<SendItem>& sends, std::vector<RecvItem>
       }
       if (active_send[r] >= 0) {
         const SendItem& it = sends[active_send[r]];
-        bool gated = it.gate && *it.gate <= it.done;
-        if (!gated) {
+        if (!(it.gate && *it.gate <= it.done)) {
           waiting += (waiting.empty() ? "" : "; ") + std::string("sending to ") + peer_name(r) + " (" +
                      std::to_string(it.done) + " of " + std::to_string(it.len) + " bytes)";
         }
@@ -518,29 +470,21 @@ void Mesh::wait_for_progress(std::vector<SendItem>& sends, std::vector<RecvItem>
     Peer& peer = *peers_[r];
     if (active_recv[r] >= 0) {
       reading[r] = true;
-      if (peer.shm) {
-        if (!shm_wait_data) shm_wait_data = &peer.in;
-      } else {
-        any_tcp = true;
-      }
+      any_tcp |= !peer.shm;
+      if (peer.shm && !shm_wait_data) shm_wait_data = &peer.in;
     }
     if (active_send[r] >= 0) {
       const SendItem& it = sends[active_send[r]];
-      bool gated = it.gate && *it.gate <= it.done && it.header_done == sizeof(FrameHeader);
-      if (!gated) {
-        if (peer.shm) {
-          if (!shm_wait_space) shm_wait_space = &peer.out;
-        } else {
-          writing[r] = true;
-          any_tcp = true;
-        }
-      }
+      if (it.gate && *it.gate <= it.done) continue;  // waits on our own receive, not on this peer
+      writing[r] = true;
+      any_tcp |= !peer.shm;
+      if (peer.shm && !shm_wait_space) shm_wait_space = &peer.out;
     }
   }
   if (any_tcp) {
     // Shared-memory items can't wake poll(); keep the sleep short when some are also pending.
     bool shm_pending = shm_wait_data || shm_wait_space;
-    check_control(reading, true, deadline.remaining_ms(shm_pending ? 1 : 100), writing);
+    watch(reading, writing, deadline.remaining_ms(shm_pending ? 1 : 100));
     return;
   }
   int timeout_us = std::max(1, std::min(deadline.remaining_ms(2), 2)) * 1000;
@@ -549,7 +493,7 @@ void Mesh::wait_for_progress(std::vector<SendItem>& sends, std::vector<RecvItem>
   } else if (shm_wait_space) {
     shm_wait_space->wait_for_space(timeout_us);
   }
-  check_control(reading, false, 0, writing);
+  watch(reading, writing, 0);
 }
 
 void Mesh::run(std::vector<SendItem>& sends, std::vector<RecvItem>& recvs, const Deadline& deadline,
@@ -581,49 +525,27 @@ void Mesh::run(std::vector<SendItem>& sends, std::vector<RecvItem>& recvs, const
     std::fill(active_recv.begin(), active_recv.end(), -1);
     bool pending = false;
     bool progressed = false;
+    // Items to the same peer go strictly in order: only the first unfinished one per peer is active.
     for (size_t i = 0; i < sends.size(); ++i) {
       SendItem& s = sends[i];
-      Peer& peer = *peers_[s.peer];
-      bool complete = s.done == s.len && (peer.shm || s.header_done == sizeof(FrameHeader));
-      if (complete) continue;
-      if (active_send[s.peer] >= 0) {
-        pending = true;  // queued behind an earlier send to the same peer
-        continue;
-      }
-      active_send[s.peer] = int(i);
-      progressed |= progress_send(s, peer);
-      complete = s.done == s.len && (peer.shm || s.header_done == sizeof(FrameHeader));
-      pending |= !complete;
+      if (item_complete(s)) continue;
+      pending = true;
+      if (active_send[s.peer] >= 0) continue;
+      progressed |= progress_send(s, *peers_[s.peer]);
+      if (!item_complete(s)) active_send[s.peer] = int(i);
     }
     for (size_t i = 0; i < recvs.size(); ++i) {
       RecvItem& r = recvs[i];
-      Peer& peer = *peers_[r.peer];
-      bool complete = r.done == r.len && (r.header_read || (peer.shm && r.grow_into == nullptr));
-      if (complete) continue;
-      if (active_recv[r.peer] >= 0) {
-        pending = true;  // queued behind an earlier receive from the same peer
-        continue;
-      }
-      active_recv[r.peer] = int(i);
-      progressed |= progress_recv(r, peer);
-      complete = r.done == r.len && (r.header_read || (peer.shm && r.grow_into == nullptr));
-      pending |= !complete;
+      if (item_complete(r)) continue;
+      pending = true;
+      if (active_recv[r.peer] >= 0) continue;
+      progressed |= progress_recv(r, *peers_[r.peer]);
+      if (!item_complete(r)) active_recv[r.peer] = int(i);
     }
     if (!pending) return;
     if (progressed) {
       idle_rounds = 0;
       continue;
-    }
-    // Recompute which items are still active for the wait (completed ones drop out).
-    for (int r = 0; r < n; ++r) {
-      if (active_send[r] >= 0) {
-        SendItem& s = sends[active_send[r]];
-        if (s.done == s.len && (peers_[r]->shm || s.header_done == sizeof(FrameHeader))) active_send[r] = -1;
-      }
-      if (active_recv[r] >= 0) {
-        RecvItem& it = recvs[active_recv[r]];
-        if (it.done == it.len && (it.header_read || (peers_[r]->shm && it.grow_into == nullptr))) active_recv[r] = -1;
-      }
     }
     if (idle_rounds++ == 0) spin_started = std::chrono::steady_clock::now();
     auto spun = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - spin_started);
@@ -631,7 +553,7 @@ void Mesh::run(std::vector<SendItem>& sends, std::vector<RecvItem>& recvs, const
       cpu_relax();
       continue;
     }
-    if (idle_rounds < 8 + spin_us_) {
+    if (idle_rounds < 16) {
       sched_yield();
       continue;
     }
@@ -646,19 +568,20 @@ void Mesh::abort(int cause_rank, const std::string& message) {
   std::memcpy(payload.data(), &cause_rank, 4);
   payload += message.substr(0, kMaxControlPayload - 8);
   Deadline deadline = Deadline::after_seconds(0.5);
+  // Explanations first, on every control connection; only then drop the data connections.
   for (auto& peer : peers_) {
-    if (!peer || !peer->fd.valid()) continue;
-    if (!peer->send_frame_open) {
-      FrameHeader h{kFrameMagic, kAbort, payload.size()};
-      std::string why;
-      if (write_all(peer->fd.get(), &h, sizeof(h), deadline, &why)) {
-        write_all(peer->fd.get(), payload.data(), payload.size(), deadline, &why);
-      }
+    if (!peer || !peer->control.valid() || peer->said_bye) continue;
+    FrameHeader h{kFrameMagic, kAbort, payload.size()};
+    std::string why;
+    if (write_all(peer->control.get(), &h, sizeof(h), deadline, &why)) {
+      write_all(peer->control.get(), payload.data(), payload.size(), deadline, &why);
     }
-    ::shutdown(peer->fd.get(), SHUT_WR);
   }
   for (auto& peer : peers_) {
-    if (peer) peer->fd.reset();
+    if (!peer) continue;
+    ::shutdown(peer->data.get(), SHUT_RDWR);
+    peer->data.reset();
+    peer->control.reset();
   }
 }
 
@@ -667,16 +590,15 @@ void Mesh::close() {
   closed_ = true;
   Deadline deadline = Deadline::after_seconds(1.0);
   for (auto& peer : peers_) {
-    if (!peer || !peer->fd.valid()) continue;
-    if (!peer->send_frame_open) {
-      FrameHeader h{kFrameMagic, kBye, 0};
-      std::string why;
-      write_all(peer->fd.get(), &h, sizeof(h), deadline, &why);
-    }
-    ::shutdown(peer->fd.get(), SHUT_WR);
+    if (!peer || !peer->control.valid()) continue;
+    FrameHeader h{kFrameMagic, kBye, 0};
+    std::string why;
+    write_all(peer->control.get(), &h, sizeof(h), deadline, &why);
   }
   for (auto& peer : peers_) {
-    if (peer) peer->fd.reset();
+    if (!peer) continue;
+    peer->data.reset();
+    peer->control.reset();
   }
 }
 

@@ -1,8 +1,10 @@
 // The full mesh of connections of one rank, and the progress loop that moves data over it.
 //
-// Every pair of ranks holds one authenticated TCP connection. Same-host pairs also share a
-// shared-memory segment that then carries the data; their TCP connection carries only control
-// frames (abort, bye), so a dead or failing peer is noticed wherever this rank is waiting.
+// Every pair of ranks holds two authenticated TCP connections: a control connection that carries only
+// small frames (shared-memory setup, abort with its cause, goodbye) and a data connection that carries raw
+// bytes. Same-host pairs move their data through a shared-memory segment instead. Every wait also watches
+// every peer's control connection, so a dead or failing peer is noticed wherever this rank is waiting,
+// and an abort can always be delivered, even in the middle of a transfer.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -43,7 +45,6 @@ struct SendItem {
   const size_t* gate = nullptr;
   // Progress, owned by the mesh.
   size_t done = 0;
-  size_t header_done = 0;
 };
 
 // One receive from a peer. Receives from the same peer complete in the order given.
@@ -60,8 +61,8 @@ struct RecvItem {
   size_t max_len = 0;
   // Progress, owned by the mesh: bytes delivered into dst (whole elements when reducing).
   size_t done = 0;
-  bool header_read = false;  // TCP frame header / self-describing length consumed
-  size_t staged = 0;         // bytes of a partial element (or TCP chunk) waiting in staging
+  bool length_known = false;  // self-describing receive: total length read
+  size_t staged = 0;          // bytes of a partial element (or TCP chunk) waiting in staging
   std::unique_ptr<uint8_t[]> staging;
 };
 
@@ -97,10 +98,10 @@ class Mesh {
   bool progress_recv(RecvItem& item, Peer& peer);
   bool progress_recv_tcp(RecvItem& item, Peer& peer);
   bool progress_recv_shm(RecvItem& item, Peer& peer);
-  bool read_frame_header(RecvItem& item, Peer& peer);
-  void handle_control_frame(Peer& peer, uint32_t type, uint64_t length, bool expecting_data);
-  void check_control(const std::vector<bool>& active_recv, bool block, int timeout_ms,
-                     const std::vector<bool>& want_write);
+  size_t read_available(Peer& peer, uint8_t* dst, size_t max);
+  [[noreturn]] void peer_lost(Peer& peer, const std::string& context);
+  void read_control_frame(Peer& peer);
+  void watch(const std::vector<bool>& reading, const std::vector<bool>& writing, int timeout_ms);
   void wait_for_progress(std::vector<SendItem>& sends, std::vector<RecvItem>& recvs,
                          const std::vector<int>& active_send, const std::vector<int>& active_recv,
                          const Deadline& deadline, const std::string& what);

@@ -1,0 +1,38 @@
+// Data-movement algorithms. They assume every rank already agreed on the call (the communicator's
+// descriptor round, or the engine's negotiation), so sizes here are trusted to match across ranks.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "algorithms/collective_options.h"
+#include "common/types.h"
+#include "transport/mesh.h"
+
+namespace shvd {
+
+// In place over `count` elements: pipelined ring reduce-scatter then allgather, 2(p-1)/p of the data
+// per rank. Average behaves as Sum here (the caller finishes it).
+void ring_allreduce(Mesh& mesh, void* data, size_t count, DType dtype, ReduceOp op, const CollectiveOptions& opts);
+
+// `out` holds every rank's block at byte_offset[r] (byte_len[r] long); this rank's block is already in
+// place. Ring allgather of variable-size blocks.
+void ring_allgatherv(Mesh& mesh, uint8_t* out, const std::vector<size_t>& byte_offset,
+                     const std::vector<size_t>& byte_len, const CollectiveOptions& opts);
+
+// Pipelined chain root -> root+1 -> ...: each rank forwards bytes as soon as they arrive.
+void chain_broadcast(Mesh& mesh, void* data, size_t bytes, int root, const CollectiveOptions& opts);
+
+// Direct exchange with every peer at once: send_len[r] bytes from send + send_offset[r] to rank r, and
+// recv_len[r] bytes from rank r into recv + recv_offset[r]. This rank's own slice is copied locally.
+void pairwise_alltoallv(Mesh& mesh, const uint8_t* send, const std::vector<size_t>& send_offset,
+                        const std::vector<size_t>& send_len, uint8_t* recv, const std::vector<size_t>& recv_offset,
+                        const std::vector<size_t>& recv_len, const CollectiveOptions& opts);
+
+// In place over `data`, split into per-rank element ranges (offset, count): afterwards range `rank`
+// holds the full reduction. Other ranges hold partial results.
+void ring_reducescatter(Mesh& mesh, void* data, const std::vector<size_t>& elem_offset,
+                        const std::vector<size_t>& elem_count, DType dtype, ReduceOp op,
+                        const CollectiveOptions& opts);
+
+}  // namespace shvd
