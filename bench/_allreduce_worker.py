@@ -186,7 +186,7 @@ def measure(backend: Backend, nbytes: int, target_s: float, min_iters: int, max_
             times.append(time.perf_counter() - t0)
         finished = len(times) >= max_iters or (
             len(times) >= min_iters and time.perf_counter() - loop_start >= target_s)
-        if backend.agree_max(1.0 if finished else 0.0) > 0.0:  # untimed; any rank may call it
+        if backend.agree_max(1.0 if finished else 0.0) > 0.0:  # untimed; stop once any rank is done
             break
     iters = len(times)
     times.sort()

@@ -1,24 +1,30 @@
 """Allreduce benchmark: spark-hvd (shm and tcp) against torch.distributed/gloo and Open MPI.
 
-    .venv/bin/python bench/allreduce.py [--sizes 4K 1M ...] [--ranks 2 4] [--impls ...] [--quick]
+    .venv/bin/python bench/allreduce.py [--sizes 4K 1M ...] [--ranks 2 4] [--impls ...]
+                                        [--iters N] [--repeat R] [--quick]
 
 Every (implementation, world size) pair runs as its own set of processes, started from here,
 running bench/_allreduce_worker.py. Each rank prints one JSON line per size; this driver parses
 them, prints Markdown tables and writes the raw data to bench/results/allreduce-<timestamp>.json.
 
 Reported time for a cell = max over ranks of that rank's median per-call time (the slowest
-rank bounds what a training step would see). algbw = bytes / time; busbw = algbw * 2(p-1)/p,
-in GB/s = 1e9 bytes/s. Exit status is non-zero only if one of our own implementations fails.
+rank bounds what a training step would see), then the median over R interleaved rounds
+(default 3; the machine drifts between fast and slow phases lasting seconds to minutes).
+algbw = bytes / time; busbw = algbw * 2(p-1)/p, in GB/s = 1e9 bytes/s.
+Exit status is non-zero only if one of our own implementations fails.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
+import resource
 import signal
 import socket
 import subprocess
@@ -62,6 +68,7 @@ class Job:
     elapsed_s: float = 0.0
     timed_out: bool = False
     loadavg_before: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    other_cpu_share: float = 0.0  # fraction of all cores used by processes outside this job
 
 
 def parse_size(text: str) -> int:
@@ -116,6 +123,22 @@ def make_job(impl: str, ranks: int, sizes: list[int], worker_args: list[str], ti
     raise ValueError(f"unknown implementation {impl!r}")
 
 
+def _machine_busy_s() -> float:
+    """CPU seconds all cores have spent busy since boot (from /proc/stat)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_s() -> float:
+    """CPU seconds of this driver plus every finished child it (transitively) reaped."""
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    return total
+
+
 def run_job(job: Job, timeout_s: float) -> None:
     """Runs the job's processes to completion or until timeout_s, whichever is first.
 
@@ -124,6 +147,8 @@ def run_job(job: Job, timeout_s: float) -> None:
     session, so the whole group (launcher and ranks) can be stopped if it overruns.
     """
     job.loadavg_before = os.getloadavg()
+    # Other users of this machine skew results; measure how much CPU they took meanwhile.
+    busy0, own0 = _machine_busy_s(), _own_cpu_s()
     procs: list[subprocess.Popen[bytes]] = []
     files = []
     start = time.monotonic()
@@ -142,6 +167,8 @@ def run_job(job: Job, timeout_s: float) -> None:
         _stop(procs)
         job.elapsed_s = time.monotonic() - start
         job.rcs = [p.returncode for p in procs]
+        other = (_machine_busy_s() - busy0) - (_own_cpu_s() - own0)
+        job.other_cpu_share = max(0.0, other) / (max(job.elapsed_s, 1e-3) * (os.cpu_count() or 1))
         for out, err in files:
             for f, attr in ((out, "stdout"), (err, "stderr")):
                 f.seek(0)
@@ -184,10 +211,8 @@ def collect(job: Job, sizes: list[int]) -> dict[str, Any]:
         if len(per_rank) != job.ranks:
             cells[str(nbytes)] = {"error": f"{problem or 'no result'}: {tail}"}
             continue
-        t = max(r["median_s"] for r in per_rank)
-        algbw = nbytes / t
         cells[str(nbytes)] = {
-            "time_s": t, "algbw_GBps": algbw / 1e9, "busbw_GBps": algbw * 2 * (job.ranks - 1) / job.ranks / 1e9,
+            **_bandwidths(nbytes, job.ranks, max(r["median_s"] for r in per_rank)),
             "correct": all(r["correct"] for r in per_rank), "per_rank": per_rank,
         }
         if not cells[str(nbytes)]["correct"]:
@@ -196,7 +221,37 @@ def collect(job: Job, sizes: list[int]) -> dict[str, Any]:
     exit_note = problem if problem and not (job.impl == "gloo" and not job.timed_out) else ""
     return {"impl": job.impl, "ranks": job.ranks, "commands": job.commands, "rcs": job.rcs,
             "timed_out": job.timed_out, "elapsed_s": job.elapsed_s, "exit_problem": exit_note,
-            "loadavg_before": job.loadavg_before, "stderr_tail": tail, "cells": cells}
+            "loadavg_before": job.loadavg_before,
+            "other_cpu_share": job.other_cpu_share, "stderr_tail": tail, "cells": cells}
+
+
+def _bandwidths(nbytes: int, ranks: int, time_s: float) -> dict[str, float]:
+    algbw = nbytes / time_s
+    return {"time_s": time_s, "algbw_GBps": algbw / 1e9, "busbw_GBps": algbw * 2 * (ranks - 1) / ranks / 1e9}
+
+
+def merge_rounds(rounds: list[dict[str, Any]], sizes: list[int]) -> dict[str, Any]:
+    """One result from several rounds of the same job: per size, the median of the rounds' times.
+
+    Rounds of different implementations are interleaved, so a slow phase of the machine (seen
+    here as minute-long shifts in loopback TCP speed) is spread over all of them.
+    """
+    first = rounds[0]
+    cells: dict[str, Any] = {}
+    for nbytes in sizes:
+        ok = [r["cells"][str(nbytes)] for r in rounds if "error" not in r["cells"][str(nbytes)]]
+        if not ok:
+            cells[str(nbytes)] = first["cells"][str(nbytes)]
+            continue
+        times = sorted(c["time_s"] for c in ok)
+        mid = len(times) // 2
+        median = times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2
+        cells[str(nbytes)] = {**_bandwidths(nbytes, first["ranks"], median), "correct": True,
+                              "round_times_s": [c["time_s"] for c in ok]}
+    problems = [r["exit_problem"] for r in rounds if r["exit_problem"]]
+    return {"impl": first["impl"], "ranks": first["ranks"], "exit_problem": "; ".join(problems),
+            "other_cpu_share": max(r["other_cpu_share"] for r in rounds), "cells": cells,
+            "rounds": rounds}
 
 
 def _cell(result: dict[str, Any] | None, nbytes: int) -> dict[str, Any]:
@@ -296,7 +351,27 @@ def environment() -> dict[str, Any]:
         except importlib.metadata.PackageNotFoundError:
             versions[dist] = None
     return {"cpu_model": model, "cores": os.cpu_count(), "python": platform.python_version(),
-            "kernel": platform.release(), "versions": versions}
+            "kernel": platform.release(), "versions": versions, "library": library_identity()}
+
+
+def library_identity() -> dict[str, Any]:
+    """Which build of our library was measured: the tree is edited while benchmarks run."""
+    ident: dict[str, Any] = {}
+    try:
+        git = ["git", "-C", str(BENCH_DIR.parent)]
+        ident["commit"] = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True,
+                                         timeout=10).stdout.strip()
+        ident["dirty"] = subprocess.run([*git, "status", "--porcelain", "--", "native", "collective"],
+                                        capture_output=True, text=True, timeout=10).stdout.split("\n")[:-1]
+    except (OSError, subprocess.TimeoutExpired) as e:
+        ident["git_error"] = str(e)
+    # find_spec locates the package without importing it (and its extension) into the driver.
+    spec = importlib.util.find_spec("collective")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        for so in sorted(Path(folder).glob("_native*.so")):
+            ident["native"] = {"path": str(so), "sha256": hashlib.sha256(so.read_bytes()).hexdigest()[:16],
+                               "mtime": dt.datetime.fromtimestamp(so.stat().st_mtime).isoformat(timespec="seconds")}
+    return ident
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -311,6 +386,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="run exactly N timed calls per cell instead of a time target")
     parser.add_argument("--job-timeout", type=float, default=300.0,
                         help="seconds allowed for one implementation at one world size")
+    parser.add_argument("--repeat", type=int, default=None,
+                        help="rounds over all implementations, each cell reporting its median "
+                             "round (default 3; 1 with --quick)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke test: 2 ranks, sizes up to 16 MiB, ~0.2 s per cell")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results")
@@ -318,6 +396,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sizes = sorted(set(args.sizes or [parse_size(s) for s in (QUICK_SIZES if args.quick else DEFAULT_SIZES)]))
     ranks_list = args.ranks or ([2] if args.quick else [2, 4])
+    repeat = max(1, args.repeat if args.repeat is not None else (1 if args.quick else 3))
     target_s = args.target_s if args.target_s is not None else (0.2 if args.quick else 1.0)
     if args.iters is not None:
         # min = max = N: the time target can neither stop the loop early nor extend it.
@@ -326,29 +405,44 @@ def main(argv: list[str] | None = None) -> int:
         worker_args = ["--target-s", str(target_s), "--min-iters", "3" if args.quick else "5"]
 
     started = dt.datetime.now()
-    results: dict[tuple[str, int], dict[str, Any]] = {}
-    for ranks in ranks_list:
-        for impl in args.impls:
-            job = make_job(impl, ranks, sizes, worker_args, args.job_timeout)
-            print(f"[bench] {impl} x{ranks} (load {os.getloadavg()[0]:.2f}) ...", end=" ",
-                  file=sys.stderr, flush=True)
-            run_job(job, args.job_timeout)
-            results[(impl, ranks)] = collect(job, sizes)
-            print(f"{job.elapsed_s:.1f}s rc={job.rcs}", file=sys.stderr, flush=True)
+    library_at_start = library_identity()
+    rounds: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for round_no in range(1, repeat + 1):
+        for ranks in ranks_list:
+            for impl in args.impls:
+                job = make_job(impl, ranks, sizes, worker_args, args.job_timeout)
+                print(f"[bench] round {round_no}: {impl} x{ranks} (load {os.getloadavg()[0]:.2f}) ...",
+                      end=" ", file=sys.stderr, flush=True)
+                run_job(job, args.job_timeout)
+                rounds.setdefault((impl, ranks), []).append(collect(job, sizes))
+                print(f"{job.elapsed_s:.1f}s rc={job.rcs}, other processes used "
+                      f"{job.other_cpu_share:.0%} of the CPUs", file=sys.stderr, flush=True)
+    results = {key: merge_rounds(value, sizes) for key, value in rounds.items()}
 
-    print(f"# allreduce float32 SUM, {started:%Y-%m-%d %H:%M}, {os.cpu_count()} cores\n")
+    print(f"# allreduce float32 SUM, {started:%Y-%m-%d %H:%M}, {os.cpu_count()} cores"
+          + (f", median of {repeat} rounds" if repeat > 1 else "") + "\n")
     for ranks in ranks_list:
         print(format_tables(results, args.impls, ranks, sizes) + "\n")
     targets = check_targets(results, sizes) if 2 in ranks_list else []
     if targets:
         print("### Targets (2 ranks)\n\n" + "\n".join(targets) + "\n")
 
+    noisy = [f"{impl} x{ranks}: {r['other_cpu_share']:.0%}" for (impl, ranks), r in results.items()
+             if r["other_cpu_share"] > 0.10]
+    if noisy:
+        print("WARNING: other processes used >10% of the CPUs during: " + ", ".join(noisy) + "\n")
+
+    if library_at_start.get("native") != library_identity().get("native"):
+        print("WARNING: our native library was rebuilt while the benchmark ran; rerun it\n")
+
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"allreduce-{started:%Y%m%d-%H%M%S}.json"
     path.write_text(json.dumps({
         "started": started.isoformat(timespec="seconds"), "argv": sys.argv, "sizes": sizes,
         "ranks": ranks_list, "worker_args": worker_args, "environment": environment(),
-        "time_statistic": "max over ranks of per-rank median per-call time",
+        "library_at_start": library_at_start,
+        "time_statistic": "max over ranks of per-rank median per-call time; median over rounds",
+        "repeat": repeat,
         "jobs": list(results.values()), "targets": targets,
     }, indent=1))
     print(f"raw results: {path}")

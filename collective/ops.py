@@ -1,7 +1,7 @@
 """Collectives on numpy arrays, with Horovod's argument names.
 
 Out-of-place functions return new arrays; the ``_`` variants work in place. Arrays are handed to
-the native core by address, without a copy when they are already C-contiguous.
+the native core through the buffer protocol, without a copy when they are already C-contiguous.
 """
 
 from __future__ import annotations
@@ -10,28 +10,26 @@ from typing import Sequence
 
 import numpy as np
 
-from collective.dtypes import dtype_code
+from collective.dtypes import as_buffer, dtype_code
 from collective.errors import InvalidArgumentError
 from collective.reduce_ops import ReduceOp, resolve_op
 from collective.runtime import communicator
 
 
-def _contiguous(tensor: np.ndarray | Sequence, name: str) -> np.ndarray:
-    array = np.asarray(tensor)
+def _as_array(tensor: np.ndarray | Sequence, name: str) -> np.ndarray:
+    array = tensor if type(tensor) is np.ndarray else np.asarray(tensor)
     if array.dtype == object:
         raise InvalidArgumentError(f"tensor {name!r} is not numeric")
-    return np.ascontiguousarray(array)
+    return array if array.flags.c_contiguous else np.ascontiguousarray(array)
 
 
-def _writable_target(tensor: np.ndarray, what: str) -> None:
+def _in_place_target(tensor: np.ndarray, what: str) -> np.ndarray:
+    """The contiguous array the native call writes into; the caller copies back if it is not `tensor`."""
     if not isinstance(tensor, np.ndarray):
         raise InvalidArgumentError(f"{what} works in place and needs a numpy array, got {type(tensor).__name__}")
     if not tensor.flags.writeable:
         raise InvalidArgumentError(f"{what} works in place but the array is read-only")
-
-
-def _call_args(array: np.ndarray, name: str) -> tuple[int, int, list[int]]:
-    return array.ctypes.data, dtype_code(array.dtype, name), list(array.shape)
+    return tensor if tensor.flags.c_contiguous else np.ascontiguousarray(tensor)
 
 
 def _result(flat: np.ndarray, shape: Sequence[int], dtype: np.dtype) -> np.ndarray:
@@ -47,13 +45,11 @@ def allreduce_(
     postscale_factor: float = 1.0,
 ) -> np.ndarray:
     """Reduces ``tensor`` across all ranks in place and returns it. ``op`` defaults to Average."""
-    _writable_target(tensor, "allreduce_")
     name = name or ""
-    work = tensor if tensor.flags.c_contiguous else np.ascontiguousarray(tensor)
-    ptr, code, shape = _call_args(work, name)
-    communicator().allreduce(
-        ptr, code, shape, int(resolve_op(op, average)), float(prescale_factor), float(postscale_factor), name
-    )
+    work = _in_place_target(tensor, "allreduce_")
+    code = dtype_code(work.dtype, name)
+    op_code = op if type(op) is ReduceOp and average is None else resolve_op(op, average)
+    communicator().allreduce(as_buffer(work, code), op_code, prescale_factor, postscale_factor, name, code)
     if work is not tensor:
         tensor[...] = work
     return tensor
@@ -78,19 +74,18 @@ def allgather(tensor: np.ndarray, name: str | None = None) -> np.ndarray:
     First dimensions may differ between ranks; the other dimensions must agree.
     """
     name = name or ""
-    array = _contiguous(tensor, name)
-    ptr, code, shape = _call_args(array, name)
-    flat, out_shape = communicator().allgather(ptr, code, shape, name)
+    array = _as_array(tensor, name)
+    code = dtype_code(array.dtype, name)
+    flat, out_shape = communicator().allgather(as_buffer(array, code), name, code)
     return _result(flat, out_shape, array.dtype)
 
 
 def broadcast_(tensor: np.ndarray, root_rank: int, name: str | None = None) -> np.ndarray:
     """Overwrites ``tensor`` on every rank with ``root_rank``'s value, in place."""
-    _writable_target(tensor, "broadcast_")
     name = name or ""
-    work = tensor if tensor.flags.c_contiguous else np.ascontiguousarray(tensor)
-    ptr, code, shape = _call_args(work, name)
-    communicator().broadcast(ptr, code, shape, int(root_rank), name)
+    work = _in_place_target(tensor, "broadcast_")
+    code = dtype_code(work.dtype, name)
+    communicator().broadcast(as_buffer(work, code), int(root_rank), name, code)
     if work is not tensor:
         tensor[...] = work
     return tensor
@@ -111,10 +106,10 @@ def alltoall(
     ``splits`` (rows per destination rank), returns ``(output, received_splits)`` as Horovod does.
     """
     name = name or ""
-    array = _contiguous(tensor, name)
-    ptr, code, shape = _call_args(array, name)
+    array = _as_array(tensor, name)
+    code = dtype_code(array.dtype, name)
     split_list = [] if splits is None else [int(s) for s in np.asarray(splits).reshape(-1)]
-    flat, out_shape, received = communicator().alltoall(ptr, code, shape, split_list, name)
+    flat, out_shape, received = communicator().alltoall(as_buffer(array, code), split_list, name, code)
     output = _result(flat, out_shape, array.dtype)
     if splits is None:
         return output
@@ -133,10 +128,10 @@ def reducescatter(
     Rank r gets rows [offset_r, offset_r + n_r), where the first ``rows % size`` ranks get one extra row.
     """
     name = name or ""
-    array = _contiguous(tensor, name)
-    ptr, code, shape = _call_args(array, name)
+    array = _as_array(tensor, name)
+    code = dtype_code(array.dtype, name)
     flat, out_shape = communicator().reducescatter(
-        ptr, code, shape, int(resolve_op(op, None)), float(prescale_factor), float(postscale_factor), name
+        as_buffer(array, code), int(resolve_op(op, None)), prescale_factor, postscale_factor, name, code
     )
     return _result(flat, out_shape, array.dtype)
 

@@ -52,16 +52,66 @@ ReduceOp to_op(int code) {
   return ReduceOp(code);
 }
 
-TensorRef tensor(uintptr_t address, int dtype, const std::vector<int64_t>& shape) {
-  for (int64_t d : shape) {
-    if (d < 0) fail(ErrorKind::kInvalidArgument, "negative dimension in shape " + shape_text(shape));
+DType dtype_from_format(const char* format, Py_ssize_t itemsize) {
+  // Native byte order only: '=' and '@' prefixes are fine, anything else is not ours to reinterpret.
+  if (format[0] == '@' || format[0] == '=') ++format;
+  if (format[0] != '\0' && format[1] == '\0') {
+    switch (format[0]) {
+      case 'B': return DType::kUInt8;
+      case 'b': return DType::kInt8;
+      case 'e': return DType::kFloat16;
+      case 'f': return DType::kFloat32;
+      case 'd': return DType::kFloat64;
+      case 'i':
+      case 'l':
+      case 'q':
+        if (itemsize == 4) return DType::kInt32;
+        if (itemsize == 8) return DType::kInt64;
+        break;
+    }
   }
-  TensorRef t;
-  t.data = reinterpret_cast<void*>(address);
-  t.dtype = to_dtype(dtype);
-  t.shape = shape;
-  return t;
+  fail(ErrorKind::kInvalidArgument, std::string("unsupported element format '") + format +
+                                        "'; use uint8, int8, int32, int64, float16, bfloat16, float32 or float64");
 }
+
+// A tensor handed over either as an object with the buffer protocol (numpy: one call, no copy) or as a
+// raw address with an explicit dtype code and shape (torch and TensorFlow adapters).
+class TensorArg {
+ public:
+  TensorArg(nb::handle source, int dtype, nb::handle shape, bool writable, const std::string& name) {
+    if (PyLong_Check(source.ptr())) {
+      ref_.data = reinterpret_cast<void*>(PyLong_AsUnsignedLongLong(source.ptr()));
+      ref_.dtype = to_dtype(dtype);
+      for (nb::handle d : shape) ref_.shape.push_back(nb::cast<int64_t>(d));
+    } else {
+      int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+      if (PyObject_GetBuffer(source.ptr(), &view_, flags) != 0) {
+        PyErr_Clear();
+        fail(ErrorKind::kInvalidArgument, "tensor '" + name + "' must be a C-contiguous" +
+                                              (writable ? ", writable" : "") + " buffer");
+      }
+      held_ = true;
+      ref_.data = view_.buf;
+      // A dtype code overrides the buffer's format: bfloat16 arrives as its uint16 bit pattern.
+      ref_.dtype = dtype >= 0 ? to_dtype(dtype) : dtype_from_format(view_.format, view_.itemsize);
+      ref_.shape.assign(view_.shape, view_.shape + view_.ndim);
+    }
+    for (int64_t d : ref_.shape) {
+      if (d < 0) fail(ErrorKind::kInvalidArgument, "negative dimension in shape " + shape_text(ref_.shape));
+    }
+  }
+  ~TensorArg() {
+    if (held_) PyBuffer_Release(&view_);
+  }
+  TensorArg(const TensorArg&) = delete;
+  TensorArg& operator=(const TensorArg&) = delete;
+  const TensorRef& ref() const { return ref_; }
+
+ private:
+  Py_buffer view_{};
+  bool held_ = false;
+  TensorRef ref_;
+};
 
 // Hands a result buffer to Python as a flat uint8 numpy array that owns it; the caller views and reshapes.
 nb::ndarray<nb::numpy, uint8_t> to_numpy(OwnedResult& result, size_t bytes) {
@@ -162,72 +212,73 @@ NB_MODULE(_native, m) {
       .def("uses_shm", [](PyCommunicator& c, int peer) { return c.comm->uses_shm(peer); })
       .def(
           "allreduce",
-          [](PyCommunicator& c, uintptr_t ptr, int dtype, std::vector<int64_t> shape, int op, double prescale,
-             double postscale, const std::string& name) {
-            TensorRef t = tensor(ptr, dtype, shape);
+          [](PyCommunicator& c, nb::handle tensor, int op, double prescale, double postscale,
+             const std::string& name, int dtype, nb::handle shape) {
+            TensorArg t(tensor, dtype, shape, true, name);
             ReduceOp rop = to_op(op);
             nb::gil_scoped_release release;
             std::lock_guard<std::mutex> lock(c.mutex);
-            c.comm->allreduce(t, rop, prescale, postscale, name);
+            c.comm->allreduce(t.ref(), rop, prescale, postscale, name);
           },
-          nb::arg("ptr"), nb::arg("dtype"), nb::arg("shape"), nb::arg("op"), nb::arg("prescale"),
-          nb::arg("postscale"), nb::arg("name"))
+          nb::arg("tensor"), nb::arg("op"), nb::arg("prescale"), nb::arg("postscale"), nb::arg("name"),
+          nb::arg("dtype") = -1, nb::arg("shape") = nb::none(),
+          "In place. `tensor` is a buffer, or an address with `dtype` and `shape`.")
       .def(
           "allgather",
-          [](PyCommunicator& c, uintptr_t ptr, int dtype, std::vector<int64_t> shape, const std::string& name) {
-            TensorRef t = tensor(ptr, dtype, shape);
+          [](PyCommunicator& c, nb::handle tensor, const std::string& name, int dtype, nb::handle shape) {
+            TensorArg t(tensor, dtype, shape, false, name);
             OwnedResult r;
             {
               nb::gil_scoped_release release;
               std::lock_guard<std::mutex> lock(c.mutex);
-              r = c.comm->allgather(t, name);
+              r = c.comm->allgather(t.ref(), name);
             }
-            size_t bytes = result_bytes(r, dtype);
+            size_t bytes = result_bytes(r, int(t.ref().dtype));
             return nb::make_tuple(to_numpy(r, bytes), r.shape);
           },
-          nb::arg("ptr"), nb::arg("dtype"), nb::arg("shape"), nb::arg("name"))
+          nb::arg("tensor"), nb::arg("name"), nb::arg("dtype") = -1, nb::arg("shape") = nb::none())
       .def(
           "broadcast",
-          [](PyCommunicator& c, uintptr_t ptr, int dtype, std::vector<int64_t> shape, int root,
-             const std::string& name) {
-            TensorRef t = tensor(ptr, dtype, shape);
+          [](PyCommunicator& c, nb::handle tensor, int root, const std::string& name, int dtype, nb::handle shape) {
+            TensorArg t(tensor, dtype, shape, true, name);
             nb::gil_scoped_release release;
             std::lock_guard<std::mutex> lock(c.mutex);
-            c.comm->broadcast(t, root, name);
+            c.comm->broadcast(t.ref(), root, name);
           },
-          nb::arg("ptr"), nb::arg("dtype"), nb::arg("shape"), nb::arg("root"), nb::arg("name"))
+          nb::arg("tensor"), nb::arg("root"), nb::arg("name"), nb::arg("dtype") = -1, nb::arg("shape") = nb::none())
       .def(
           "alltoall",
-          [](PyCommunicator& c, uintptr_t ptr, int dtype, std::vector<int64_t> shape, std::vector<int64_t> splits,
-             const std::string& name) {
-            TensorRef t = tensor(ptr, dtype, shape);
+          [](PyCommunicator& c, nb::handle tensor, std::vector<int64_t> splits, const std::string& name, int dtype,
+             nb::handle shape) {
+            TensorArg t(tensor, dtype, shape, false, name);
             OwnedResult r;
             {
               nb::gil_scoped_release release;
               std::lock_guard<std::mutex> lock(c.mutex);
-              r = c.comm->alltoall(t, splits, name);
+              r = c.comm->alltoall(t.ref(), splits, name);
             }
-            size_t bytes = result_bytes(r, dtype);
+            size_t bytes = result_bytes(r, int(t.ref().dtype));
             return nb::make_tuple(to_numpy(r, bytes), r.shape, r.received_splits);
           },
-          nb::arg("ptr"), nb::arg("dtype"), nb::arg("shape"), nb::arg("splits"), nb::arg("name"))
+          nb::arg("tensor"), nb::arg("splits"), nb::arg("name"), nb::arg("dtype") = -1,
+          nb::arg("shape") = nb::none())
       .def(
           "reducescatter",
-          [](PyCommunicator& c, uintptr_t ptr, int dtype, std::vector<int64_t> shape, int op, double prescale,
-             double postscale, const std::string& name) {
-            TensorRef t = tensor(ptr, dtype, shape);
+          [](PyCommunicator& c, nb::handle tensor, int op, double prescale, double postscale,
+             const std::string& name, int dtype, nb::handle shape) {
+            TensorArg t(tensor, dtype, shape, false, name);
             ReduceOp rop = to_op(op);
             OwnedResult r;
             {
               nb::gil_scoped_release release;
               std::lock_guard<std::mutex> lock(c.mutex);
-              r = c.comm->reducescatter(t, rop, prescale, postscale, name);
+              r = c.comm->reducescatter(t.ref(), rop, prescale, postscale, name);
             }
-            size_t bytes = result_bytes(r, dtype);
+            size_t bytes = result_bytes(r, int(t.ref().dtype));
             return nb::make_tuple(to_numpy(r, bytes), r.shape);
           },
-          nb::arg("ptr"), nb::arg("dtype"), nb::arg("shape"), nb::arg("op"), nb::arg("prescale"),
-          nb::arg("postscale"), nb::arg("name"))
+          nb::arg("tensor"), nb::arg("op"), nb::arg("prescale"), nb::arg("postscale"), nb::arg("name"),
+          nb::arg("dtype") = -1, nb::arg("shape") = nb::none())
       .def("barrier",
            [](PyCommunicator& c) {
              nb::gil_scoped_release release;

@@ -59,6 +59,15 @@ CollectiveOptions Communicator::options_for(const CallInfo& info) const {
 
 std::vector<PeerBlock> Communicator::agree(const CallInfo& info, const std::vector<int64_t>& extra,
                                            const void* inline_data, size_t inline_bytes, const Deadline& deadline) {
+  if (size() == 1) {
+    // Nobody to disagree with; keep the shape of the answer so callers need no special case.
+    std::vector<PeerBlock> blocks(1);
+    blocks[0].info = info;
+    blocks[0].extra = extra;
+    blocks[0].data = static_cast<const uint8_t*>(inline_data);
+    blocks[0].data_bytes = inline_bytes;
+    return blocks;
+  }
   std::vector<PeerBlock> blocks = exchange_call_info(*mesh_, info, extra, inline_data, inline_bytes, deadline);
   check_agreement(blocks, rank());
   return blocks;
@@ -91,7 +100,9 @@ void Communicator::allreduce(TensorRef t, ReduceOp op, double prescale, double p
     if (prescale != 1.0) scale(t.data, count, t.dtype, prescale);
     const bool small = fits_inline(bytes);
     auto blocks = agree(info, {}, t.data, small ? bytes : 0, opts.deadline);
-    if (small && size() > 1) {
+    if (size() == 1) {
+      // Nothing to combine.
+    } else if (small) {
       // Everyone has every input: reduce locally in rank order, so all ranks get identical bits.
       std::vector<const void*> inputs(size());
       for (int r = 0; r < size(); ++r) inputs[r] = r == rank() ? t.data : blocks[r].data;
