@@ -138,6 +138,8 @@ struct Listener {
 
 NB_MODULE(_native, m) {
   m.doc() = "spark-hvd native core: transports, ring collectives and reduction kernels.";
+  // Bumped whenever a binding's signature changes, so a stale build fails at import with a clear message.
+  m.attr("ABI_VERSION") = 2;
 
   PyObject* base = make_error_class(m, "CollectiveError", PyExc_RuntimeError, "Base class of all collective errors.");
   g_errors[int(ErrorKind::kGeneric)] = base;

@@ -68,7 +68,7 @@ std::vector<PeerBlock> Communicator::agree(const CallInfo& info, const std::vect
     blocks[0].data_bytes = inline_bytes;
     return blocks;
   }
-  std::vector<PeerBlock> blocks = exchange_call_info(*mesh_, info, extra, inline_data, inline_bytes, deadline);
+  std::vector<PeerBlock> blocks = exchange_call_info(*mesh_, info, extra, inline_data, inline_bytes, deadline, scratch_);
   check_agreement(blocks, rank());
   return blocks;
 }

@@ -67,6 +67,7 @@ class Communicator {
   std::unique_ptr<Mesh> mesh_;
   CommOptions options_;
   uint64_t seq_ = 0;
+  std::vector<ByteBuffer> scratch_;  // peers' call descriptors (and inline tensors), reused every call
 };
 
 // Reduce-op post-processing shared by allreduce and reducescatter: Average divides by the world size,

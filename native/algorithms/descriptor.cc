@@ -85,8 +85,43 @@ AgreementRules rules_for(CollectiveKind kind) {
   return r;
 }
 
+namespace {
+
+// Decodes one received block; only sizes already checked against the buffer are trusted.
+void decode_block(const ByteBuffer& raw, int rank, PeerBlock* b) {
+  BlockHeader got;
+  if (raw.size() < sizeof(got)) fail(ErrorKind::kPeerFailure, "short call descriptor from rank " + std::to_string(rank), rank);
+  std::memcpy(&got, raw.data(), sizeof(got));
+  size_t expect = sizeof(got) + size_t(got.name_bytes) + 8 * (size_t(got.ndim) + got.extra_count) + got.data_bytes;
+  if (got.magic != kBlockMagic || got.name_bytes > kMaxName || got.ndim > kMaxDims || expect != raw.size() ||
+      got.dtype < 0 || got.dtype >= kNumDTypes || got.op < 0 || got.op >= kNumReduceOps) {
+    fail(ErrorKind::kPeerFailure, "malformed call descriptor from rank " + std::to_string(rank), rank);
+  }
+  const uint8_t* q = raw.data() + sizeof(got);
+  b->info.kind = CollectiveKind(got.kind);
+  b->info.seq = got.seq;
+  b->info.dtype = DType(got.dtype);
+  b->info.op = ReduceOp(got.op);
+  b->info.root = got.root;
+  b->info.prescale = got.prescale;
+  b->info.postscale = got.postscale;
+  b->info.name.assign(reinterpret_cast<const char*>(q), got.name_bytes);
+  q += got.name_bytes;
+  b->info.shape.resize(got.ndim);
+  std::memcpy(b->info.shape.data(), q, 8 * got.ndim);
+  q += 8 * got.ndim;
+  b->extra.resize(got.extra_count);
+  std::memcpy(b->extra.data(), q, 8 * got.extra_count);
+  q += 8 * got.extra_count;
+  b->data = got.data_bytes ? q : nullptr;
+  b->data_bytes = got.data_bytes;
+}
+
+}  // namespace
+
 std::vector<PeerBlock> exchange_call_info(Mesh& mesh, const CallInfo& mine, const std::vector<int64_t>& extra,
-                                          const void* inline_data, size_t inline_bytes, const Deadline& deadline) {
+                                          const void* inline_data, size_t inline_bytes, const Deadline& deadline,
+                                          std::vector<ByteBuffer>& scratch) {
   if (mine.name.size() > kMaxName) fail(ErrorKind::kInvalidArgument, "tensor name longer than 1024 bytes");
   if (mine.shape.size() > kMaxDims) fail(ErrorKind::kInvalidArgument, "tensor has more than 64 dimensions");
   BlockHeader h{};
@@ -102,9 +137,16 @@ std::vector<PeerBlock> exchange_call_info(Mesh& mesh, const CallInfo& mine, cons
   h.data_bytes = inline_bytes;
   h.prescale = mine.prescale;
   h.postscale = mine.postscale;
-  h.block_bytes = sizeof(h) + h.name_bytes + 8 * (h.ndim + h.extra_count) + inline_bytes;
-  std::vector<uint8_t> block(h.block_bytes);
-  uint8_t* p = block.data();
+  const size_t head_bytes = sizeof(h) + h.name_bytes + 8 * (h.ndim + h.extra_count);
+  h.block_bytes = head_bytes + inline_bytes;
+
+  const int n = mesh.size();
+  const int me = mesh.rank();
+  if (int(scratch.size()) < n) scratch.resize(n);
+  // The header goes out from my own scratch slot; the inline data straight from the caller's tensor.
+  ByteBuffer& head = scratch[me];
+  head.resize(head_bytes);
+  uint8_t* p = head.data();
   std::memcpy(p, &h, sizeof(h));
   p += sizeof(h);
   std::memcpy(p, mine.name.data(), mine.name.size());
@@ -112,15 +154,10 @@ std::vector<PeerBlock> exchange_call_info(Mesh& mesh, const CallInfo& mine, cons
   std::memcpy(p, mine.shape.data(), 8 * mine.shape.size());
   p += 8 * mine.shape.size();
   std::memcpy(p, extra.data(), 8 * extra.size());
-  p += 8 * extra.size();
-  if (inline_bytes > 0) std::memcpy(p, inline_data, inline_bytes);
 
-  const int n = mesh.size();
-  const int me = mesh.rank();
-  std::vector<PeerBlock> blocks(n);
   std::vector<SendItem> sends;
   std::vector<RecvItem> recvs;
-  sends.reserve(n);
+  sends.reserve(2 * n);
   recvs.reserve(n);
   // Inline data can make a block large; cap what a peer may announce to something sane.
   const size_t max_block = (64u << 20) + sizeof(h) + kMaxName + 8 * (kMaxDims + size_t(n));
@@ -130,49 +167,30 @@ std::vector<PeerBlock> exchange_call_info(Mesh& mesh, const CallInfo& mine, cons
     int from = (me - step + n) % n;
     SendItem s;
     s.peer = to;
-    s.data = block.data();
-    s.len = block.size();
+    s.data = head.data();
+    s.len = head_bytes;
     sends.push_back(s);
+    if (inline_bytes > 0) {
+      s.data = static_cast<const uint8_t*>(inline_data);
+      s.len = inline_bytes;
+      sends.push_back(s);
+    }
     RecvItem r;
     r.peer = from;
-    r.grow_into = &blocks[from].storage;
+    r.grow_into = &scratch[from];
     r.max_len = max_block;
     recvs.push_back(std::move(r));
   }
-  std::string what = std::string(collective_name(mine.kind)) + " '" + mine.name + "'";
-  mesh.run(sends, recvs, deadline, what);
-  blocks[me].storage = std::move(block);
+  mesh.run(sends, recvs, deadline, std::string(collective_name(mine.kind)) + " '" + mine.name + "'");
 
+  std::vector<PeerBlock> blocks(n);
   for (int r = 0; r < n; ++r) {
-    std::vector<uint8_t>& raw = blocks[r].storage;
-    BlockHeader got;
-    if (raw.size() < sizeof(got)) fail(ErrorKind::kPeerFailure, "short call descriptor from rank " + std::to_string(r), r);
-    std::memcpy(&got, raw.data(), sizeof(got));
-    size_t expect = sizeof(got) + size_t(got.name_bytes) + 8 * (size_t(got.ndim) + got.extra_count) + got.data_bytes;
-    if (got.magic != kBlockMagic || got.name_bytes > kMaxName || got.ndim > kMaxDims || expect != raw.size() ||
-        got.dtype < 0 || got.dtype >= kNumDTypes || got.op < 0 || got.op >= kNumReduceOps) {
-      fail(ErrorKind::kPeerFailure, "malformed call descriptor from rank " + std::to_string(r), r);
-    }
-    PeerBlock& b = blocks[r];
-    const uint8_t* q = raw.data() + sizeof(got);
-    b.info.kind = CollectiveKind(got.kind);
-    b.info.seq = got.seq;
-    b.info.dtype = DType(got.dtype);
-    b.info.op = ReduceOp(got.op);
-    b.info.root = got.root;
-    b.info.prescale = got.prescale;
-    b.info.postscale = got.postscale;
-    b.info.name.assign(reinterpret_cast<const char*>(q), got.name_bytes);
-    q += got.name_bytes;
-    b.info.shape.resize(got.ndim);
-    std::memcpy(b.info.shape.data(), q, 8 * got.ndim);
-    q += 8 * got.ndim;
-    b.extra.resize(got.extra_count);
-    std::memcpy(b.extra.data(), q, 8 * got.extra_count);
-    q += 8 * got.extra_count;
-    b.data = got.data_bytes ? q : nullptr;
-    b.data_bytes = got.data_bytes;
+    if (r != me) decode_block(scratch[r], r, &blocks[r]);
   }
+  blocks[me].info = mine;
+  blocks[me].extra = extra;
+  blocks[me].data = inline_bytes ? static_cast<const uint8_t*>(inline_data) : nullptr;
+  blocks[me].data_bytes = inline_bytes;
   return blocks;
 }
 

@@ -40,14 +40,15 @@ struct CallInfo {
 struct PeerBlock {
   CallInfo info;
   std::vector<int64_t> extra;  // alltoall: this rank's splits
-  const uint8_t* data = nullptr;  // inline tensor bytes, if any
+  const uint8_t* data = nullptr;  // inline tensor bytes, if any (they live in the caller's scratch)
   size_t data_bytes = 0;
-  std::vector<uint8_t> storage;
 };
 
-// Exchanges blocks with all peers in one round; returns every rank's block, in rank order.
+// Exchanges blocks with all peers in one round; returns every rank's block, in rank order. Peers'
+// blocks land in `scratch` (one buffer per rank, reused across calls), which must outlive the result.
 std::vector<PeerBlock> exchange_call_info(Mesh& mesh, const CallInfo& mine, const std::vector<int64_t>& extra,
-                                          const void* inline_data, size_t inline_bytes, const Deadline& deadline);
+                                          const void* inline_data, size_t inline_bytes, const Deadline& deadline,
+                                          std::vector<ByteBuffer>& scratch);
 
 // Which fields must agree across ranks for each kind of collective.
 struct AgreementRules {

@@ -31,6 +31,8 @@ static_assert(sizeof(FrameHeader) == 16, "frame header is sent raw");
 
 // Largest piece moved per step, so receivers start (and gated sends follow) early.
 constexpr size_t kPieceBytes = 256 << 10;
+// TCP bytes are reduced in chunks of this size: large enough to amortise calls, small enough to stay in cache.
+constexpr size_t kTcpReduceChunk = 256 << 10;
 constexpr size_t kMaxControlPayload = 64 << 10;
 // A self-describing block starts with 16 bytes whose second 8 hold the block's total length.
 constexpr size_t kDescribeBytes = 16;
@@ -84,6 +86,9 @@ struct Mesh::Peer {
   ShmRing out;
   ShmRing in;
   bool said_bye = false;
+  // Incoming bytes not yet reduced: a partial element, or a TCP chunk. Receives from one peer complete
+  // in order, so one buffer per peer serves them all and lives as long as the mesh.
+  ByteBuffer staging;
 };
 
 int Mesh::bind_listener(const std::string& host, Fd* listener) {
@@ -104,8 +109,11 @@ Mesh::Mesh(MeshOptions options, Fd listener) : options_(std::move(options)), lis
   if (spin_us_ < 0) {
     // Busy-waiting only pays when every local rank has a core; otherwise it steals the peer's time slice.
     int cores = int(std::thread::hardware_concurrency());
-    spin_us_ = local_ranks <= cores ? 50 : 0;
+    spin_us_ = local_ranks <= cores ? 20 : 0;
   }
+  // Sleeping costs a scheduler wake-up (tens of microseconds on a busy core) when the data arrives;
+  // yielding keeps this rank ready to run while still handing the core to anyone who needs it.
+  yield_us_ = std::max(options_.yield_us, 0);
   connect_all();
   setup_shm();
 }
@@ -358,20 +366,21 @@ bool Mesh::progress_recv_tcp(RecvItem& item, Peer& peer) {
   }
   // Reduce what arrived, whole elements at a time, straight from a staging chunk.
   const size_t elem = dtype_size(item.dtype);
-  const size_t capacity = std::max(options_.tcp_chunk_bytes, elem);
-  if (!item.staging) item.staging.reset(new uint8_t[capacity]);
+  const size_t capacity = std::max(std::min(options_.tcp_chunk_bytes, kTcpReduceChunk), elem);
+  if (peer.staging.size() < capacity) peer.staging.resize(capacity);
+  uint8_t* staging = peer.staging.data();
   while (item.done < item.len) {
     size_t want = std::min(capacity - item.staged, item.len - item.done - item.staged);
-    size_t n = read_available(peer, item.staging.get() + item.staged, want);
+    size_t n = read_available(peer, staging + item.staged, want);
     if (n == 0) return progressed;
     progressed = true;
     item.staged += n;
     size_t whole = item.staged / elem * elem;
     if (whole == 0) continue;
-    reduce_inplace(item.dst + item.done, item.staging.get(), whole / elem, item.dtype, item.op);
+    reduce_inplace(item.dst + item.done, staging, whole / elem, item.dtype, item.op);
     item.done += whole;
     item.staged -= whole;
-    if (item.staged > 0) std::memmove(item.staging.get(), item.staging.get() + whole, item.staged);
+    if (item.staged > 0) std::memmove(staging, staging + whole, item.staged);
   }
   return progressed;
 }
@@ -379,7 +388,7 @@ bool Mesh::progress_recv_tcp(RecvItem& item, Peer& peer) {
 bool Mesh::progress_recv_shm(RecvItem& item, Peer& peer) {
   bool progressed = false;
   const size_t elem = item.reduce ? dtype_size(item.dtype) : 1;
-  if (item.reduce && !item.staging) item.staging.reset(new uint8_t[8]);
+  if (item.reduce && peer.staging.size() < elem) peer.staging.resize(elem);
   while (item.done < item.len) {
     const uint8_t* region;
     size_t n = peer.in.peek(&region);
@@ -395,11 +404,11 @@ bool Mesh::progress_recv_shm(RecvItem& item, Peer& peer) {
     if (item.staged > 0 || take < elem) {
       // An element split by the ring's wrap-around: assemble it before reducing.
       size_t part = std::min(take, elem - item.staged);
-      std::memcpy(item.staging.get() + item.staged, region, part);
+      std::memcpy(peer.staging.data() + item.staged, region, part);
       peer.in.consume(part);
       item.staged += part;
       if (item.staged == elem) {
-        reduce_inplace(item.dst + item.done, item.staging.get(), 1, item.dtype, item.op);
+        reduce_inplace(item.dst + item.done, peer.staging.data(), 1, item.dtype, item.op);
         item.done += elem;
         item.staged = 0;
       }
@@ -548,13 +557,16 @@ void Mesh::run(std::vector<SendItem>& sends, std::vector<RecvItem>& recvs, const
       continue;
     }
     if (idle_rounds++ == 0) spin_started = std::chrono::steady_clock::now();
-    auto spun = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - spin_started);
-    if (spun.count() < spin_us_) {
+    if ((idle_rounds & 15) == 0 || spin_us_ == 0) {
+      auto idle = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
+                                                                         spin_started).count();
+      if (idle < spin_us_) continue;
+      if (idle < spin_us_ + yield_us_) {
+        sched_yield();
+        continue;
+      }
+    } else {
       cpu_relax();
-      continue;
-    }
-    if (idle_rounds < 16) {
-      sched_yield();
       continue;
     }
     wait_for_progress(sends, recvs, active_send, active_recv, deadline, what);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/byte_buffer.h"
 #include "common/deadline.h"
 #include "common/types.h"
 #include "transport/shm_ring.h"
@@ -31,7 +32,8 @@ struct MeshOptions {
   size_t tcp_chunk_bytes = 1 << 20;
   int tcp_socket_buffer_bytes = 4 << 20;
   double connect_timeout_s = 60.0;
-  int spin_us = -1;     // busy-wait before sleeping; -1 picks by cores vs local ranks
+  int spin_us = -1;     // busy-wait (pause) before yielding; -1 picks by cores vs local ranks
+  int yield_us = 2000;  // then keep yielding the core this long before sleeping on a futex or poll()
   std::string job_tag;  // distinguishes shm names of concurrent jobs
 };
 
@@ -57,13 +59,12 @@ struct RecvItem {
   ReduceOp op = ReduceOp::kSum;
   // Self-describing receive: the first `describe_bytes` bytes hold a little-endian uint64 total
   // length at offset 8; the payload then grows *grow_into up to max_len.
-  std::vector<uint8_t>* grow_into = nullptr;
+  ByteBuffer* grow_into = nullptr;
   size_t max_len = 0;
   // Progress, owned by the mesh: bytes delivered into dst (whole elements when reducing).
   size_t done = 0;
   bool length_known = false;  // self-describing receive: total length read
-  size_t staged = 0;          // bytes of a partial element (or TCP chunk) waiting in staging
-  std::unique_ptr<uint8_t[]> staging;
+  size_t staged = 0;          // bytes of a partial element (or TCP chunk) waiting in the peer's staging
 };
 
 class Mesh {
@@ -110,6 +111,7 @@ class Mesh {
   Fd listener_;
   std::vector<std::unique_ptr<Peer>> peers_;
   int spin_us_ = 0;
+  int yield_us_ = 0;
   bool broken_ = false;
   bool closed_ = false;
 };
