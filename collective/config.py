@@ -25,6 +25,12 @@ ENV_DISABLE_SHM = "COLLECTIVE_DISABLE_SHM"
 ENV_SHM_BUFFER_BYTES = "COLLECTIVE_SHM_BUFFER_BYTES"
 ENV_TCP_CHUNK_BYTES = "COLLECTIVE_TCP_CHUNK_BYTES"
 ENV_REDUCE_ISA = "COLLECTIVE_REDUCE_ISA"
+ENV_FUSION_THRESHOLD = "COLLECTIVE_FUSION_THRESHOLD"
+ENV_CYCLE_TIME = "COLLECTIVE_CYCLE_TIME"
+ENV_CACHE_CAPACITY = "COLLECTIVE_CACHE_CAPACITY"
+ENV_TIMELINE = "COLLECTIVE_TIMELINE"
+ENV_STALL_CHECK_TIME = "COLLECTIVE_STALL_CHECK_TIME"
+ENV_STALL_SHUTDOWN_TIME = "COLLECTIVE_STALL_SHUTDOWN_TIME"
 
 _BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 _TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
@@ -46,6 +52,13 @@ class Config:
     tcp_chunk_bytes: int = 1 << 20
     scope: str = "collective"          # rendezvous key prefix
     reduce_isa: str | None = None      # cap the kernels' instruction set: "baseline", "avx2" or "avx512"
+    # The background engine behind async ops (collective.torch), with Horovod's defaults.
+    fusion_threshold_bytes: int = 128 << 20  # 0 turns tensor fusion off
+    cycle_time_ms: float = 1.0
+    cache_capacity: int = 1024               # response cache entries
+    timeline: str | None = None              # Chrome trace JSON written by rank 0
+    stall_check_s: float = 60.0              # warn about tensors some ranks have not submitted; 0 = off
+    stall_shutdown_s: float = 0.0            # then fail them; 0 = never
 
     def __post_init__(self) -> None:
         _validate(dataclasses.asdict(self), _field_label)
@@ -206,6 +219,12 @@ _ENV_FIELDS: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "shm_buffer_bytes": (ENV_SHM_BUFFER_BYTES, _parse_int),
     "tcp_chunk_bytes": (ENV_TCP_CHUNK_BYTES, _parse_int),
     "reduce_isa": (ENV_REDUCE_ISA, _parse_text),
+    "fusion_threshold_bytes": (ENV_FUSION_THRESHOLD, _parse_int),
+    "cycle_time_ms": (ENV_CYCLE_TIME, _parse_seconds),
+    "cache_capacity": (ENV_CACHE_CAPACITY, _parse_int),
+    "timeline": (ENV_TIMELINE, _parse_text),
+    "stall_check_s": (ENV_STALL_CHECK_TIME, _parse_seconds),
+    "stall_shutdown_s": (ENV_STALL_SHUTDOWN_TIME, _parse_seconds),
 }
 
 
@@ -252,6 +271,14 @@ def _validate(values: Mapping[str, Any], label: Callable[[str], str]) -> None:
             fail(name, "must be > 0")
     if not isinstance(values["enable_shm"], bool):
         fail("enable_shm", "must be a bool")
+    for name in ("fusion_threshold_bytes", "cache_capacity"):
+        value = values[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            fail(name, "must be an int >= 0")
+    for name in ("cycle_time_ms", "stall_check_s", "stall_shutdown_s"):
+        value = values[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            fail(name, "must be a finite number >= 0")
     if values["reduce_isa"] not in (None, "baseline", "avx2", "avx512"):
         fail("reduce_isa", "must be one of baseline, avx2, avx512")
     if not isinstance(values["scope"], str) or not values["scope"]:

@@ -10,10 +10,11 @@ from typing import Sequence
 
 import numpy as np
 
+from collective import engine as kinds
 from collective.dtypes import as_buffer, dtype_code
 from collective.errors import InvalidArgumentError
 from collective.reduce_ops import ReduceOp, resolve_op
-from collective.runtime import communicator
+from collective.runtime import current
 
 
 def _as_array(tensor: np.ndarray | Sequence, name: str) -> np.ndarray:
@@ -49,7 +50,13 @@ def allreduce_(
     work = _in_place_target(tensor, "allreduce_")
     code = dtype_code(work.dtype, name)
     op_code = op if type(op) is ReduceOp and average is None else resolve_op(op, average)
-    communicator().allreduce(as_buffer(work, code), op_code, prescale_factor, postscale_factor, name, code)
+    runtime = current()
+    if runtime.engine is None:
+        runtime.comm.allreduce(as_buffer(work, code), op_code, prescale_factor, postscale_factor, name, code)
+    else:
+        engine = runtime.engine
+        engine.wait(engine.submit(kinds.ALLREDUCE, name, as_buffer(work, code), code, op=op_code,
+                                  prescale=prescale_factor, postscale=postscale_factor))
     if work is not tensor:
         tensor[...] = work
     return tensor
@@ -76,7 +83,12 @@ def allgather(tensor: np.ndarray, name: str | None = None) -> np.ndarray:
     name = name or ""
     array = _as_array(tensor, name)
     code = dtype_code(array.dtype, name)
-    flat, out_shape = communicator().allgather(as_buffer(array, code), name, code)
+    runtime = current()
+    if runtime.engine is None:
+        flat, out_shape = runtime.comm.allgather(as_buffer(array, code), name, code)
+    else:
+        engine = runtime.engine
+        flat, out_shape = engine.wait(engine.submit(kinds.ALLGATHER, name, as_buffer(array, code), code), code)
     return _result(flat, out_shape, array.dtype)
 
 
@@ -85,7 +97,12 @@ def broadcast_(tensor: np.ndarray, root_rank: int, name: str | None = None) -> n
     name = name or ""
     work = _in_place_target(tensor, "broadcast_")
     code = dtype_code(work.dtype, name)
-    communicator().broadcast(as_buffer(work, code), int(root_rank), name, code)
+    runtime = current()
+    if runtime.engine is None:
+        runtime.comm.broadcast(as_buffer(work, code), int(root_rank), name, code)
+    else:
+        engine = runtime.engine
+        engine.wait(engine.submit(kinds.BROADCAST, name, as_buffer(work, code), code, root=int(root_rank)))
     if work is not tensor:
         tensor[...] = work
     return tensor
@@ -109,7 +126,20 @@ def alltoall(
     array = _as_array(tensor, name)
     code = dtype_code(array.dtype, name)
     split_list = [] if splits is None else [int(s) for s in np.asarray(splits).reshape(-1)]
-    flat, out_shape, received = communicator().alltoall(as_buffer(array, code), split_list, name, code)
+    runtime = current()
+    if runtime.engine is None:
+        flat, out_shape, received = runtime.comm.alltoall(as_buffer(array, code), split_list, name, code)
+    else:
+        engine = runtime.engine
+        if not split_list:
+            rows = array.shape[0] if array.ndim else 0
+            if rows % runtime.topology.size:
+                raise InvalidArgumentError(
+                    f"alltoall {name!r}: first dimension {rows} does not divide evenly by "
+                    f"{runtime.topology.size} ranks; pass splits=")
+            split_list = [rows // runtime.topology.size] * runtime.topology.size
+        flat, out_shape, received = engine.wait(
+            engine.submit(kinds.ALLTOALL, name, as_buffer(array, code), code, splits=split_list), code)
     output = _result(flat, out_shape, array.dtype)
     if splits is None:
         return output
@@ -130,12 +160,23 @@ def reducescatter(
     name = name or ""
     array = _as_array(tensor, name)
     code = dtype_code(array.dtype, name)
-    flat, out_shape = communicator().reducescatter(
-        as_buffer(array, code), int(resolve_op(op, None)), prescale_factor, postscale_factor, name, code
-    )
+    op_code = int(resolve_op(op, None))
+    runtime = current()
+    if runtime.engine is None:
+        flat, out_shape = runtime.comm.reducescatter(
+            as_buffer(array, code), op_code, prescale_factor, postscale_factor, name, code)
+    else:
+        engine = runtime.engine
+        flat, out_shape = engine.wait(engine.submit(
+            kinds.REDUCESCATTER, name, as_buffer(array, code), code, op=op_code, prescale=prescale_factor,
+            postscale=postscale_factor), code)
     return _result(flat, out_shape, array.dtype)
 
 
 def barrier() -> None:
     """Returns once every rank has called barrier()."""
-    communicator().barrier()
+    runtime = current()
+    if runtime.engine is None:
+        runtime.comm.barrier()
+    else:
+        runtime.engine.wait(runtime.engine.submit(kinds.BARRIER, None, None))

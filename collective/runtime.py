@@ -11,6 +11,7 @@ from typing import Any
 from collective import _native
 from collective.bootstrap import Bootstrap, bootstrap_from_config
 from collective.config import Config, config_from_env, default_host_key
+from collective.engine import Engine
 from collective.errors import CollectiveError, NotInitializedError
 from collective.topology import Topology, topology_from_host_keys
 
@@ -20,6 +21,7 @@ class _Runtime:
     config: Config
     topology: Topology
     comm: Any  # collective._native.Communicator
+    engine: Engine | None = None  # once started, it owns the communicator
 
 
 _lock = threading.Lock()
@@ -97,19 +99,45 @@ def shutdown() -> None:
     with _lock:
         runtime, _runtime = _runtime, None
     if runtime is not None:
+        if runtime.engine is not None:
+            runtime.engine.shutdown()
         runtime.comm.shutdown()
+
+
+def start_engine() -> Engine:
+    """Starts the background engine (idempotent). From then on every collective goes through it."""
+    with _lock:
+        runtime = _runtime
+        if runtime is None:
+            raise NotInitializedError("collective.init() has not been called (or shutdown() was)")
+        if runtime.engine is None:
+            runtime.engine = Engine(runtime.comm, runtime.config)
+        return runtime.engine
+
+
+def engine() -> Engine | None:
+    """The running engine, or None while collectives run directly on the communicator."""
+    runtime = _runtime
+    if runtime is None:
+        raise NotInitializedError("collective.init() has not been called (or shutdown() was)")
+    return runtime.engine
 
 
 def is_initialized() -> bool:
     return _runtime is not None
 
 
-def communicator() -> Any:
-    """The native communicator; raises NotInitializedError before init()."""
+def current() -> _Runtime:
+    """The live runtime; raises NotInitializedError before init()."""
     runtime = _runtime
     if runtime is None:
         raise NotInitializedError("collective.init() has not been called (or shutdown() was)")
-    return runtime.comm
+    return runtime
+
+
+def communicator() -> Any:
+    """The native communicator; raises NotInitializedError before init()."""
+    return current().comm
 
 
 def topology() -> Topology:

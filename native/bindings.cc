@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "communicator.h"
+#include "engine/engine.h"
 #include "reduce/reduce.h"
 
 namespace nb = nanobind;
@@ -127,7 +128,34 @@ size_t result_bytes(const OwnedResult& r, int dtype) { return element_count(r.sh
 struct PyCommunicator {
   std::unique_ptr<Communicator> comm;
   std::mutex mutex;
+  bool engine_running = false;  // then the engine owns the mesh and direct calls must not touch it
 };
+
+// Direct (synchronous) calls hold this for their whole duration.
+struct DirectCall {
+  explicit DirectCall(PyCommunicator& c) : lock(c.mutex) {
+    if (c.engine_running) {
+      fail(ErrorKind::kInvalidArgument, "the collective engine owns this communicator; submit through the engine");
+    }
+  }
+  std::lock_guard<std::mutex> lock;
+};
+
+struct PyEngine {
+  PyCommunicator* comm = nullptr;
+  std::unique_ptr<Engine> engine;
+};
+
+nb::object outcome_to_python(HandleOutcome& out, int dtype) {
+  if (out.failed) throw Error(out.error_kind, out.error, out.error_rank);
+  if (out.join_rank >= 0) return nb::int_(out.join_rank);
+  if (!out.has_result) return nb::none();
+  size_t bytes = element_count(out.result.shape) * dtype_size(DType(dtype));
+  if (!out.result.received_splits.empty()) {
+    return nb::make_tuple(to_numpy(out.result, bytes), out.result.shape, out.result.received_splits);
+  }
+  return nb::make_tuple(to_numpy(out.result, bytes), out.result.shape);
+}
 
 struct Listener {
   Fd fd;
@@ -139,7 +167,7 @@ struct Listener {
 NB_MODULE(_native, m) {
   m.doc() = "spark-hvd native core: transports, ring collectives and reduction kernels.";
   // Bumped whenever a binding's signature changes, so a stale build fails at import with a clear message.
-  m.attr("ABI_VERSION") = 2;
+  m.attr("ABI_VERSION") = 3;
 
   PyObject* base = make_error_class(m, "CollectiveError", PyExc_RuntimeError, "Base class of all collective errors.");
   g_errors[int(ErrorKind::kGeneric)] = base;
@@ -219,7 +247,7 @@ NB_MODULE(_native, m) {
             TensorArg t(tensor, dtype, shape, true, name);
             ReduceOp rop = to_op(op);
             nb::gil_scoped_release release;
-            std::lock_guard<std::mutex> lock(c.mutex);
+            DirectCall lock(c);
             c.comm->allreduce(t.ref(), rop, prescale, postscale, name);
           },
           nb::arg("tensor"), nb::arg("op"), nb::arg("prescale"), nb::arg("postscale"), nb::arg("name"),
@@ -232,7 +260,7 @@ NB_MODULE(_native, m) {
             OwnedResult r;
             {
               nb::gil_scoped_release release;
-              std::lock_guard<std::mutex> lock(c.mutex);
+              DirectCall lock(c);
               r = c.comm->allgather(t.ref(), name);
             }
             size_t bytes = result_bytes(r, int(t.ref().dtype));
@@ -244,7 +272,7 @@ NB_MODULE(_native, m) {
           [](PyCommunicator& c, nb::handle tensor, int root, const std::string& name, int dtype, nb::handle shape) {
             TensorArg t(tensor, dtype, shape, true, name);
             nb::gil_scoped_release release;
-            std::lock_guard<std::mutex> lock(c.mutex);
+            DirectCall lock(c);
             c.comm->broadcast(t.ref(), root, name);
           },
           nb::arg("tensor"), nb::arg("root"), nb::arg("name"), nb::arg("dtype") = -1, nb::arg("shape") = nb::none())
@@ -256,7 +284,7 @@ NB_MODULE(_native, m) {
             OwnedResult r;
             {
               nb::gil_scoped_release release;
-              std::lock_guard<std::mutex> lock(c.mutex);
+              DirectCall lock(c);
               r = c.comm->alltoall(t.ref(), splits, name);
             }
             size_t bytes = result_bytes(r, int(t.ref().dtype));
@@ -273,7 +301,7 @@ NB_MODULE(_native, m) {
             OwnedResult r;
             {
               nb::gil_scoped_release release;
-              std::lock_guard<std::mutex> lock(c.mutex);
+              DirectCall lock(c);
               r = c.comm->reducescatter(t.ref(), rop, prescale, postscale, name);
             }
             size_t bytes = result_bytes(r, int(t.ref().dtype));
@@ -284,13 +312,111 @@ NB_MODULE(_native, m) {
       .def("barrier",
            [](PyCommunicator& c) {
              nb::gil_scoped_release release;
-             std::lock_guard<std::mutex> lock(c.mutex);
+             DirectCall lock(c);
              c.comm->barrier();
            })
       .def("shutdown", [](PyCommunicator& c) {
         nb::gil_scoped_release release;
         std::lock_guard<std::mutex> lock(c.mutex);
         c.comm->shutdown();
+      });
+
+  nb::class_<PyEngine>(m, "Engine")
+      .def(
+          "__init__",
+          [](PyEngine* self, PyCommunicator& comm, size_t fusion_threshold_bytes, double cycle_time_ms,
+             size_t cache_capacity, const std::string& timeline_path, double stall_warning_s,
+             double stall_shutdown_s, double timeout_s) {
+            EngineOptions o;
+            o.fusion_threshold_bytes = fusion_threshold_bytes;
+            o.cycle_time_ms = cycle_time_ms;
+            o.cache_capacity = cache_capacity;
+            o.timeline_path = timeline_path;
+            o.stall_warning_s = stall_warning_s;
+            o.stall_shutdown_s = stall_shutdown_s;
+            o.timeout_s = timeout_s;
+            new (self) PyEngine();
+            std::lock_guard<std::mutex> lock(comm.mutex);
+            if (comm.engine_running) fail(ErrorKind::kInvalidArgument, "an engine already runs on this communicator");
+            self->engine = std::make_unique<Engine>(comm.comm->mesh(), o);
+            self->comm = &comm;
+            comm.engine_running = true;
+          },
+          nb::arg("comm"), nb::arg("fusion_threshold_bytes"), nb::arg("cycle_time_ms"), nb::arg("cache_capacity"),
+          nb::arg("timeline_path"), nb::arg("stall_warning_s"), nb::arg("stall_shutdown_s"), nb::arg("timeout_s"),
+          nb::keep_alive<1, 2>())
+      .def(
+          "enqueue",
+          [](PyEngine& e, int kind, const std::string& name, nb::handle tensor, int dtype, nb::handle shape, int op,
+             int root, double prescale, double postscale, std::vector<int64_t> splits, int group, int group_size) {
+            if (kind < 1 || kind > int(CollectiveKind::kJoin)) fail(ErrorKind::kInvalidArgument, "bad collective kind");
+            RequestSpec spec;
+            spec.kind = CollectiveKind(kind);
+            spec.name = name;
+            spec.op = to_op(op);
+            spec.root = root;
+            spec.prescale = prescale;
+            spec.postscale = postscale;
+            spec.splits = std::move(splits);
+            spec.group = group;
+            spec.group_size = group_size;
+            void* data = nullptr;
+            if (!tensor.is_none()) {
+              bool writes = spec.kind == CollectiveKind::kAllreduce || spec.kind == CollectiveKind::kBroadcast;
+              TensorArg t(tensor, dtype, shape, writes, name);
+              data = t.ref().data;
+              spec.dtype = t.ref().dtype;
+              spec.shape = t.ref().shape;
+            }
+            if (spec.kind == CollectiveKind::kBroadcast && (root < 0 || root >= e.comm->comm->size())) {
+              fail(ErrorKind::kInvalidArgument, "broadcast '" + name + "': root_rank " + std::to_string(root) +
+                                                    " is outside [0, " + std::to_string(e.comm->comm->size()) + ")");
+            }
+            if ((spec.kind == CollectiveKind::kAllgather || spec.kind == CollectiveKind::kAlltoall ||
+                 spec.kind == CollectiveKind::kReducescatter) && spec.shape.empty()) {
+              fail(ErrorKind::kInvalidArgument, std::string(collective_name(spec.kind)) + " '" + name +
+                                                    "' needs a tensor with at least one dimension");
+            }
+            if (spec.kind == CollectiveKind::kAlltoall) {
+              const int size = e.comm->comm->size();
+              int64_t sum = 0;
+              bool negative = false;
+              for (int64_t s : spec.splits) {
+                sum += s;
+                negative |= s < 0;
+              }
+              if (int(spec.splits.size()) != size || negative || sum != spec.shape[0]) {
+                fail(ErrorKind::kInvalidArgument,
+                     "alltoall '" + name + "': splits must be " + std::to_string(size) +
+                         " non-negative row counts summing to the first dimension " + std::to_string(spec.shape[0]));
+              }
+            }
+            return e.engine->enqueue(std::move(spec), data);
+          },
+          nb::arg("kind"), nb::arg("name"), nb::arg("tensor").none(), nb::arg("dtype"), nb::arg("shape").none(), nb::arg("op"),
+          nb::arg("root"), nb::arg("prescale"), nb::arg("postscale"), nb::arg("splits"), nb::arg("group"),
+          nb::arg("group_size"))
+      .def("poll", [](PyEngine& e, int64_t handle) { return e.engine->poll(handle); }, nb::arg("handle"))
+      .def(
+          "wait",
+          [](PyEngine& e, int64_t handle, double timeout_s, int dtype) {
+            HandleOutcome out;
+            {
+              nb::gil_scoped_release release;
+              out = e.engine->wait(handle, timeout_s);
+            }
+            return outcome_to_python(out, dtype);
+          },
+          nb::arg("handle"), nb::arg("timeout_s"), nb::arg("dtype") = 0,
+          "Blocks until the handle completes. Returns None, the last rank to join, or (flat uint8 array, shape"
+          "[, received_splits]); raises the collective's error.")
+      .def("shutdown", [](PyEngine& e) {
+        {
+          nb::gil_scoped_release release;
+          e.engine->shutdown();
+        }
+        std::lock_guard<std::mutex> lock(e.comm->mutex);
+        e.comm->engine_running = false;
       });
 
   m.def(

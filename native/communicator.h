@@ -42,6 +42,8 @@ class Communicator {
   int rank() const { return mesh_->rank(); }
   int size() const { return mesh_->size(); }
   bool uses_shm(int peer) const { return mesh_->uses_shm(peer); }
+  // For the engine, which drives the mesh itself while it runs.
+  Mesh& mesh() { return *mesh_; }
 
   // In place: tensor.data holds the result on return.
   void allreduce(TensorRef tensor, ReduceOp op, double prescale, double postscale, const std::string& name);

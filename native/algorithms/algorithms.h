@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "algorithms/collective_options.h"
+#include "common/byte_buffer.h"
 #include "common/types.h"
 #include "transport/mesh.h"
 
@@ -14,6 +15,12 @@ namespace shvd {
 // In place over `count` elements: pipelined ring reduce-scatter then allgather, 2(p-1)/p of the data
 // per rank. Average behaves as Sum here (the caller finishes it).
 void ring_allreduce(Mesh& mesh, void* data, size_t count, DType dtype, ReduceOp op, const CollectiveOptions& opts);
+
+// In place, for small tensors: every rank sends its whole tensor to every peer and reduces all of them
+// locally in rank order, so all ranks get identical bits after one round instead of 2(p-1) steps.
+// `scratch` holds the peers' copies (one buffer per rank, reused across calls).
+void direct_allreduce(Mesh& mesh, void* data, size_t count, DType dtype, ReduceOp op, const CollectiveOptions& opts,
+                      std::vector<ByteBuffer>& scratch);
 
 // `out` holds every rank's block at byte_offset[r] (byte_len[r] long); this rank's block is already in
 // place. Ring allgather of variable-size blocks.

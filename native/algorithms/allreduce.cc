@@ -1,5 +1,6 @@
 #include "algorithms/algorithms.h"
 #include "algorithms/ring.h"
+#include "reduce/reduce.h"
 
 namespace shvd {
 
@@ -23,6 +24,36 @@ void ring_allreduce(Mesh& mesh, void* data, size_t count, DType dtype, ReduceOp 
   const size_t* last_reduced = &recvs.back().done;
   add_ring_allgather(sends, recvs, mesh.rank(), size, bytes, byte_offset, byte_len, 0, last_reduced);
   mesh.run(sends, recvs, opts.deadline, opts.tag);
+}
+
+void direct_allreduce(Mesh& mesh, void* data, size_t count, DType dtype, ReduceOp op, const CollectiveOptions& opts,
+                      std::vector<ByteBuffer>& scratch) {
+  const int size = mesh.size();
+  const int rank = mesh.rank();
+  if (size == 1) return;
+  const size_t bytes = count * dtype_size(dtype);
+  if (int(scratch.size()) < size) scratch.resize(size);
+  std::vector<SendItem> sends;
+  std::vector<RecvItem> recvs;
+  for (int step = 1; step < size; ++step) {
+    int to = (rank + step) % size;
+    int from = (rank - step + size) % size;
+    SendItem s;
+    s.peer = to;
+    s.data = static_cast<const uint8_t*>(data);
+    s.len = bytes;
+    sends.push_back(s);
+    scratch[from].resize(bytes);
+    RecvItem r;
+    r.peer = from;
+    r.dst = scratch[from].data();
+    r.len = bytes;
+    recvs.push_back(std::move(r));
+  }
+  mesh.run(sends, recvs, opts.deadline, opts.tag);
+  std::vector<const void*> inputs(size);
+  for (int r = 0; r < size; ++r) inputs[r] = r == rank ? data : scratch[r].data();
+  reduce_many(data, inputs.data(), inputs.size(), count, dtype, op);
 }
 
 }  // namespace shvd

@@ -49,6 +49,7 @@ const char* collective_name(CollectiveKind kind) {
     case CollectiveKind::kAlltoall: return "alltoall";
     case CollectiveKind::kReducescatter: return "reducescatter";
     case CollectiveKind::kBarrier: return "barrier";
+    case CollectiveKind::kJoin: return "join";
   }
   return "unknown collective";
 }
@@ -80,6 +81,7 @@ AgreementRules rules_for(CollectiveKind kind) {
       r.shape = r.root = true;
       break;
     case CollectiveKind::kBarrier:
+    case CollectiveKind::kJoin:
       break;
   }
   return r;
@@ -194,7 +196,7 @@ std::vector<PeerBlock> exchange_call_info(Mesh& mesh, const CallInfo& mine, cons
   return blocks;
 }
 
-void check_agreement(const std::vector<PeerBlock>& blocks, int my_rank) {
+void check_agreement(const std::vector<PeerBlock>& blocks, int my_rank, const std::vector<int>* ranks) {
   const CallInfo& base = blocks[0].info;
   auto differs = [&](const CallInfo& a, const std::string& field) -> bool {
     AgreementRules rules = rules_for(base.kind);
@@ -218,15 +220,15 @@ void check_agreement(const std::vector<PeerBlock>& blocks, int my_rank) {
     if (!any) continue;
     // Group ranks by what they passed, so the message reads "rank 0, 2: float32; rank 1: float64".
     std::map<std::string, std::string> groups;
-    for (size_t r = 0; r < blocks.size(); ++r) {
-      std::string& ranks = groups[describe_field(blocks[r].info, field)];
-      ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      std::string& who = groups[describe_field(blocks[i].info, field)];
+      who += (who.empty() ? "" : ", ") + std::to_string(ranks ? (*ranks)[i] : int(i));
     }
     std::string detail;
-    for (auto& [value, ranks] : groups) {
-      detail += (detail.empty() ? "" : "; ") + std::string("rank ") + ranks + ": " + value;
+    for (auto& [value, who] : groups) {
+      detail += (detail.empty() ? "" : "; ") + std::string("rank ") + who + ": " + value;
     }
-    const CallInfo& me = blocks[my_rank].info;
+    const CallInfo& me = blocks[ranks ? 0 : my_rank].info;
     std::string msg = "ranks disagree on the " + field + " of " + collective_name(me.kind) + " '" + me.name +
                       "' (call #" + std::to_string(me.seq) + "): " + detail;
     fail(ErrorKind::kMismatch, msg);

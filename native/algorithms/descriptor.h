@@ -20,6 +20,7 @@ enum class CollectiveKind : uint32_t {
   kAlltoall = 4,
   kReducescatter = 5,
   kBarrier = 6,
+  kJoin = 7,  // engine only: this rank has run out of data
 };
 const char* collective_name(CollectiveKind kind);
 
@@ -60,8 +61,9 @@ struct AgreementRules {
 };
 AgreementRules rules_for(CollectiveKind kind);
 
-// Throws kMismatch, naming the tensor, the field and the ranks, if the blocks disagree.
-void check_agreement(const std::vector<PeerBlock>& blocks, int my_rank);
+// Throws kMismatch, naming the tensor, the field and the ranks, if the blocks disagree. `ranks`, when
+// given, says which rank each block came from (default: block i is rank i).
+void check_agreement(const std::vector<PeerBlock>& blocks, int my_rank, const std::vector<int>* ranks = nullptr);
 
 std::string shape_text(const std::vector<int64_t>& shape);
 size_t element_count(const std::vector<int64_t>& shape);

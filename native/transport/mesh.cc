@@ -105,15 +105,15 @@ Mesh::Mesh(MeshOptions options, Fd listener) : options_(std::move(options)), lis
   peers_.resize(n);
   int local_ranks = 0;
   for (int r = 0; r < n; ++r) local_ranks += options_.host_keys[r] == options_.host_keys[options_.rank];
-  spin_us_ = options_.spin_us;
-  if (spin_us_ < 0) {
+  default_wait_.spin_us = options_.spin_us;
+  if (default_wait_.spin_us < 0) {
     // Busy-waiting only pays when every local rank has a core; otherwise it steals the peer's time slice.
     int cores = int(std::thread::hardware_concurrency());
-    spin_us_ = local_ranks <= cores ? 20 : 0;
+    default_wait_.spin_us = local_ranks <= cores ? 20 : 0;
   }
   // Sleeping costs a scheduler wake-up (tens of microseconds on a busy core) when the data arrives;
   // yielding keeps this rank ready to run while still handing the core to anyone who needs it.
-  yield_us_ = std::max(options_.yield_us, 0);
+  default_wait_.yield_us = std::max(options_.yield_us, 0);
   connect_all();
   setup_shm();
 }
@@ -506,7 +506,8 @@ void Mesh::wait_for_progress(std::vector<SendItem>& sends, std::vector<RecvItem>
 }
 
 void Mesh::run(std::vector<SendItem>& sends, std::vector<RecvItem>& recvs, const Deadline& deadline,
-               const std::string& what) {
+               const std::string& what, const WaitPolicy* policy) {
+  const WaitPolicy wait = policy ? *policy : default_wait_;
   if (broken_ || closed_) {
     fail(ErrorKind::kPeerFailure, "the communicator is unusable after an earlier failure or shutdown; call "
                                   "shutdown() and init() again");
@@ -557,11 +558,11 @@ void Mesh::run(std::vector<SendItem>& sends, std::vector<RecvItem>& recvs, const
       continue;
     }
     if (idle_rounds++ == 0) spin_started = std::chrono::steady_clock::now();
-    if ((idle_rounds & 15) == 0 || spin_us_ == 0) {
+    if ((idle_rounds & 15) == 0 || wait.spin_us == 0) {
       auto idle = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
                                                                          spin_started).count();
-      if (idle < spin_us_) continue;
-      if (idle < spin_us_ + yield_us_) {
+      if (idle < wait.spin_us) continue;
+      if (idle < wait.spin_us + wait.yield_us) {
         sched_yield();
         continue;
       }

@@ -67,6 +67,13 @@ struct RecvItem {
   size_t staged = 0;          // bytes of a partial element (or TCP chunk) waiting in the peer's staging
 };
 
+// How a waiting rank burns time before it sleeps: spinning and yielding cost CPU but answer in
+// microseconds; sleeping is free but wakes in tens of microseconds on a busy machine.
+struct WaitPolicy {
+  int spin_us = 0;
+  int yield_us = 0;
+};
+
 class Mesh {
  public:
   // Binds the listening socket first, so its port can be published before the mesh forms.
@@ -82,8 +89,9 @@ class Mesh {
 
   // Moves all items to completion or throws (timeout, peer failure, size mismatch).
   // `what` names the operation for error messages.
+  // `policy` overrides the mesh's default waiting (the engine's idle negotiation rounds sleep early).
   void run(std::vector<SendItem>& sends, std::vector<RecvItem>& recvs, const Deadline& deadline,
-           const std::string& what);
+           const std::string& what, const WaitPolicy* policy = nullptr);
 
   // Tells every peer this rank is failing because of `cause_rank`, then drops all connections.
   void abort(int cause_rank, const std::string& message);
@@ -110,8 +118,7 @@ class Mesh {
   MeshOptions options_;
   Fd listener_;
   std::vector<std::unique_ptr<Peer>> peers_;
-  int spin_us_ = 0;
-  int yield_us_ = 0;
+  WaitPolicy default_wait_;
   bool broken_ = false;
   bool closed_ = false;
 };

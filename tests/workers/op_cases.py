@@ -8,6 +8,7 @@ from typing import Callable
 import numpy as np
 
 import collective as hvd
+from collective.runtime import start_engine
 from common import report
 
 
@@ -23,6 +24,8 @@ def rows_for(rank: int) -> int:
 
 def main() -> None:
     hvd.init(enable_shm=(sys.argv[1] == "shm"))
+    if len(sys.argv) > 2 and sys.argv[2] == "engine":
+        start_engine()  # the same calls, now through the background engine
     rank, size = hvd.rank(), hvd.size()
     failures: list[str] = []
     cases: list[tuple[str, Callable[[], None]]] = []

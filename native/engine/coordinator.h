@@ -1,0 +1,56 @@
+// Rank 0's bookkeeping: which ranks submitted which named collectives, when each is ready on every
+// rank, how ready allreduces fuse, and which tensors stall. Pure logic, no I/O, so it is easy to test.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/messages.h"
+
+namespace shvd {
+
+struct CoordinatorOptions {
+  int size = 1;
+  size_t fusion_threshold_bytes = 128 << 20;  // 0 disables fusion
+  double stall_warning_s = 60.0;              // 0 disables the warning
+  double stall_shutdown_s = 0.0;              // 0 never gives up
+  size_t cache_capacity = 1024;
+};
+
+class Coordinator {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit Coordinator(CoordinatorOptions options);
+
+  // Folds in one cycle's messages (index = rank) and returns the responses every rank must run, in order.
+  // Stall warnings for the log are appended to *warnings.
+  ResponseList process(const std::vector<RankMessage>& messages, Clock::time_point now,
+                       std::vector<std::string>* warnings);
+
+ private:
+  struct Pending {
+    std::vector<RequestSpec> by_rank;
+    std::vector<bool> submitted;
+    Clock::time_point first_seen;
+    uint64_t order = 0;
+    bool warned = false;
+  };
+  void add(int rank, const RequestSpec& spec, Clock::time_point now);
+  bool ready(const Pending& p) const;
+  std::string missing_ranks(const Pending& p) const;
+  Response to_response(const std::string& name, Pending& p);
+  void append_fused(std::vector<Response>& out, Response resp);
+
+  CoordinatorOptions options_;
+  std::map<std::string, Pending> table_;
+  uint64_t next_order_ = 0;
+  std::vector<bool> joined_;
+  int last_joined_ = -1;
+  std::vector<RequestSpec> cache_by_id_;
+  std::unordered_map<std::string, int32_t> cache_ids_;
+};
+
+}  // namespace shvd

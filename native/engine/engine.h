@@ -1,0 +1,113 @@
+// The background engine behind the async API (collective.torch and friends).
+//
+// Any thread enqueues named requests and gets a handle. One background thread owns all communication:
+// every cycle it tells rank 0's coordinator what was submitted, receives the list of collectives that
+// are ready on every rank, and runs them in that order, fusing small allreduces into one buffer.
+// Handles complete with a result or an error; a dead peer or a failed cycle fails every handle.
+#pragma once
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "common/byte_buffer.h"
+#include "common/error.h"
+#include "communicator.h"
+#include "engine/coordinator.h"
+#include "engine/messages.h"
+#include "engine/timeline.h"
+#include "transport/mesh.h"
+
+namespace shvd {
+
+struct EngineOptions {
+  size_t fusion_threshold_bytes = 128 << 20;  // Horovod's default; 0 turns fusion off
+  double cycle_time_ms = 1.0;                 // Horovod's default
+  size_t cache_capacity = 1024;               // response cache entries
+  std::string timeline_path;                  // Chrome trace JSON, written by rank 0; empty = off
+  double stall_warning_s = 60.0;              // warn about tensors some ranks have not submitted
+  double stall_shutdown_s = 0.0;              // then fail them; 0 = never
+  double timeout_s = 300.0;                   // deadline for each negotiation round and collective
+};
+
+// What a finished handle holds.
+struct HandleOutcome {
+  bool failed = false;
+  ErrorKind error_kind = ErrorKind::kGeneric;
+  int error_rank = -1;
+  std::string error;
+  bool has_result = false;
+  OwnedResult result;
+  int join_rank = -1;
+};
+
+class Engine {
+ public:
+  // Takes over the communicator's mesh for as long as it runs.
+  Engine(Mesh& mesh, EngineOptions options);
+  ~Engine();
+
+  // `data` stays owned by the caller and must stay valid until the handle completes. In-place kinds
+  // (allreduce, broadcast) write the result there.
+  int64_t enqueue(RequestSpec spec, void* data);
+  bool poll(int64_t handle);
+  // Blocks until the handle completes or timeout_s passes (then kTimeout); forgets the handle and
+  // returns its outcome (errors are returned, not thrown, so the caller can release its tensors first).
+  HandleOutcome wait(int64_t handle, double timeout_s);
+  // Negotiated stop: every rank's engine stops after the cycle that carries it.
+  void shutdown();
+
+ private:
+  struct LocalRequest {
+    RequestSpec spec;
+    void* data = nullptr;
+    int64_t handle = 0;
+    std::chrono::steady_clock::time_point enqueued;
+  };
+  void loop();
+  void cycle();
+  ResponseList negotiate(const RankMessage& mine);
+  void execute(const Response& resp, std::chrono::steady_clock::time_point negotiated);
+  void run_allreduce(const Response& resp);
+  void run_single(const ResponseEntry& entry, LocalRequest* local);
+  void finish(const std::string& name, HandleOutcome outcome);
+  void fail_everything(const Error& e);
+  void allreduce_buffer(void* data, size_t count, DType dtype, ReduceOp op, const CollectiveOptions& opts);
+  CollectiveOptions options_for(const RequestSpec& spec) const;
+  LocalRequest* local(const std::string& name);
+
+  Mesh& mesh_;
+  EngineOptions options_;
+  std::unique_ptr<Coordinator> coordinator_;  // rank 0 only
+  Timeline timeline_;
+
+  // Shared with callers, under mutex_.
+  std::mutex mutex_;
+  std::condition_variable wake_;      // the engine thread: new work or stop
+  std::condition_variable finished_;  // callers waiting on handles
+  std::vector<LocalRequest> queue_;
+  std::unordered_set<std::string> names_in_flight_;
+  std::unordered_map<int64_t, HandleOutcome> done_;
+  std::unordered_set<int64_t> pending_handles_;
+  int64_t next_handle_ = 1;
+  bool stop_requested_ = false;
+  bool stopped_ = false;
+  std::string stopped_reason_;
+  ErrorKind stopped_kind_ = ErrorKind::kGeneric;
+  int stopped_rank_ = -1;
+
+  // Engine thread only.
+  std::unordered_map<std::string, LocalRequest> in_flight_;
+  std::unordered_map<std::string, int32_t> cache_;  // signature -> response cache id
+  ByteBuffer fusion_;
+  std::vector<ByteBuffer> scratch_;
+  std::thread thread_;
+};
+
+}  // namespace shvd
