@@ -11,29 +11,33 @@ from jobs import RESULT_TAG, ManualJob, run_job
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", ["direct", "engine"])
 @pytest.mark.parametrize("num_proc", [2, 3])
-def test_mismatch_is_a_clear_error_on_every_rank(num_proc: int, transport: str) -> None:
-    job = run_job("mismatch.py", num_proc, transport, timeout_s=90)
+def test_mismatch_is_a_clear_error_on_every_rank(num_proc: int, transport: str, mode: str) -> None:
+    job = run_job("mismatch.py", num_proc, transport, mode, timeout_s=90)
     assert job.returncode == 0, job.output[-4000:]
     for rank in range(num_proc):
         records = job.records(rank)
         errors = {r["case"]: r["message"] for r in records if r["kind"] == "mismatch"}
-        assert set(errors) == {"dtype", "shape", "count", "op", "root", "kind"}, records
+        expected = {"dtype", "shape", "count", "op", "root"} | ({"kind"} if mode == "direct" else set())
+        assert set(errors) == expected, records
         assert "'grad.w'" in errors["dtype"] and "float32" in errors["dtype"] and "float64" in errors["dtype"]
         assert "rank 0: float32" in errors["dtype"]
         assert "[2, 5]" in errors["shape"] and "[10]" in errors["shape"]
         assert "[5000000]" in errors["count"] and "[4000000]" in errors["count"]
         assert "Sum" in errors["op"] and "Max" in errors["op"]
         assert "root" in errors["root"]
-        assert "allgather" in errors["kind"] and "allreduce" in errors["kind"]
+        if mode == "direct":
+            assert "allgather" in errors["kind"] and "allreduce" in errors["kind"]
         assert [r["ok"] for r in records if r["kind"] == "after"] == [True]
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.parametrize("mode", ["direct", "engine"])
 @pytest.mark.parametrize("num_proc", [2, 4])
-def test_killed_rank_is_named_by_every_survivor_within_10s(num_proc: int, transport: str) -> None:
+def test_killed_rank_is_named_by_every_survivor_within_10s(num_proc: int, transport: str, mode: str) -> None:
     victim = 1
-    with ManualJob("kill_target.py", num_proc, transport) as job:
+    with ManualJob("kill_target.py", num_proc, transport, mode) as job:
         for rank in range(num_proc):
             job.wait_for_line(rank, "looping")
         killed_at = time.time()

@@ -8,11 +8,14 @@ import time
 import numpy as np
 
 import collective as hvd
+from collective.runtime import start_engine
 from common import report
 
 
 def main() -> None:
     hvd.init(enable_shm=(sys.argv[1] == "shm"), timeout_s=60)
+    if sys.argv[2:] == ["engine"]:
+        start_engine()
     data = np.ones(4_000_000, np.float32)
     print("looping", flush=True)
     try:

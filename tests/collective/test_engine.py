@@ -1,0 +1,32 @@
+"""The background engine on real ranks: ordering, fusion, join, stall inspector, timeline, failures."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jobs import run_job
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("num_proc", [2, 3])
+def test_engine_behaviour(num_proc: int, tmp_path: Path) -> None:
+    timeline = tmp_path / "timeline.json"
+    job = run_job("engine_cases.py", num_proc, str(timeline), timeout_s=100)
+    assert job.returncode == 0, job.output[-4000:]
+    for rank in range(num_proc):
+        (record,) = job.records(rank)
+        assert len(record["ran"]) == 5
+        assert record["failures"] == [], record["failures"]
+    for rank in range(num_proc):
+        missing = ", ".join(str(r) for r in range(num_proc) if r != rank)
+        warning = f"stall: allreduce 'withheld.{rank}' was submitted by rank(s) {rank} but not by rank(s) {missing}"
+        assert warning in job.output, job.output[-3000:]
+
+    events = json.loads(timeline.read_text())  # valid JSON, as Perfetto and chrome://tracing read it
+    phases = {(e["name"], e.get("tid")) for e in events if e.get("ph") == "X"}
+    names = {e["name"] for e in events if e.get("ph") == "X"}
+    assert {"NEGOTIATE", "QUEUE", "ALLREDUCE", "MEMCPY_IN_FUSION_BUFFER", "MEMCPY_OUT_FUSION_BUFFER"} <= names
+    rows = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert "fuse.0" in rows.values() and "a" in rows.values()
+    assert all(tid in rows for _, tid in phases)

@@ -1,0 +1,106 @@
+"""The engine's own behaviour: ordering, fusion, join, stalls, names in flight, the timeline."""
+
+from __future__ import annotations
+
+import sys
+from typing import Callable
+
+import numpy as np
+
+import collective as hvd
+from collective import engine as kinds
+from collective.runtime import start_engine
+from common import report
+
+
+def main() -> None:
+    timeline = sys.argv[1]
+    hvd.init(timeline=timeline, stall_check_s=0.2, stall_shutdown_s=1.5, fusion_threshold_bytes=1 << 20)
+    engine = start_engine()
+    rank, size = hvd.rank(), hvd.size()
+    failures: list[str] = []
+    cases: list[tuple[str, Callable[[], None]]] = []
+
+    def case(fn: Callable[[], None]) -> Callable[[], None]:
+        cases.append((fn.__name__, fn))
+        return fn
+
+    @case
+    def out_of_order_submission() -> None:
+        names = ["a", "b", "c", "d"]
+        order = names if rank % 2 == 0 else list(reversed(names))
+        tensors = {n: np.full(100 + i, float(rank + 1), np.float32) for i, n in enumerate(names)}
+        handles = {n: engine.submit(kinds.ALLREDUCE, n, tensors[n], op=hvd.Sum) for n in order}
+        for n in order:
+            engine.wait(handles[n])
+        want = size * (size + 1) / 2
+        for n in names:
+            if not np.all(tensors[n] == want):
+                failures.append(f"out of order: {n} = {tensors[n][:3]}")
+
+    @case
+    def many_small_tensors_fuse_correctly() -> None:
+        tensors = [np.full(i + 1, float(rank * 1000 + i), np.float64) for i in range(200)]
+        handles = [engine.submit(kinds.ALLREDUCE, f"fuse.{i}", t, op=hvd.Average) for i, t in enumerate(tensors)]
+        for h in handles:
+            engine.wait(h)
+        for i, t in enumerate(tensors):
+            want = np.mean([r * 1000 + i for r in range(size)])
+            if not np.allclose(t, want):
+                failures.append(f"fused tensor {i}: {t[:2]} want {want}")
+                break
+
+    @case
+    def name_already_in_flight_is_refused() -> None:
+        x = np.ones(4, np.float32)
+        h = engine.submit(kinds.ALLREDUCE, "dup", x, op=hvd.Sum)
+        try:
+            engine.submit(kinds.ALLREDUCE, "dup", np.ones(4, np.float32))
+            failures.append("second 'dup' accepted")
+        except hvd.InvalidArgumentError as exc:
+            if "dup" not in str(exc):
+                failures.append(f"duplicate error does not name the tensor: {exc}")
+        engine.wait(h)
+
+    @case
+    def stalled_tensor_names_the_missing_rank() -> None:
+        # Every rank submits a tensor nobody else does: the stall inspector warns about each, then fails
+        # each naming the ranks that never submitted it. No rank has to wait for another to get here.
+        mine = f"withheld.{rank}"
+        try:
+            engine.wait(engine.submit(kinds.ALLREDUCE, mine, np.ones(3, np.float32)))
+            failures.append(f"{mine} completed")
+        except hvd.CollectiveTimeoutError as exc:
+            others = ", ".join(str(r) for r in range(size) if r != rank)
+            if f"'{mine}'" not in str(exc) or f"rank(s) {others} did not" not in str(exc):
+                failures.append(f"stall error does not name rank(s) {others}: {exc}")
+        # Nobody may join before everyone is done here: a joined rank counts as having submitted.
+        hvd.barrier()
+
+    @case
+    def join_returns_the_last_rank() -> None:
+        last = size - 1
+        if rank == last:
+            total = np.zeros(1, np.float32)
+            for step in range(3):
+                x = np.ones(5, np.float32)
+                engine.wait(engine.submit(kinds.ALLREDUCE, f"join.step{step}", x, op=hvd.Sum))
+                total += x[0]
+            # The others joined at once and contribute zeros: every sum is just this rank's 1.
+            if total[0] != 3.0:
+                failures.append(f"sums with joined ranks: {total[0]}")
+        joined_last = engine.wait(engine.submit(kinds.JOIN, None, None))
+        if joined_last != last:
+            failures.append(f"join returned {joined_last}, want {last}")
+
+    for name, fn in cases:
+        try:
+            fn()
+        except Exception as exc:  # report and keep going
+            failures.append(f"{name} raised {type(exc).__name__}: {exc}")
+    report(kind="engine", failures=failures, ran=[name for name, _ in cases])
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()
