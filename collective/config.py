@@ -145,6 +145,7 @@ def env_for_rank(
     rendezvous: str,
     secret: bytes,
     host_key: str | None = None,
+    timeline: str | None = None,
 ) -> dict[str, str]:
     """The variables a launcher exports so that config_from_env() in the child sees this rank.
 
@@ -158,6 +159,8 @@ def env_for_rank(
     }
     if host_key is not None:
         env[ENV_HOST_KEY] = host_key
+    if timeline is not None:
+        env[ENV_TIMELINE] = timeline
     _validate({**dataclasses.asdict(Config()), "rank": rank, "size": size,
                "rendezvous": rendezvous, "secret": secret, "host_key": host_key}, _field_label)
     return env

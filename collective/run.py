@@ -56,6 +56,7 @@ def launch(
     term_grace_s: float = DEFAULT_TERM_GRACE_S,
     stdout: IO | None = None,
     stderr: IO | None = None,
+    timeline: str | None = None,
 ) -> int:
     """Runs ``python script_args...`` as ``num_proc`` ranks and returns the job's exit code.
 
@@ -64,6 +65,7 @@ def launch(
     ``env`` is the base environment for the ranks (default: this process's environment).
     ``host_key_per_rank`` gives every rank its own host key, so same-host ranks are treated
     as remote (no shared memory) - useful to exercise the TCP path on one machine.
+    ``timeline`` names the Chrome-trace JSON file that rank 0's engine writes.
     Children are tied to the calling *thread* via PR_SET_PDEATHSIG, so call this from a thread
     that outlives the job (normally the main thread).
     """
@@ -89,7 +91,7 @@ def launch(
                 child_env = inherited_environ() if env is None else dict(env)
                 child_env.update(env_for_rank(
                     rank, num_proc, rendezvous, secret,
-                    host_key=f"{host_key}/rank{rank}" if host_key else None))
+                    host_key=f"{host_key}/rank{rank}" if host_key else None, timeline=timeline))
                 child_env["PYTHONUNBUFFERED"] = "1"
                 pythonpath = _pythonpath_with_package(child_env.get("PYTHONPATH"))
                 if pythonpath:
@@ -114,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         args.timeout,
         host_key_per_rank=args.host_key_per_rank,
         term_grace_s=args.term_grace,
+        timeline=os.path.abspath(args.timeline) if args.timeline else None,
     )
 
 
@@ -128,6 +131,8 @@ def _argument_parser() -> argparse.ArgumentParser:
                         help=f"kill the job and exit {TIMEOUT_EXIT_CODE} after S seconds")
     parser.add_argument("--host-key-per-rank", action="store_true",
                         help="treat every rank as a separate host (disables shared memory)")
+    parser.add_argument("--timeline", metavar="FILE", default=None,
+                        help="write a Chrome trace (Perfetto) of rank 0's collectives to FILE")
     parser.add_argument("--term-grace", type=_positive_float, default=DEFAULT_TERM_GRACE_S,
                         metavar="S", help="seconds between SIGTERM and SIGKILL on teardown")
     parser.add_argument("script", help="Python script to run on every rank")

@@ -30,3 +30,25 @@ def test_engine_behaviour(num_proc: int, tmp_path: Path) -> None:
     rows = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
     assert "fuse.0" in rows.values() and "a" in rows.values()
     assert all(tid in rows for _, tid in phases)
+
+
+@pytest.mark.timeout(60)
+def test_launcher_timeline_flag(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import numpy as np, collective as hvd\n"
+        "from collective.runtime import start_engine\n"
+        "hvd.init(); start_engine()\n"
+        "for i in range(3): hvd.allreduce(np.ones(10), name=f't{i}')\n"
+        "hvd.shutdown()\n")
+    timeline = tmp_path / "trace.json"
+    proc = subprocess.run([sys.executable, "-m", "collective.run", "-np", "2", "--timeline", str(timeline),
+                           str(script)], capture_output=True, text=True, timeout=50)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    events = json.loads(timeline.read_text())
+    rows = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert {"t0", "t1", "t2"} <= rows
+    assert any(e["name"] == "ALLREDUCE" and e["ph"] == "X" for e in events)
