@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Callable
 
 import ml_dtypes
 import numpy as np
@@ -69,3 +70,23 @@ def tolerance(dtype: np.dtype, size: int) -> float:
 
 def fail(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+class Cases:
+    """Registers a worker's test cases and runs them all, so one job reports every broken case."""
+
+    def __init__(self) -> None:
+        self.failures: list[str] = []
+        self._cases: list[tuple[str, Callable[[], None]]] = []
+
+    def __call__(self, fn: Callable[[], None]) -> Callable[[], None]:
+        self._cases.append((fn.__name__, fn))
+        return fn
+
+    def run_and_report(self, kind: str) -> None:
+        for name, fn in self._cases:
+            try:
+                fn()
+            except Exception as exc:  # report and keep going
+                self.failures.append(f"{name} raised {type(exc).__name__}: {exc}")
+        report(kind=kind, failures=self.failures, ran=[name for name, _ in self._cases])

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import sys
-from typing import Callable
-
 import numpy as np
 
 import collective as hvd
 from collective import engine as kinds
 from collective.runtime import start_engine
-from common import report
+from common import Cases, report
 
 
 def main() -> None:
@@ -18,12 +16,8 @@ def main() -> None:
     hvd.init(timeline=timeline, stall_check_s=0.2, stall_shutdown_s=1.5, fusion_threshold_bytes=1 << 20)
     engine = start_engine()
     rank, size = hvd.rank(), hvd.size()
-    failures: list[str] = []
-    cases: list[tuple[str, Callable[[], None]]] = []
-
-    def case(fn: Callable[[], None]) -> Callable[[], None]:
-        cases.append((fn.__name__, fn))
-        return fn
+    case = Cases()
+    failures = case.failures
 
     @case
     def out_of_order_submission() -> None:
@@ -93,12 +87,7 @@ def main() -> None:
         if joined_last != last:
             failures.append(f"join returned {joined_last}, want {last}")
 
-    for name, fn in cases:
-        try:
-            fn()
-        except Exception as exc:  # report and keep going
-            failures.append(f"{name} raised {type(exc).__name__}: {exc}")
-    report(kind="engine", failures=failures, ran=[name for name, _ in cases])
+    case.run_and_report("engine")
     hvd.shutdown()
 
 

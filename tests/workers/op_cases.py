@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import sys
-from typing import Callable
-
 import numpy as np
 
 import collective as hvd
 from collective.runtime import start_engine
-from common import report
+from common import Cases, report
 
 
 def check(failures: list[str], label: str, got: np.ndarray, want: np.ndarray) -> None:
@@ -27,12 +25,8 @@ def main() -> None:
     if len(sys.argv) > 2 and sys.argv[2] == "engine":
         start_engine()  # the same calls, now through the background engine
     rank, size = hvd.rank(), hvd.size()
-    failures: list[str] = []
-    cases: list[tuple[str, Callable[[], None]]] = []
-
-    def case(fn: Callable[[], None]) -> Callable[[], None]:
-        cases.append((fn.__name__, fn))
-        return fn
+    case = Cases()
+    failures = case.failures
 
     @case
     def allgather_uneven_first_dimension() -> None:
@@ -116,12 +110,7 @@ def main() -> None:
         for _ in range(50):
             hvd.barrier()
 
-    for name, fn in cases:
-        try:
-            fn()
-        except Exception as exc:  # report and keep going, so one run shows every broken case
-            failures.append(f"{name} raised {type(exc).__name__}: {exc}")
-    report(kind="cases", failures=failures, ran=[name for name, _ in cases])
+    case.run_and_report("cases")
     hvd.shutdown()
 
 
