@@ -16,7 +16,7 @@ constexpr char kJoinName[] = "__join__";
 // Small allreduces go to every peer at once: one round instead of 2(p-1) ring steps.
 constexpr size_t kDirectAllreduceBytes = 64 << 10;
 // Negotiation rounds happen every cycle even when idle: wait for peers without burning a core.
-constexpr WaitPolicy kNegotiationWait{0, 100};
+constexpr WaitPolicy kNegotiationWait{0, 0};
 
 std::vector<int64_t> trailing(const std::vector<int64_t>& shape) {
   return shape.empty() ? shape : std::vector<int64_t>(shape.begin() + 1, shape.end());
@@ -137,9 +137,11 @@ void Engine::loop() {
         std::unique_lock<std::mutex> lock(mutex_);
         wake_.wait_until(lock, next, [&] { return stop_requested_; });
       }
+      cycle();
+      // Counted from the end of the round: every rank receives the coordinator's answer at about the
+      // same moment, so this keeps all ranks' cycles in phase and a request waits about one cycle.
       next = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                 std::chrono::duration<double, std::milli>(options_.cycle_time_ms));
-      cycle();
       std::lock_guard<std::mutex> lock(mutex_);
       if (stopped_) break;
     }
