@@ -1,0 +1,61 @@
+"""Horovod's PyTorch API on the collective engine: port a script with
+
+    import collective.torch as hvd   # was: import horovod.torch as hvd
+
+and run it with ``python -m collective.run -np 2 train.py``. Only CPU tensors are supported for now.
+"""
+
+from collective.errors import (
+    CollectiveError,
+    CollectiveTimeoutError,
+    InvalidArgumentError,
+    MismatchError,
+    NotInitializedError,
+    PeerFailureError,
+)
+from collective.reduce_ops import Average, Max, Min, Product, ReduceOp, Sum
+from collective.runtime import cross_rank, cross_size, is_initialized, local_rank, local_size, rank, size
+from collective.torch.autograd import allgather, allreduce, alltoall, broadcast, grouped_allreduce, reducescatter
+from collective.torch.compression import Compression
+from collective.torch.functions import (
+    allgather_object,
+    broadcast_object,
+    broadcast_optimizer_state,
+    broadcast_parameters,
+)
+from collective.torch.lifecycle import init, shutdown
+from collective.torch.ops import (
+    allgather_async,
+    allreduce_,
+    allreduce_async,
+    allreduce_async_,
+    alltoall_async,
+    barrier,
+    broadcast_,
+    broadcast_async,
+    broadcast_async_,
+    grouped_allreduce_,
+    grouped_allreduce_async,
+    grouped_allreduce_async_,
+    join,
+    poll,
+    reducescatter_async,
+    synchronize,
+)
+from collective.torch.optimizer import DistributedOptimizer
+from collective.torch.sync_batch_norm import SyncBatchNorm
+
+# Scripts that catch Horovod's error type keep working.
+HorovodInternalError = CollectiveError
+
+__all__ = [
+    "Average", "CollectiveError", "CollectiveTimeoutError", "Compression", "DistributedOptimizer",
+    "HorovodInternalError", "InvalidArgumentError", "Max", "Min", "MismatchError", "NotInitializedError",
+    "PeerFailureError", "Product", "ReduceOp", "Sum", "SyncBatchNorm", "allgather", "allgather_async",
+    "allgather_object", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "alltoall",
+    "alltoall_async", "barrier", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
+    "broadcast_object", "broadcast_optimizer_state", "broadcast_parameters", "cross_rank", "cross_size",
+    "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "init",
+    "is_initialized", "join", "local_rank", "local_size", "poll", "rank", "reducescatter", "reducescatter_async",
+    "shutdown", "size", "synchronize",
+]

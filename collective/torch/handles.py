@@ -1,0 +1,71 @@
+"""Handles returned by the ``*_async`` functions, for ``poll`` and ``synchronize``.
+
+A handle may stand for several engine requests (a grouped allreduce) and owns the tensors those
+requests read or write: the engine works on raw memory, so the tensors must outlive the requests.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from collective.errors import InvalidArgumentError
+from collective.runtime import start_engine
+
+
+@dataclass
+class _Pending:
+    requests: list[tuple[int, int]]        # (engine handle, dtype code its result is sized with)
+    finish: Callable[[list[Any]], Any]     # engine results -> what synchronize() returns
+    keep_alive: tuple[Any, ...]            # tensors whose memory the engine uses
+
+
+_lock = threading.Lock()
+_pending: dict[int, _Pending] = {}
+_ids = itertools.count(1)
+
+
+def register(requests: list[tuple[int, int]], finish: Callable[[list[Any]], Any], keep_alive: tuple[Any, ...]) -> int:
+    with _lock:
+        handle = next(_ids)
+        _pending[handle] = _Pending(requests, finish, keep_alive)
+    return handle
+
+
+def poll(handle: int) -> bool:
+    """True once ``synchronize(handle)`` would return without blocking."""
+    pending = _pending.get(handle)
+    if pending is None:
+        raise InvalidArgumentError(f"unknown handle {handle} (already synchronized?)")
+    engine = start_engine()
+    return all(engine.poll(request) for request, _ in pending.requests)
+
+
+def synchronize(handle: int) -> Any:
+    """Waits for the operation and returns its result; like Horovod, None for an unknown handle."""
+    with _lock:
+        pending = _pending.pop(handle, None)
+    if pending is None:
+        return None
+    engine = start_engine()
+    results: list[Any] = []
+    error: BaseException | None = None
+    # Wait for every request even after a failure: until each completes, the engine may still use the
+    # memory of the tensors this handle keeps alive.
+    for request, code in pending.requests:
+        try:
+            results.append(engine.wait(request, code))
+        except BaseException as exc:  # noqa: BLE001 - re-raised below, once nothing is in flight
+            error = error or exc
+            results.append(None)
+    if error is not None:
+        raise error
+    return pending.finish(results)
+
+
+def forget_all() -> None:
+    """Drops every handle; called at shutdown, when the engine has failed whatever was in flight."""
+    with _lock:
+        _pending.clear()

@@ -1,0 +1,98 @@
+"""What the engine needs to know about a torch tensor, and turning its results back into tensors.
+
+The engine reads and writes tensor memory directly through ``data_ptr()``, so everything handed to it
+must be a dense, C-contiguous CPU tensor of a supported dtype; the helpers here either check that or
+make a contiguous copy the caller writes back.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from collective.errors import InvalidArgumentError
+
+# Native dtype codes (native/common/types.h).
+_DTYPE_CODES = {
+    torch.uint8: 0,
+    torch.int8: 1,
+    torch.int32: 2,
+    torch.int64: 3,
+    torch.float16: 4,
+    torch.bfloat16: 5,
+    torch.float32: 6,
+    torch.float64: 7,
+}
+# numpy has no bfloat16, so its results are viewed through int16 and reinterpreted by torch.
+_NUMPY_VIEWS = {
+    torch.uint8: np.uint8,
+    torch.int8: np.int8,
+    torch.int32: np.int32,
+    torch.int64: np.int64,
+    torch.float16: np.float16,
+    torch.bfloat16: np.int16,
+    torch.float32: np.float32,
+    torch.float64: np.float64,
+}
+_SUPPORTED = "uint8, int8, int32, int64, float16, bfloat16, float32, float64"
+
+
+def label(name: str | None) -> str:
+    """How error messages refer to a tensor."""
+    return repr(name) if name else "(unnamed)"
+
+
+def check_tensor(tensor: Any, name: str | None) -> int:
+    """Validates a tensor for the engine and returns its native dtype code."""
+    if not isinstance(tensor, torch.Tensor):
+        raise InvalidArgumentError(f"tensor {label(name)} must be a torch.Tensor, got {type(tensor).__name__}")
+    check_device(tensor.device, name)
+    if tensor.layout != torch.strided:
+        raise InvalidArgumentError(f"tensor {label(name)} has layout {tensor.layout}; only dense tensors are supported")
+    code = _DTYPE_CODES.get(tensor.dtype)
+    if code is None:
+        raise InvalidArgumentError(
+            f"tensor {label(name)} has dtype {tensor.dtype}, which collectives do not support; use one of {_SUPPORTED}")
+    return code
+
+
+def check_device(device: torch.device, name: str | None) -> None:
+    if device.type == "cuda":
+        raise InvalidArgumentError(f"tensor {label(name)} is on {device}: CUDA tensors need the NCCL backend (issue 7)")
+    if device.type != "cpu":
+        raise InvalidArgumentError(f"tensor {label(name)} is on {device}; only CPU tensors are supported")
+
+
+def contiguous_input(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor itself when the engine can read it in place, else a contiguous copy."""
+    data = tensor.detach()
+    return data if data.is_contiguous() else data.contiguous()
+
+
+def contiguous_clone(tensor: torch.Tensor) -> torch.Tensor:
+    """A fresh contiguous copy, the output buffer of an out-of-place op."""
+    return tensor.detach().clone(memory_format=torch.contiguous_format)
+
+
+def from_flat(flat: np.ndarray, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+    """Wraps an engine result buffer (flat uint8) as a tensor, without copying."""
+    result = torch.from_numpy(flat.view(_NUMPY_VIEWS[dtype]).reshape(tuple(shape)))
+    return result.view(torch.bfloat16) if dtype == torch.bfloat16 else result
+
+
+def split_list(splits: Any) -> list[int]:
+    """Alltoall splits given as a list, tuple, numpy array or tensor, as plain ints."""
+    if isinstance(splits, torch.Tensor):
+        return [int(s) for s in splits.reshape(-1).tolist()]
+    return [int(s) for s in np.asarray(splits).reshape(-1)]
+
+
+def even_splits(tensor: torch.Tensor, size: int, name: str | None) -> list[int]:
+    """Horovod's default alltoall split: the first dimension divided equally among the ranks."""
+    rows = tensor.shape[0] if tensor.dim() > 0 else 0
+    if tensor.dim() == 0 or rows % size != 0:
+        raise InvalidArgumentError(
+            f"alltoall {label(name)}: the first dimension ({rows}) does not divide evenly by {size} ranks; pass splits")
+    return [rows // size] * size

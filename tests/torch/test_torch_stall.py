@@ -1,0 +1,58 @@
+"""The stall inspector through collective.torch: rank 1 withholds a tensor until the test, having seen
+what it waits for in rank 0's output, releases it through a FIFO (no sleeps, no polling)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from jobs import ManualJob, parse_results
+
+
+def release(fifo: Path) -> None:
+    # Blocks until rank 1 has the FIFO open for reading; closing it ends rank 1's read.
+    with open(fifo, "w", encoding="utf-8") as writer:
+        writer.write("go")
+
+
+def first_line_with(job: ManualJob, rank: int, marker: str) -> str:
+    seen = []
+    for line in job.lines(rank):
+        if marker in line:
+            return line
+        seen.append(line)
+    raise AssertionError(f"rank {rank} exited without printing {marker!r}:\n" + "\n".join(seen))
+
+
+def records(output: str) -> list[dict]:
+    return parse_results("\n".join(f"[0]: {line}" for line in output.splitlines())).get(0, [])
+
+
+@pytest.mark.timeout(60)
+def test_stall_warning_names_the_missing_rank(tmp_path: Path) -> None:
+    fifo = tmp_path / "release"
+    os.mkfifo(fifo)
+    with ManualJob("torch_stall.py", 2, "warn", str(fifo)) as job:
+        warning = first_line_with(job, 0, "stall:")
+        assert "stalled.grad" in warning and "not by rank(s) 1" in warning, warning
+        release(fifo)
+        outputs = [job.finish(rank, timeout_s=30) for rank in range(2)]
+    for rank, (code, output) in enumerate(outputs):
+        assert code == 0, output
+        assert records(output) == [{"mode": "warn", "result": [2.0] * 4}], output
+
+
+@pytest.mark.timeout(60)
+def test_stall_shutdown_fails_the_handle_naming_the_missing_rank(tmp_path: Path) -> None:
+    fifo = tmp_path / "release"
+    os.mkfifo(fifo)
+    with ManualJob("torch_stall.py", 2, "deadline", str(fifo)) as job:
+        (result,) = records(first_line_with(job, 0, "RESULT "))
+        release(fifo)
+        outputs = [job.finish(rank, timeout_s=30) for rank in range(2)]
+    error = result.get("error", "")
+    assert "abandoned.grad" in error and "rank(s) 1" in error, result
+    for code, output in outputs:
+        assert code == 0, output

@@ -1,0 +1,90 @@
+"""Single-process checks of collective.torch's pieces that need no peers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import collective.torch as hvd
+from collective.torch.optimizer import _gradient_groups, _parameter_names
+from collective.torch.tensors import check_device, check_tensor, from_flat
+
+
+@pytest.mark.parametrize("compression, wire",
+                         [(hvd.Compression.fp16, torch.float16), (hvd.Compression.bf16, torch.bfloat16)])
+def test_compression_round_trip(compression, wire: torch.dtype) -> None:
+    tensor = torch.linspace(-2, 2, 9, dtype=torch.float64)
+    sent, ctx = compression.compress(tensor)
+    assert sent.dtype == wire
+    back = compression.decompress(sent, ctx)
+    assert back.dtype == torch.float64 and torch.allclose(back, tensor, atol=1e-2)
+    ints = torch.arange(4)
+    sent, ctx = compression.compress(ints)
+    assert sent is ints and compression.decompress(sent, ctx) is ints
+
+
+def test_no_compression_is_identity() -> None:
+    tensor = torch.ones(3)
+    sent, ctx = hvd.Compression.none.compress(tensor)
+    assert sent is tensor and hvd.Compression.none.decompress(sent, ctx) is tensor
+
+
+def test_cuda_tensors_point_to_the_nccl_backend() -> None:
+    with pytest.raises(hvd.InvalidArgumentError, match=r"'grad.w'.*CUDA tensors need the NCCL backend \(issue 7\)"):
+        check_device(torch.device("cuda", 0), "grad.w")
+
+
+@pytest.mark.parametrize("dtype", [torch.int16, torch.bool, torch.complex64, torch.float8_e4m3fn])
+def test_unsupported_dtype_names_tensor_and_dtype(dtype: torch.dtype) -> None:
+    with pytest.raises(hvd.InvalidArgumentError, match=rf"'odd'.*{dtype}"):
+        check_tensor(torch.zeros(2, dtype=dtype), "odd")
+
+
+def test_sparse_and_non_tensors_are_rejected() -> None:
+    with pytest.raises(hvd.InvalidArgumentError, match="dense"):
+        check_tensor(torch.eye(2).to_sparse(), "s")
+    with pytest.raises(hvd.InvalidArgumentError, match="torch.Tensor"):
+        check_tensor(np.ones(2), "n")
+
+
+def test_results_keep_bfloat16_bits() -> None:
+    values = torch.tensor([[1.5, -2.25], [3.0, 0.125]], dtype=torch.bfloat16)
+    flat = values.view(torch.int16).numpy().view(np.uint8).reshape(-1)
+    assert torch.equal(from_flat(flat, [2, 2], torch.bfloat16), values)
+
+
+def test_ops_before_init_say_so() -> None:
+    assert not hvd.is_initialized()
+    with pytest.raises(hvd.NotInitializedError):
+        hvd.allreduce(torch.ones(2))
+
+
+def test_gradient_groups() -> None:
+    params = [torch.zeros(1, requires_grad=True) for _ in range(5)]
+    assert [len(g) for g in _gradient_groups(params, 2)] == [3, 2]
+    assert [len(g) for g in _gradient_groups(params, 9)] == [1] * 5
+    assert _gradient_groups(params, 0) == [] and _gradient_groups(params, None) == []
+    explicit = _gradient_groups(params, [[params[0], params[4]], []])
+    assert explicit == [(params[0], params[4])]
+    with pytest.raises(ValueError):
+        _gradient_groups(params, [[torch.zeros(1)]])
+
+
+def test_parameter_names_are_checked() -> None:
+    model = torch.nn.Linear(2, 2)
+    groups = [{"params": list(model.parameters())}]
+    assert set(_parameter_names(groups, model.named_parameters()).values()) == {"weight", "bias"}
+    assert set(_parameter_names(groups, None).values()) == {"gradient.0.0", "gradient.0.1"}
+    with pytest.raises(ValueError, match="tuples"):
+        _parameter_names(groups, list(model.parameters()))
+    with pytest.raises(ValueError, match="duplicates: weight"):
+        _parameter_names(groups, [("weight", model.weight), ("weight", model.bias)])
+    with pytest.raises(ValueError, match="not named"):
+        _parameter_names(groups, [("weight", model.weight)])
+
+
+def test_predivide_needs_average() -> None:
+    optimizer = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="gradient_predivide_factor"):
+        hvd.DistributedOptimizer(optimizer, op=hvd.Sum, gradient_predivide_factor=2.0)

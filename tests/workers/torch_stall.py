@@ -1,0 +1,47 @@
+"""Rank 1 withholds a tensor that rank 0 has submitted, until the test writes to a FIFO.
+
+argv: mode ("warn" or "deadline"), FIFO path. Run directly (tests/jobs.py ManualJob), so the test can
+read rank 0's output while the job runs and release rank 1 only once it has seen what it expects.
+  warn:     stall warning after 1 s; then rank 1 submits and both complete.
+  deadline: stall shutdown after 1 s; rank 0's handle fails naming rank 1, which never submits.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+import collective.torch as hvd
+from common import report
+
+
+def wait_for_release(fifo: str) -> None:
+    # Opening a FIFO for reading blocks until the test opens it for writing; read() until it closes it.
+    with open(fifo, encoding="utf-8") as released:
+        released.read()
+
+
+def main() -> None:
+    mode, fifo = sys.argv[1], sys.argv[2]
+    if mode == "warn":
+        hvd.init(stall_check_s=1)
+    else:
+        hvd.init(stall_check_s=1, stall_shutdown_s=1)
+    name = "stalled.grad" if mode == "warn" else "abandoned.grad"
+    if hvd.rank() != 0:
+        wait_for_release(fifo)
+        if mode == "warn":
+            out = hvd.allreduce(torch.ones(4), op=hvd.Sum, name=name)
+            report(mode=mode, result=out.tolist())
+    else:
+        try:
+            out = hvd.allreduce(torch.ones(4), op=hvd.Sum, name=name)
+            report(mode=mode, result=out.tolist())
+        except hvd.CollectiveTimeoutError as exc:
+            report(mode=mode, error=str(exc))
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()
