@@ -51,13 +51,13 @@ def synchronize(handle: int) -> Any:
         return None
     engine = start_engine()
     results: list[Any] = []
-    error: BaseException | None = None
+    error: Exception | None = None
     # Wait for every request even after a failure: until each completes, the engine may still use the
     # memory of the tensors this handle keeps alive.
     for request, code in pending.requests:
         try:
             results.append(engine.wait(request, code))
-        except BaseException as exc:  # noqa: BLE001 - re-raised below, once nothing is in flight
+        except Exception as exc:  # noqa: BLE001 - re-raised below, once nothing is in flight
             error = error or exc
             results.append(None)
     if error is not None:
