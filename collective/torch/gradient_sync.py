@@ -76,7 +76,10 @@ class GradientSync:
     def reset(self) -> None:
         """Forgets gradients in progress (after load_state_dict); waits for any allreduce in flight."""
         for submission in self._order:
-            synchronize(submission.handle)
+            try:
+                synchronize(submission.handle)
+            except Exception:  # noqa: BLE001 - these gradients are being discarded anyway
+                pass
         self._order.clear()
         self._submitted.clear()
         self._ready_in_group.clear()
@@ -124,8 +127,13 @@ class GradientSync:
                 group = self._group_of.get(p)
                 self._ready_in_group.pop(group, None)
                 self._submit(group if group is not None else (p,))
+        error: Exception | None = None
         for submission in self._order:
-            synchronize(submission.handle)
+            try:
+                synchronize(submission.handle)
+            except Exception as exc:  # noqa: BLE001 - raised once every other allreduce is waited for
+                error = error or exc
+                continue
             for p, sent, ctx in zip(submission.params, submission.sent, submission.contexts):
                 result = self._compression.decompress(sent, ctx)
                 if result.data_ptr() != p.grad.data_ptr():  # compressed: bring the result home
@@ -133,3 +141,5 @@ class GradientSync:
         self._order.clear()
         self._submitted.clear()
         self._passes_left = {p: self.backward_passes_per_step for p in self._params}
+        if error is not None:
+            raise error

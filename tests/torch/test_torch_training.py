@@ -11,7 +11,7 @@ import pytest
 from jobs import JobResult, run_job
 
 CASES = ["matches_single_process", "backward_passes_per_step", "adam_state_broadcast", "compression_converges",
-         "synchronize_and_guards", "unused_parameters", "sync_batch_norm"]
+         "synchronize_and_guards", "mismatched_models", "unused_parameters", "sync_batch_norm"]
 
 
 @pytest.fixture(scope="module")

@@ -187,6 +187,21 @@ def synchronize_and_guards(c: Cases) -> None:
     optimizer.synchronize()  # leave nothing in flight
 
 
+def mismatched_models(c: Cases) -> None:
+    """Ranks whose models disagree get an error naming the parameter, and can carry on afterwards."""
+    layer = torch.nn.Linear(3, 2 if hvd.rank() == 0 else 3)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(layer.parameters(), lr=0.1),
+                                         named_parameters=[("layer.weight", layer.weight), ("layer.bias", layer.bias)])
+    layer(torch.ones(1, 3)).sum().backward()
+    try:
+        optimizer.step()
+        c.check(False, "step() with mismatched gradients did not raise")
+    except hvd.MismatchError as exc:
+        c.check("layer.weight" in str(exc) or "layer.bias" in str(exc), f"the error names no parameter: {exc}")
+    optimizer.zero_grad()
+    c.check(hvd.allreduce(torch.ones(2), op=hvd.Sum).tolist() == [hvd.size()] * 2, "ranks out of step afterwards")
+
+
 def unused_parameters(c: Cases) -> None:
     """A parameter no rank uses still gets allreduced (as zeros); one only rank 0 uses is averaged."""
     torch.manual_seed(3)
@@ -240,7 +255,7 @@ def sync_batch_norm(c: Cases) -> None:
 
 
 CASES = [matches_single_process, backward_passes_per_step, adam_state_broadcast, compression_converges,
-         synchronize_and_guards, unused_parameters, sync_batch_norm]
+         synchronize_and_guards, mismatched_models, unused_parameters, sync_batch_norm]
 
 
 def main() -> None:
