@@ -15,6 +15,10 @@ std::string rank_list(const std::vector<int>& ranks) {
 
 size_t spec_bytes(const RequestSpec& s) { return element_count(s.shape) * dtype_size(s.dtype); }
 
+// Larger tensors are reduced in place on their own: copying them through the fusion buffer costs more
+// than the per-collective overhead fusion saves.
+constexpr size_t kLargestFusedTensor = 1 << 20;
+
 bool fusible(const Response& a, const Response& b) {
   if (a.type != ResponseType::kCollective || b.type != ResponseType::kCollective) return false;
   if (a.kind != CollectiveKind::kAllreduce || b.kind != CollectiveKind::kAllreduce) return false;
@@ -141,7 +145,10 @@ Response Coordinator::to_response(const std::string& name, Pending& p) {
 }
 
 void Coordinator::append_fused(std::vector<Response>& out, Response resp) {
-  if (options_.fusion_threshold_bytes > 0 && !out.empty() && fusible(out.back(), resp)) {
+  bool small = resp.entries.size() == 1 && spec_bytes(resp.entries.front().spec) <= kLargestFusedTensor;
+  bool back_small = !out.empty() && (out.back().entries.size() > 1 ||
+                                     spec_bytes(out.back().entries.front().spec) <= kLargestFusedTensor);
+  if (options_.fusion_threshold_bytes > 0 && !out.empty() && small && back_small && fusible(out.back(), resp)) {
     size_t total = 0;
     for (const auto& e : out.back().entries) total += spec_bytes(e.spec);
     for (const auto& e : resp.entries) total += spec_bytes(e.spec);
@@ -191,19 +198,19 @@ ResponseList Coordinator::process(const std::vector<RankMessage>& messages, Cloc
       auto& members = groups[spec->group];
       members.push_back(it);
       if (int(members.size()) < spec->group_size) continue;
-      Response fused;
+      // Members go out together; members that cannot share a buffer (another dtype, op or scaling)
+      // go out as neighbouring responses.
+      std::vector<Response> parts;
       for (auto member : members) {
         Response part = to_response(member->first, member->second);
-        if (part.type != ResponseType::kCollective) {
-          responses.push_back(std::move(part));
-        } else if (fused.entries.empty()) {
-          fused = std::move(part);
+        if (part.type == ResponseType::kCollective && !parts.empty() && fusible(parts.back(), part)) {
+          for (auto& e : part.entries) parts.back().entries.push_back(std::move(e));
         } else {
-          for (auto& e : part.entries) fused.entries.push_back(std::move(e));
+          parts.push_back(std::move(part));
         }
         finished.push_back(member);
       }
-      if (!fused.entries.empty()) responses.push_back(std::move(fused));
+      for (auto& part : parts) responses.push_back(std::move(part));
       groups.erase(spec->group);
       continue;
     }

@@ -16,7 +16,7 @@ def test_engine_behaviour(num_proc: int, tmp_path: Path) -> None:
     assert job.returncode == 0, job.output[-4000:]
     for rank in range(num_proc):
         (record,) = job.records(rank)
-        assert len(record["ran"]) == 5
+        assert len(record["ran"]) == 6
         assert record["failures"] == [], record["failures"]
     for rank in range(num_proc):
         missing = ", ".join(str(r) for r in range(num_proc) if r != rank)

@@ -45,6 +45,18 @@ def main() -> None:
                 break
 
     @case
+    def group_with_mixed_dtypes() -> None:
+        dtypes = [np.float32, np.float64, np.int32, np.float32]
+        tensors = [np.full(10 + i, rank + 1, dtype=d) for i, d in enumerate(dtypes)]
+        handles = [engine.submit(kinds.ALLREDUCE, f"group.{i}", t, op=hvd.Sum, group=7, group_size=len(tensors))
+                   for i, t in enumerate(tensors)]
+        for h in handles:
+            engine.wait(h)
+        for i, t in enumerate(tensors):
+            if t.dtype != dtypes[i] or not np.all(t == size * (size + 1) // 2):
+                failures.append(f"group member {i} ({t.dtype}): {t[:3]}")
+
+    @case
     def name_already_in_flight_is_refused() -> None:
         x = np.ones(4, np.float32)
         h = engine.submit(kinds.ALLREDUCE, "dup", x, op=hvd.Sum)
