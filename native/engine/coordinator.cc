@@ -78,14 +78,7 @@ Response Coordinator::to_response(const std::string& name, Pending& p) {
     const RequestSpec& s = p.by_rank[r];
     if (!first) first = &s;
     PeerBlock b;
-    b.info.kind = s.kind;
-    b.info.name = s.name;
-    b.info.dtype = s.dtype;
-    b.info.shape = s.shape;
-    b.info.op = s.op;
-    b.info.root = s.root;
-    b.info.prescale = s.prescale;
-    b.info.postscale = s.postscale;
+    b.info = s;  // the agreement check reads the CallInfo part
     blocks.push_back(std::move(b));
     ranks.push_back(r);
   }

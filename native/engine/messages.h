@@ -11,16 +11,9 @@
 
 namespace shvd {
 
-// One submitted collective, as the other ranks must see it.
-struct RequestSpec {
-  CollectiveKind kind = CollectiveKind::kAllreduce;
-  std::string name;
-  DType dtype = DType::kFloat32;
-  std::vector<int64_t> shape;
-  ReduceOp op = ReduceOp::kSum;
-  int32_t root = -1;
-  double prescale = 1.0;
-  double postscale = 1.0;
+// One submitted collective, as the other ranks must see it: what a direct call agrees on, plus what
+// only the engine needs.
+struct RequestSpec : CallInfo {
   std::vector<int64_t> splits;  // alltoall
   int32_t group = -1;           // grouped_allreduce: members are negotiated and fused together
   int32_t group_size = 0;
