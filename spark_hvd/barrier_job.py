@@ -1,0 +1,70 @@
+"""Runs the barrier stage from a driver thread, so the caller can watch ranks and cancel it."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import uuid
+from dataclasses import dataclass
+from typing import Any, Union
+
+from spark_hvd.barrier_task import RESULT_DDL, BarrierTask
+from spark_hvd.task_spec import TaskSpec
+
+
+@dataclass(frozen=True)
+class JobFinished:
+    results: dict[int, bytes]   # rank -> cloudpickled return value
+
+
+@dataclass(frozen=True)
+class JobFailed:
+    error: BaseException
+
+
+JobEvent = Union[JobFinished, JobFailed]
+
+
+class BarrierJob:
+    """One Spark job: a stage of ``num_proc`` barrier tasks over a one-row-per-partition range."""
+
+    def __init__(self, spark: Any, spec: TaskSpec, events: "queue.SimpleQueue[Any]") -> None:
+        self._spark = spark
+        self._spec = spec
+        self._events = events
+        self.group_id = f"spark_hvd.run-{uuid.uuid4().hex}"
+        self._thread = threading.Thread(target=self._run, name="spark-hvd-job", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def cancel(self) -> None:
+        """Cancels the stage; Spark then kills the tasks' Python workers, and their children die too."""
+        try:
+            self._spark.sparkContext.cancelJobGroup(self.group_id)
+        except Exception:  # noqa: BLE001 - Spark Connect: cancel by tag instead
+            self._spark.interruptTag(self.group_id)
+
+    def join(self, timeout_s: float) -> bool:
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        try:
+            self._tag_jobs_of_this_thread()
+            n = self._spec.num_proc
+            frame = self._spark.range(0, n, 1, n).mapInArrow(BarrierTask(self._spec), RESULT_DDL, barrier=True)
+            rows = frame.collect()
+            self._events.put(JobFinished({int(row["rank"]): bytes(row["result"]) for row in rows}))
+        except BaseException as e:  # noqa: BLE001 - every ending must reach the waiting caller
+            self._events.put(JobFailed(e))
+
+    def _tag_jobs_of_this_thread(self) -> None:
+        # Job groups are per thread (PySpark pins Python threads to JVM threads), so this does not
+        # touch the caller's own group. Interrupting makes Spark kill the tasks' Python workers.
+        try:
+            sc = self._spark.sparkContext
+        except Exception:  # noqa: BLE001 - Spark Connect
+            self._spark.addTag(self.group_id)
+            return
+        sc.setJobGroup(self.group_id, f"spark_hvd.run: {self._spec.num_proc} ranks", interruptOnCancel=True)

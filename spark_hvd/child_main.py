@@ -1,0 +1,93 @@
+"""A rank's child process: ``python -m spark_hvd.child_main LAUNCH_FD RESULT_FD``.
+
+User code runs here rather than in Spark's Python worker, so a crash, ``os._exit`` or a leaked
+thread in ``fn`` cannot take the worker down. The task (our parent) sends two frames on LAUNCH_FD:
+
+1. ``{"kind": "payload"}`` + cloudpickle((fn, args, kwargs)), right after spawning us, so that
+   unpickling (which imports the user's modules, maybe torch) overlaps the ranks' allGather;
+2. ``{"kind": "job", "env": {...}, "context": {...}}`` once the ranks have met.
+
+We answer with one frame on RESULT_FD: ``{"ok": true}`` + cloudpickle(fn's return value), or
+``{"ok": false, "summary", "traceback", "peer_failure", "stage"}``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from typing import Any, BinaryIO
+
+import cloudpickle
+
+import collective
+from spark_hvd import init_shim
+from spark_hvd.framing import read_frame, write_frame
+from spark_hvd.rank_context import RankContext, set_rank_context
+
+_SUMMARY_LIMIT = 1000
+
+
+def main(argv: list[str]) -> int:
+    launch = os.fdopen(int(argv[1]), "rb")
+    results = os.fdopen(int(argv[2]), "wb")
+    # Before fn's modules are imported, so that they bind the tolerant init too.
+    init_for_fn = init_shim.install()
+    stage = "receiving fn"
+    try:
+        fn, args, kwargs = cloudpickle.loads(_expect(launch, "payload")[1])
+        stage = "receiving the job"
+        job = _expect(launch, "job")[0]
+        launch.close()
+        # collective reads its configuration from these (and so does a plain init() in fn).
+        os.environ.update(job["env"])
+        set_rank_context(RankContext.from_json(job["context"]))
+        stage = "collective.init()"
+        init_for_fn()
+        stage = "fn"
+        value = fn(*args, **kwargs)
+        stage = "pickling fn's return value"
+        blob = cloudpickle.dumps(value)
+    except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt in fn are failures too
+        _flush_stdio()
+        write_frame(results, {
+            "ok": False,
+            "stage": stage,
+            "summary": _summary(e, stage),
+            "traceback": traceback.format_exc(),
+            "peer_failure": isinstance(e, collective.PeerFailureError),
+        })
+        results.close()
+        return 1
+    # Leave the mesh before reporting success, so peers see a goodbye, never a vanished rank.
+    collective.shutdown()
+    _flush_stdio()
+    write_frame(results, {"ok": True}, blob)
+    results.close()
+    return 0
+
+
+def _expect(stream: BinaryIO, kind: str) -> tuple[dict[str, Any], bytes]:
+    frame = read_frame(stream)
+    if frame is None or frame[0].get("kind") != kind:
+        raise ConnectionError(f"the task sent {frame[0] if frame else 'nothing'} instead of the {kind}")
+    return frame
+
+
+def _summary(error: BaseException, stage: str) -> str:
+    text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    if stage != "fn":
+        text = f"{text} (while {stage})"
+    return text if len(text) <= _SUMMARY_LIMIT else text[:_SUMMARY_LIMIT] + "..."
+
+
+def _flush_stdio() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

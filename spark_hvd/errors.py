@@ -1,0 +1,71 @@
+"""Exceptions raised on the driver by spark_hvd.run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class LaunchError(RuntimeError):
+    """The job could not be started as asked (checked before any task runs)."""
+
+
+class NotEnoughSlotsError(LaunchError):
+    """num_proc is larger than the number of tasks the cluster can run at once."""
+
+    def __init__(self, message: str, *, num_proc: int, slots: int) -> None:
+        super().__init__(message)
+        self.num_proc = num_proc
+        self.slots = slots
+
+
+class DynamicAllocationError(LaunchError):
+    """Spark refuses barrier stages while dynamic allocation is enabled."""
+
+
+class StartTimeoutError(LaunchError):
+    """Not every rank started within start_timeout (usually: the cluster has too few free slots)."""
+
+
+@dataclass(frozen=True)
+class RankFailure:
+    """What one rank reported when it failed."""
+
+    rank: int
+    summary: str                      # one line, e.g. "ValueError: boom" or "exited with code 3"
+    traceback: str | None = None      # the child's formatted traceback, when fn raised
+    exit_code: int | None = None      # the child's exit status (negative: killed by that signal)
+    peer_failure: bool = False        # a consequence of another rank failing, not a root cause
+
+
+class RunError(RuntimeError):
+    """A rank failed; the message names it and carries its traceback and last output lines."""
+
+    def __init__(
+        self,
+        failure: RankFailure,
+        last_lines: list[str] | None = None,
+        other_failures: list[RankFailure] | None = None,
+    ) -> None:
+        self.failure = failure
+        self.last_lines = list(last_lines or [])
+        self.other_failures = list(other_failures or [])
+        super().__init__(self._message())
+
+    @property
+    def rank(self) -> int:
+        return self.failure.rank
+
+    def _message(self) -> str:
+        parts = [f"spark_hvd.run: rank {self.failure.rank} failed: {self.failure.summary}"]
+        if self.failure.traceback:
+            parts.append(f"Traceback from rank {self.failure.rank}:\n{self.failure.traceback.rstrip()}")
+        if self.last_lines:
+            shown = "\n".join(f"  {line}" for line in self.last_lines)
+            parts.append(f"Last {len(self.last_lines)} output line(s) of rank {self.failure.rank}:\n{shown}")
+        for other in self.other_failures:
+            parts.append(f"rank {other.rank} also failed: {other.summary}")
+        return "\n\n".join(parts)
+
+
+class SparkJobError(RuntimeError):
+    """The Spark job ended without any rank reporting a failure (cancelled, executor lost...)."""

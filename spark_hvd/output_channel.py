@@ -1,0 +1,159 @@
+"""The task-to-driver output connection: its authentication handshake and the task's sending end.
+
+It carries each rank's output lines and, at the end, a failure report; nothing flows back except
+the connection closing, which tells the task that the driver has given up on the job.
+
+Handshake (integers big-endian):
+    driver -> task   MAGIC(4) VERSION(1) NONCE(32)
+    task -> driver   RANK(u32) HMAC-SHA256(secret, CONTEXT + NONCE + RANK)(32)
+    driver -> task   ACCEPTED(1)
+then task -> driver frames (see framing.py) with header["kind"] in KINDS.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import socket
+import struct
+import threading
+from typing import Any, Callable
+
+from collective.config import parse_host_port
+from spark_hvd.errors import RankFailure
+from spark_hvd.framing import write_frame
+
+MAGIC = b"SHVO"
+VERSION = 1
+NONCE_BYTES = 32
+DIGEST_BYTES = hashlib.sha256().digest_size
+_CONTEXT = b"spark-hvd-output-v1"
+_SERVER_HELLO = struct.Struct(f"!4sB{NONCE_BYTES}s")
+_RANK = struct.Struct("!I")
+
+KIND_LINE = "line"          # {"stream": "stdout"|"stderr", "text": str}
+KIND_NOTICE = "notice"      # {"text": str}: something the task itself wants the driver to show
+KIND_FAILURE = "failure"    # the RankFailure fields
+KINDS = frozenset({KIND_LINE, KIND_NOTICE, KIND_FAILURE})
+
+
+def auth_digest(secret: bytes, nonce: bytes, rank: int) -> bytes:
+    return hmac.new(secret, _CONTEXT + nonce + _RANK.pack(rank), hashlib.sha256).digest()
+
+
+def server_hello(nonce: bytes) -> bytes:
+    return _SERVER_HELLO.pack(MAGIC, VERSION, nonce)
+
+
+def parse_client_hello(data: bytes) -> tuple[int, bytes]:
+    """(rank, digest) from the task's reply to the hello."""
+    (rank,) = _RANK.unpack(data[:_RANK.size])
+    return rank, data[_RANK.size:]
+
+
+CLIENT_HELLO_BYTES = _RANK.size + DIGEST_BYTES
+SERVER_HELLO_BYTES = _SERVER_HELLO.size
+
+
+class OutputSender:
+    """The task's connection to the driver's OutputCollector; safe to use from several threads.
+
+    If the driver goes away, sends are silently dropped (the child's output must keep draining),
+    and ``on_driver_gone`` runs once, so the task can stop its rank.
+    """
+
+    def __init__(self, sock: socket.socket, on_driver_gone: Callable[[], None]) -> None:
+        self._sock = sock
+        self._stream = sock.makefile("wb")
+        self._lock = threading.Lock()
+        self._broken = False
+        self._closing = threading.Event()
+        self._on_driver_gone = on_driver_gone
+        self._watcher = threading.Thread(target=self._watch, name="spark-hvd-driver-watch", daemon=True)
+        self._watcher.start()
+
+    @classmethod
+    def connect(
+        cls,
+        address: str,
+        secret: bytes,
+        rank: int,
+        timeout_s: float,
+        on_driver_gone: Callable[[], None],
+    ) -> "OutputSender":
+        host, port = parse_host_port(address)
+        try:
+            sock = socket.create_connection((host, port), timeout=timeout_s)
+        except OSError as e:
+            raise ConnectionError(
+                f"rank {rank} cannot reach the spark_hvd output collector on the driver at "
+                f"{address}: {e}") from e
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            magic, version, nonce = _SERVER_HELLO.unpack(recv_exactly(sock, SERVER_HELLO_BYTES))
+            if magic != MAGIC or version != VERSION:
+                raise ConnectionError(f"{address} is not a spark_hvd output collector (v{VERSION})")
+            sock.sendall(_RANK.pack(rank) + auth_digest(secret, nonce, rank))
+            if recv_exactly(sock, 1) != b"\x01":
+                raise ConnectionError(f"the output collector at {address} rejected rank {rank}")
+            # From here on only the watcher reads, and it must block until the driver closes.
+            sock.settimeout(None)
+        except BaseException:
+            sock.close()
+            raise
+        return cls(sock, on_driver_gone)
+
+    def send_line(self, stream: str, text: str) -> None:
+        self._send({"kind": KIND_LINE, "stream": stream, "text": text})
+
+    def send_notice(self, text: str) -> None:
+        self._send({"kind": KIND_NOTICE, "text": text})
+
+    def send_failure(self, failure: RankFailure) -> None:
+        self._send({"kind": KIND_FAILURE, "summary": failure.summary, "traceback": failure.traceback,
+                    "exit_code": failure.exit_code, "peer_failure": failure.peer_failure})
+
+    def close(self) -> None:
+        """Flushes and closes; the driver reads everything sent before it sees the end."""
+        self._closing.set()
+        with self._lock:
+            try:
+                self._stream.close()
+                self._sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self._sock.close()
+            self._broken = True
+        # Once close() returns, on_driver_gone can no longer fire for this sender.
+        if threading.current_thread() is not self._watcher:
+            self._watcher.join(5.0)
+
+    def _send(self, header: dict[str, Any]) -> None:
+        with self._lock:
+            if self._broken:
+                return
+            try:
+                write_frame(self._stream, header)
+            except (OSError, ValueError):
+                self._broken = True
+
+    def _watch(self) -> None:
+        # The driver never sends after the handshake, so any return from recv means it has closed.
+        try:
+            self._sock.recv(1)
+        except OSError:
+            pass
+        if not self._closing.is_set():
+            with self._lock:
+                self._broken = True
+            self._on_driver_gone()
+
+
+def recv_exactly(sock: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError(f"connection closed after {len(buf)} of {n} handshake bytes")
+        buf += chunk
+    return buf

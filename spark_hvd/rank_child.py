@@ -1,0 +1,156 @@
+"""A rank's child process as its task sees it: spawn, feed, relay its output, collect its outcome."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Callable, Mapping
+
+from collective.run import _child_setup_for as child_setup_for
+from collective.run import _describe_exit as describe_exit
+from spark_hvd.errors import RankFailure
+from spark_hvd.framing import FrameError, read_frame, write_frame
+
+_LINE_LIMIT = 1 << 16
+# After the child exits, how long its output may still trickle in: a grandchild that inherited
+# the pipes can hold them open forever, and its output is not worth hanging the task for.
+_DRAIN_DEADLINE_S = 5.0
+
+
+@dataclass(frozen=True)
+class ChildOutcome:
+    rank: int
+    returncode: int
+    result: bytes | None = None          # cloudpickled return value of fn, when it returned
+    failure: RankFailure | None = None   # otherwise, why not
+
+
+class RankChild:
+    """Starts ``python -m spark_hvd.child_main`` and relays its stdout/stderr line by line.
+
+    The child leads its own process group and gets SIGKILL when this thread's process dies
+    (PR_SET_PDEATHSIG), so it cannot outlive a killed Spark task. Create it from the thread that
+    lives as long as the task (the Python worker's main thread).
+    """
+
+    def __init__(self, rank: int, env: Mapping[str, str], on_line: Callable[[str, str], None]) -> None:
+        self.rank = rank
+        launch_read, launch_write = os.pipe()
+        result_read, result_write = os.pipe()
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "spark_hvd.child_main", str(launch_read), str(result_write)],
+                env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, pass_fds=(launch_read, result_write),
+                preexec_fn=child_setup_for(os.getpid()), close_fds=True)
+        except BaseException:
+            for fd in (launch_write, result_read):
+                os.close(fd)
+            raise
+        finally:
+            # Only the child's copies remain, so either side sees EOF when the other goes away.
+            os.close(launch_read)
+            os.close(result_write)
+        self._launch: BinaryIO = os.fdopen(launch_write, "wb")
+        self._results: BinaryIO = os.fdopen(result_read, "rb")
+        self._payload_writer: threading.Thread | None = None
+        self._pumps = [
+            threading.Thread(target=_pump_lines, args=(pipe, name, on_line),
+                             name=f"spark-hvd-rank{rank}-{name}", daemon=True)
+            for pipe, name in ((self._proc.stdout, "stdout"), (self._proc.stderr, "stderr"))
+        ]
+        for pump in self._pumps:
+            pump.start()
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def send_payload_in_background(self, payload: bytes) -> None:
+        """Sends fn and its arguments without blocking: the child reads them while we meet peers."""
+        self._payload_writer = threading.Thread(
+            target=self._write_quietly, args=({"kind": "payload"}, payload),
+            name=f"spark-hvd-rank{self.rank}-payload", daemon=True)
+        self._payload_writer.start()
+
+    def send_job(self, env: Mapping[str, str], context: Mapping[str, Any]) -> None:
+        """The second and last launch frame: the rank's environment and RankContext."""
+        if self._payload_writer is not None:
+            self._payload_writer.join()
+        self._write_quietly({"kind": "job", "env": dict(env), "context": dict(context)})
+        try:
+            self._launch.close()
+        except OSError:
+            pass
+
+    def wait_outcome(self, exit_grace_s: float) -> ChildOutcome:
+        """Blocks until the child reports or dies; then reaps it and drains its output."""
+        try:
+            frame = read_frame(self._results)
+        except (OSError, FrameError):
+            frame = None  # It died mid-report; its exit status tells the story.
+        self._results.close()
+        if frame is not None and frame[0].get("ok"):
+            try:
+                self._proc.wait(timeout=exit_grace_s)
+            except subprocess.TimeoutExpired:
+                # fn returned but the process does not end (a non-daemon thread, say).
+                self.kill()
+        returncode = self._proc.wait()
+        self._drain_output()
+        return _outcome(self.rank, returncode, frame)
+
+    def kill(self) -> None:
+        """SIGKILLs the child's whole process group (its own children included)."""
+        if self._proc.returncode is None:
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def close(self) -> None:
+        """Kills whatever is left and reaps it; safe to call more than once."""
+        self.kill()
+        self._proc.wait()
+        self._drain_output()
+        for stream in (self._launch, self._results):
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+    def _write_quietly(self, header: dict[str, Any], blob: bytes = b"") -> None:
+        try:
+            write_frame(self._launch, header, blob)
+        except (OSError, ValueError):
+            pass  # The child is gone; wait_outcome() reports how it ended.
+
+    def _drain_output(self) -> None:
+        for pump in self._pumps:
+            pump.join(_DRAIN_DEADLINE_S)
+
+
+def _outcome(rank: int, returncode: int, frame: tuple[dict[str, Any], bytes] | None) -> ChildOutcome:
+    if frame is not None and frame[0].get("ok"):
+        return ChildOutcome(rank, returncode, result=frame[1])
+    if frame is not None:
+        header = frame[0]
+        return ChildOutcome(rank, returncode, failure=RankFailure(
+            rank=rank, summary=str(header.get("summary") or "fn failed"),
+            traceback=header.get("traceback") or None, exit_code=returncode,
+            peer_failure=bool(header.get("peer_failure"))))
+    return ChildOutcome(rank, returncode, failure=RankFailure(
+        rank=rank, summary=f"its process {describe_exit(returncode)} before fn returned",
+        exit_code=returncode))
+
+
+def _pump_lines(pipe: BinaryIO, name: str, on_line: Callable[[str, str], None]) -> None:
+    try:
+        for chunk in iter(lambda: pipe.readline(_LINE_LIMIT), b""):
+            on_line(name, chunk.decode("utf-8", "replace").rstrip("\n"))
+    finally:
+        pipe.close()

@@ -1,0 +1,21 @@
+"""What the driver ships to every task of the barrier stage (inside the task's closure)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    num_proc: int
+    secret: bytes                 # per job; authenticates the output channel, rendezvous and mesh
+    collector_address: str        # "host:port" of the driver's OutputCollector
+    payload: bytes                # cloudpickle((fn, args, kwargs))
+    env: dict[str, str] = field(default_factory=dict)  # extra environment for the children
+    connect_timeout_s: float = 60.0
+    exit_grace_s: float = 30.0    # after fn returns, how long its process may take to exit
+
+    def __repr__(self) -> str:
+        # Never print the secret (Spark logs closures' reprs in some error paths).
+        return (f"TaskSpec(num_proc={self.num_proc}, collector_address={self.collector_address!r}, "
+                f"payload=<{len(self.payload)} bytes>)")

@@ -1,0 +1,133 @@
+"""Spark fixtures: a local[2] session, and a real standalone cluster (plain, or with fake GPUs).
+
+Sessions are expensive (about 9-18 s) and a process holds one SparkContext at a time, so every
+session fixture is module-scoped and each test module uses exactly one of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import cloudpickle
+import pytest
+
+pytest.importorskip("pyspark")
+
+import rank_functions  # noqa: E402  (tests/spark is on sys.path, like tests/ for jobs.py)
+from standalone_cluster import StandaloneCluster, WorkerSpec  # noqa: E402
+
+# Spark fails a barrier stage that lacks slots after ~10 minutes by default; make it seconds.
+FAST_SLOT_CHECK = {
+    "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "1",
+    "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s",
+}
+COMMON_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "2",
+    **FAST_SLOT_CHECK,
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "spark: needs Spark (a JVM); select with -m spark")
+
+
+def _java_home() -> str:
+    current = os.environ.get("JAVA_HOME")
+    if current and Path(current, "bin", "java").exists():
+        return current
+    for candidate in sorted(Path("/usr/lib/jvm").glob("*17*")):
+        if (candidate / "bin" / "java").exists():
+            return str(candidate)
+    pytest.fail("Spark tests need Java 17: install openjdk-17 or set JAVA_HOME")
+
+
+@pytest.fixture(scope="session")
+def spark_environment() -> Iterator[dict[str, str]]:
+    """The variables Spark needs on this machine, for the driver JVM and for cluster daemons."""
+    env = {
+        "JAVA_HOME": _java_home(),
+        "PYSPARK_PYTHON": sys.executable,          # else workers run the system python
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",             # else tasks advertise a non-loopback address
+    }
+    # Functions in rank_functions are pickled by value, so ranks need not import the tests.
+    cloudpickle.register_pickle_by_value(rank_functions)
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        yield env
+    cloudpickle.unregister_pickle_by_value(rank_functions)
+
+
+@contextlib.contextmanager
+def _session(master: str, conf: dict[str, str]) -> Iterator[Any]:
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    settings = {**COMMON_CONF, **conf}
+    builder = SparkSession.builder.master(master).appName("spark_hvd-tests")
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    try:
+        yield spark
+    finally:
+        spark.stop()
+        # The builder leaves its settings behind as JVM system properties, which the next
+        # session in this process would inherit (a local[2] session asking for GPUs hangs).
+        system = SparkContext._jvm.java.lang.System
+        for key in (*settings, "spark.master", "spark.app.name"):
+            system.clearProperty(key)
+
+
+@pytest.fixture(scope="module")
+def local_spark(spark_environment: dict[str, str]) -> Iterator[Any]:
+    with _session("local[2]", {}) as spark:
+        yield spark
+
+
+def _cluster_conf(cores: int) -> dict[str, str]:
+    return {
+        "spark.executor.cores": "1",
+        "spark.executor.memory": "512m",
+        "spark.cores.max": str(cores),
+        # Without these, the first barrier stage can find 0 slots while executors register.
+        "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+        "spark.scheduler.maxRegisteredResourcesWaitingTime": "60s",
+    }
+
+
+@pytest.fixture(scope="module")
+def standalone_spark(spark_environment: dict[str, str],
+                     tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A session on a real master with two one-core workers on 127.0.0.1."""
+    workers = [WorkerSpec(), WorkerSpec()]
+    with StandaloneCluster(tmp_path_factory.mktemp("standalone"), workers, os.environ) as cluster:
+        with _session(cluster.master_url, _cluster_conf(len(workers))) as spark:
+            yield spark
+
+
+# Worker 1 pretends its executors are already restricted to two devices, so Spark's address
+# "1" must become physical device 6 in the rank's CUDA_VISIBLE_DEVICES.
+FAKE_GPU_WORKERS = [
+    WorkerSpec(gpu_addresses=["0"]),
+    WorkerSpec(gpu_addresses=["1"], env={"CUDA_VISIBLE_DEVICES": "4,6"}),
+]
+
+
+@pytest.fixture(scope="module")
+def gpu_spark(spark_environment: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Like standalone_spark, but each worker advertises one fake GPU and each task takes one."""
+    with StandaloneCluster(tmp_path_factory.mktemp("gpu"), FAKE_GPU_WORKERS, os.environ) as cluster:
+        with _session(cluster.master_url, {
+            **_cluster_conf(len(FAKE_GPU_WORKERS)),
+            "spark.executor.resource.gpu.amount": "1",
+            "spark.task.resource.gpu.amount": "1",
+        }) as spark:
+            yield spark

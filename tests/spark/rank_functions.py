@@ -1,0 +1,89 @@
+"""Functions the tests run on ranks. conftest registers this module to be pickled by value."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+
+import numpy as np
+
+import collective
+import spark_hvd
+
+
+def allreduce_rank_vectors(length: int) -> dict:
+    """Every rank contributes [rank, rank, ...]; returns what it saw, for the test to check."""
+    total = collective.allreduce(np.full(length, float(collective.rank())), op=collective.Sum)
+    return {"rank": collective.rank(), "size": collective.size(), "sum": total.tolist()}
+
+
+def horovod_style(length: int) -> dict:
+    """Calls init() first, as ported Horovod code does; it must find the running job."""
+    collective.init()
+    return allreduce_rank_vectors(length)
+
+
+def reinit_with_overrides() -> float:
+    """init() with arguments rebuilds the mesh with them, on every rank in step."""
+    collective.init(timeout_s=30.0, enable_shm=False)
+    uses_shm = collective.size() > 1 and collective.uses_shared_memory(1 - collective.rank())
+    return float(collective.allreduce(np.array([1.0]), op=collective.Sum)[0]) + (100 if uses_shm else 0)
+
+
+def where_am_i() -> dict:
+    context = spark_hvd.rank_context()
+    total = collective.allreduce(np.array([1.0]), op=collective.Sum)
+    return {
+        "rank": collective.rank(),
+        "context_rank": context.rank,
+        "task_address": context.task_address,
+        "executor_dir": os.getcwd(),   # standalone executors each run in their own work dir
+        "python_parent": os.getppid(),
+        "hostname": socket.gethostname(),
+        "sum": float(total[0]),
+    }
+
+
+def gpu_view() -> dict:
+    context = spark_hvd.rank_context()
+    return {
+        "rank": context.rank,
+        "gpu_addresses": list(context.gpu_addresses),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
+
+
+def chatty(lines: int) -> int:
+    for i in range(lines):
+        print(f"rank {collective.rank()} line {i}")
+    print(f"rank {collective.rank()} to stderr", file=sys.stderr)
+    return collective.rank()
+
+
+def raise_on_rank(bad_rank: int) -> int:
+    if collective.rank() == bad_rank:
+        print("about to raise")
+        raise ValueError(f"boom from rank {bad_rank}")
+    # The healthy rank waits in a collective; it must be stopped, not left hanging.
+    collective.allreduce(np.ones(4))
+    return collective.rank()
+
+
+def exit_on_rank(bad_rank: int, code: int) -> int:
+    if collective.rank() == bad_rank:
+        print("about to exit")
+        sys.stdout.flush()
+        os._exit(code)
+    collective.allreduce(np.ones(4))
+    return collective.rank()
+
+
+def block_forever() -> None:
+    print(f"pid {os.getpid()}", flush=True)
+    threading.Event().wait()
+
+
+def echo_args(*args, **kwargs) -> tuple:
+    return collective.rank(), args, kwargs

@@ -1,0 +1,68 @@
+"""A rank's child process on its own (a one-rank job, no Spark): results, failures, kill."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import cloudpickle
+import pytest
+
+from spark_hvd.rank_child import RankChild
+from spark_hvd.rank_context import RankContext
+
+pytestmark = pytest.mark.timeout(60)
+
+ONE_RANK_ENV = {"COLLECTIVE_RANK": "0", "COLLECTIVE_SIZE": "1"}
+CONTEXT = RankContext(rank=0, size=1, local_rank=0, local_size=1, cross_rank=0, cross_size=1,
+                      task_address="localhost:1", task_addresses=("localhost:1",), gpu_addresses=(),
+                      stage_id=0, task_attempt_id=0).to_json()
+
+
+def _run_child(fn, *args):
+    lines: list[tuple[str, str]] = []
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    child = RankChild(0, env, lambda stream, text: lines.append((stream, text)))
+    try:
+        child.send_payload_in_background(cloudpickle.dumps((fn, args, {})))
+        child.send_job(ONE_RANK_ENV, CONTEXT)
+        return child.wait_outcome(exit_grace_s=10), lines
+    finally:
+        child.close()
+
+
+def _returns_rank_and_prints():
+    import collective
+    import spark_hvd
+
+    print("hello")
+    collective.init()  # already initialised: a no-op, as in Horovod
+    return collective.rank(), collective.size(), spark_hvd.rank_context().task_address
+
+
+def _raises():
+    raise KeyError("missing")
+
+
+def _exits(code):
+    os._exit(code)
+
+
+def test_the_result_comes_back_pickled_with_the_output() -> None:
+    outcome, lines = _run_child(_returns_rank_and_prints)
+    assert outcome.failure is None and outcome.returncode == 0
+    assert cloudpickle.loads(outcome.result) == (0, 1, "localhost:1")
+    assert lines == [("stdout", "hello")]
+
+
+def test_an_exception_comes_back_with_its_traceback() -> None:
+    outcome, _ = _run_child(_raises)
+    assert outcome.result is None and outcome.returncode == 1
+    assert outcome.failure.summary == "KeyError: 'missing'"
+    assert "in _raises" in outcome.failure.traceback and not outcome.failure.peer_failure
+
+
+def test_an_exit_without_a_result_names_the_code() -> None:
+    outcome, _ = _run_child(_exits, 7)
+    assert outcome.failure.exit_code == 7
+    assert outcome.failure.summary == "its process exited with code 7 before fn returned"
