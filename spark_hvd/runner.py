@@ -170,9 +170,8 @@ class _Supervisor:
             failure = self._run_error()
             failure.__cause__ = error
             return failure
-        summary = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         wrapped = SparkJobError(f"spark_hvd.run: the Spark job failed before any rank reported a "
-                                f"failure: {summary}")
+                                f"failure: {_spark_error_summary(error)}")
         wrapped.__cause__ = error
         return wrapped
 
@@ -191,6 +190,15 @@ class _Supervisor:
     def progress(self, text: str) -> None:
         if self._verbose >= 2:
             self._err.write_line(f"{DRIVER_TAG} ".encode(), text.encode())
+
+
+def _spark_error_summary(error: BaseException, limit: int = 500) -> str:
+    """The informative line of a Spark error: Py4J's first line only names the JVM call."""
+    for line in str(error).splitlines():
+        line = line.strip().lstrip(":").strip()
+        if line and not line.startswith("An error occurred while calling"):
+            return line if len(line) <= limit else line[:limit] + "..."
+    return type(error).__name__
 
 
 def _unpickle_result(rank: int, blob: bytes) -> Any:

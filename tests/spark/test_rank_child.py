@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 
 import cloudpickle
 import pytest
 
+from capture import wait_for_exit
 from spark_hvd.rank_child import RankChild
 from spark_hvd.rank_context import RankContext
 
@@ -66,3 +69,36 @@ def test_an_exit_without_a_result_names_the_code() -> None:
     outcome, _ = _run_child(_exits, 7)
     assert outcome.failure.exit_code == 7
     assert outcome.failure.summary == "its process exited with code 7 before fn returned"
+
+
+# Stands in for Spark's Python worker: starts a RankChild whose fn blocks, reports the child's
+# pid, then waits to be killed.
+_FAKE_TASK = """
+import os, sys, threading, cloudpickle
+from spark_hvd.rank_child import RankChild
+def block():
+    threading.Event().wait()
+env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+child = RankChild(0, env, lambda stream, text: None)
+child.send_payload_in_background(cloudpickle.dumps((block, (), {})))
+print(child.pid, flush=True)
+threading.Event().wait()
+"""
+
+
+def test_the_child_dies_with_its_task_process() -> None:
+    task = subprocess.Popen([sys.executable, "-c", _FAKE_TASK], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
+    child_pid = None
+    try:
+        child_pid = int(task.stdout.readline())
+        task.kill()  # SIGKILL: no cleanup code runs in the task, as when Spark destroys a worker
+        task.wait(10)
+        assert wait_for_exit(child_pid, 10), "the child outlived its task process"
+    finally:
+        if task.poll() is None:
+            task.kill()
+            task.wait(10)
+        if child_pid is not None and not wait_for_exit(child_pid, 0):
+            os.kill(child_pid, signal.SIGKILL)
+        task.stdout.close()

@@ -101,6 +101,13 @@ def test_more_ranks_than_slots_fails_at_once_with_the_slot_count(local_spark) ->
     assert "num_proc=3" in str(caught.value) and "has 2" in str(caught.value)
 
 
+def test_ranks_that_do_not_start_in_time_end_the_run_with_the_slot_count(local_spark) -> None:
+    # No task can connect within 10 ms of the launch, so this is the path of a cluster whose
+    # slots are held by other jobs.
+    with pytest.raises(spark_hvd.StartTimeoutError, match=r"did not start within .* has 2 task slot"):
+        spark_hvd.run(allreduce_rank_vectors, args=(1,), num_proc=2, start_timeout=0.01)
+
+
 def test_cancelling_the_spark_job_stops_the_ranks(local_spark) -> None:
     out = WatchedStream()
     outcome: dict[str, BaseException] = {}
@@ -122,6 +129,7 @@ def test_cancelling_the_spark_job_stops_the_ranks(local_spark) -> None:
         launcher.join(60)
         assert not launcher.is_alive(), "run() did not return after the job was cancelled"
         assert isinstance(outcome.get("error"), spark_hvd.SparkJobError), outcome
+        assert "cancelled" in str(outcome["error"])
         for pid in pids:
             assert wait_for_exit(pid, 30), f"rank process {pid} survived the cancelled job"
     finally:
