@@ -156,10 +156,23 @@ def _gpu_addresses(ctx: Any) -> tuple[str, ...]:
 
 def _child_env(spec: TaskSpec, gpu_addresses: tuple[str, ...]) -> dict[str, str]:
     env = inherited_environ()
-    # The child must import what this worker can, including files shipped with addPyFile.
-    env["PYTHONPATH"] = os.pathsep.join(path for path in sys.path if path)
+    env["PYTHONPATH"] = _child_pythonpath(env.get("PYTHONPATH"))
     env["PYTHONUNBUFFERED"] = "1"
     if gpu_addresses:
         env[CUDA_VISIBLE_DEVICES] = visible_devices(gpu_addresses, env.get(CUDA_VISIBLE_DEVICES))
     env.update(spec.env)
     return env
+
+
+def _child_pythonpath(inherited: str | None) -> str:
+    """Lets the child import what this worker can, including files shipped with addPyFile.
+
+    Only the entries a fresh interpreter would not find by itself: listing the interpreter's own
+    stdlib or site-packages here would put site-packages ahead of the stdlib in the child.
+    """
+    own_roots = {os.path.realpath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    entries = [p for p in (inherited or "").split(os.pathsep) if p]
+    for path in sys.path:
+        if path and not any((os.path.realpath(path) + os.sep).startswith(root) for root in own_roots):
+            entries.append(path)
+    return os.pathsep.join(dict.fromkeys(entries))

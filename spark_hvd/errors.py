@@ -69,3 +69,26 @@ class RunError(RuntimeError):
 
 class SparkJobError(RuntimeError):
     """The Spark job ended without any rank reporting a failure (cancelled, executor lost...)."""
+
+
+def spark_error_summary(error: BaseException, limit: int = 500) -> str:
+    """The telling line of a Spark job failure.
+
+    Py4J's first line only names the JVM call; a failed Python task carries its traceback inside
+    the Java message, and its exception line says most.
+    """
+    lines = str(error).splitlines()
+    for i, line in enumerate(lines):
+        if "Traceback (most recent call last):" in line:
+            raised = next((later.strip() for later in lines[i + 1:] if later and not later[0].isspace()), None)
+            if raised:
+                return _clip(raised, limit)
+    for line in lines:
+        line = line.strip().lstrip(":").strip()
+        if line and not line.startswith("An error occurred while calling"):
+            return _clip(line, limit)
+    return type(error).__name__
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."

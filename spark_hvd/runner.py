@@ -14,7 +14,14 @@ import cloudpickle
 from collective.config import format_host_port
 from collective.run import _LineSink as LineSink
 from spark_hvd.barrier_job import BarrierJob, JobFailed, JobFinished
-from spark_hvd.errors import LaunchError, RankFailure, RunError, SparkJobError, StartTimeoutError
+from spark_hvd.errors import (
+    LaunchError,
+    RankFailure,
+    RunError,
+    SparkJobError,
+    StartTimeoutError,
+    spark_error_summary,
+)
 from spark_hvd.launch_checks import ClusterShape, describe_cluster, resolve_num_proc
 from spark_hvd.output_collector import DRIVER_TAG, OutputCollector, RankConnected, RankFailed
 from spark_hvd.task_spec import TaskSpec
@@ -63,6 +70,10 @@ def run(
     """
     if not (start_timeout > 0):
         raise ValueError(f"start_timeout must be positive, got {start_timeout!r}")
+    env = dict(env or {})
+    bad = [k for k, v in env.items() if not (isinstance(k, str) and isinstance(v, str))]
+    if bad:
+        raise TypeError(f"env names and values must be str; not so for {bad!r}")
     spark = spark if spark is not None else _active_session()
     shape = describe_cluster(spark)
     num_proc = resolve_num_proc(num_proc, shape)
@@ -75,7 +86,7 @@ def run(
                                 echo=verbose >= 1, tail_lines=tail_lines)
     port = collector.start()
     try:
-        spec = TaskSpec(num_proc=num_proc, secret=secret, payload=payload, env=dict(env or {}),
+        spec = TaskSpec(num_proc=num_proc, secret=secret, payload=payload, env=env,
                         collector_address=format_host_port(_driver_host(spark), port))
         job = BarrierJob(spark, spec, events)
         supervisor = _Supervisor(job, collector, events, num_proc, start_timeout, shape, err, verbose)
@@ -171,7 +182,7 @@ class _Supervisor:
             failure.__cause__ = error
             return failure
         wrapped = SparkJobError(f"spark_hvd.run: the Spark job failed before any rank reported a "
-                                f"failure: {_spark_error_summary(error)}")
+                                f"failure: {spark_error_summary(error)}")
         wrapped.__cause__ = error
         return wrapped
 
@@ -190,15 +201,6 @@ class _Supervisor:
     def progress(self, text: str) -> None:
         if self._verbose >= 2:
             self._err.write_line(f"{DRIVER_TAG} ".encode(), text.encode())
-
-
-def _spark_error_summary(error: BaseException, limit: int = 500) -> str:
-    """The informative line of a Spark error: Py4J's first line only names the JVM call."""
-    for line in str(error).splitlines():
-        line = line.strip().lstrip(":").strip()
-        if line and not line.startswith("An error occurred while calling"):
-            return line if len(line) <= limit else line[:limit] + "..."
-    return type(error).__name__
 
 
 def _unpickle_result(rank: int, blob: bytes) -> Any:

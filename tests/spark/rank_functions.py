@@ -87,3 +87,22 @@ def block_forever() -> None:
 
 def echo_args(*args, **kwargs) -> tuple:
     return collective.rank(), args, kwargs
+
+
+def torch_horovod_style() -> list:
+    """A ported Horovod PyTorch loop: hvd.init(), broadcast the model, one averaged step."""
+    import torch
+
+    import collective.torch as hvd
+
+    hvd.init()
+    torch.manual_seed(hvd.rank())  # different initial weights per rank, until the broadcast
+    model = torch.nn.Linear(3, 1)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    loss = model(torch.full((4, 3), float(hvd.rank() + 1))).sum()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return [p.detach().flatten().tolist() for p in model.parameters()]

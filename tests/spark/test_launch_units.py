@@ -7,7 +7,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from spark_hvd.errors import DynamicAllocationError, LaunchError, NotEnoughSlotsError, RankFailure, RunError
+from spark_hvd.errors import (
+    DynamicAllocationError,
+    LaunchError,
+    NotEnoughSlotsError,
+    RankFailure,
+    RunError,
+    spark_error_summary,
+)
 from spark_hvd.framing import FrameError, read_frame, write_frame
 from spark_hvd.gpus import visible_devices
 from spark_hvd.launch_checks import ClusterShape, describe_cluster, resolve_num_proc
@@ -107,3 +114,22 @@ def test_run_error_message_names_rank_traceback_lines_and_others() -> None:
     assert "Traceback from rank 1:\nTraceback...\nValueError: boom" in text
     assert "  step 1\n  step 2" in text
     assert "rank 0 also failed: PeerFailureError" in text
+
+
+def test_spark_error_summary_finds_the_python_exception_or_the_spark_reason() -> None:
+    python_failure = RuntimeError(
+        "An error occurred while calling o89.collectToPython.\n"
+        ": org.apache.spark.SparkException: Job aborted due to stage failure: ...\n"
+        "org.apache.spark.api.python.PythonException: [PYTHON_EXCEPTION] An exception was thrown "
+        "from the Python worker: Traceback (most recent call last):\n"
+        '  File "x.py", line 1, in f\n'
+        "    connect()\n"
+        "ConnectionError: rank 1 cannot reach the driver\n"
+        " SQLSTATE: 38000\n")
+    assert spark_error_summary(python_failure) == "ConnectionError: rank 1 cannot reach the driver"
+    cancelled = RuntimeError("An error occurred while calling o45.collectToPython.\n"
+                             ": org.apache.spark.SparkException: [SPARK_JOB_CANCELLED] Job 0 cancelled\n"
+                             "\tat org.apache.spark.errors.SparkCoreErrors$.sparkJobCancelled(x)\n")
+    assert spark_error_summary(cancelled) == (
+        "org.apache.spark.SparkException: [SPARK_JOB_CANCELLED] Job 0 cancelled")
+    assert spark_error_summary(RuntimeError("")) == "RuntimeError"

@@ -21,6 +21,7 @@ from rank_functions import (
     horovod_style,
     raise_on_rank,
     reinit_with_overrides,
+    torch_horovod_style,
 )
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(120)]
@@ -51,6 +52,13 @@ def test_horovod_style_init_inside_fn_finds_the_job(local_spark) -> None:
 def test_init_with_arguments_rebuilds_the_mesh_with_them(local_spark) -> None:
     # enable_shm=False must take effect: 2.0 from the allreduce, and no +100 for shared memory.
     assert spark_hvd.run(reinit_with_overrides, num_proc=2) == [2.0, 2.0]
+
+
+def test_a_horovod_style_torch_loop_runs_and_stays_in_sync(local_spark) -> None:
+    pytest.importorskip("torch")
+    weights = spark_hvd.run(torch_horovod_style, num_proc=2)
+    # Same weights after the broadcast and one step on averaged gradients: ranks agree.
+    assert weights[0] == weights[1]
 
 
 def test_output_lines_of_both_ranks_stream_to_the_driver(local_spark) -> None:
