@@ -54,7 +54,7 @@ def main(argv: list[str]) -> int:
             "ok": False,
             "stage": stage,
             "summary": _summary(e, stage),
-            "traceback": traceback.format_exc(),
+            "traceback": _traceback_text(e, skip_own_frame=stage == "fn"),
             "peer_failure": isinstance(e, collective.PeerFailureError),
         })
         results.close()
@@ -79,6 +79,14 @@ def _summary(error: BaseException, stage: str) -> str:
     if stage != "fn":
         text = f"{text} (while {stage})"
     return text if len(text) <= _SUMMARY_LIMIT else text[:_SUMMARY_LIMIT] + "..."
+
+
+def _traceback_text(error: BaseException, skip_own_frame: bool) -> str:
+    # The user wants to see their fn's frames, not this module's call into it.
+    tb = error.__traceback__
+    if skip_own_frame and tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(error), error, tb))
 
 
 def _flush_stdio() -> None:

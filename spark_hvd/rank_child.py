@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -19,6 +20,8 @@ _LINE_LIMIT = 1 << 16
 # After the child exits, how long its output may still trickle in: a grandchild that inherited
 # the pipes can hold them open forever, and its output is not worth hanging the task for.
 _DRAIN_DEADLINE_S = 5.0
+# How long a SIGKILLed child gets to be reaped before the task stops waiting for it.
+_REAP_DEADLINE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ class RankChild:
         self._launch: BinaryIO = os.fdopen(launch_write, "wb")
         self._results: BinaryIO = os.fdopen(result_read, "rb")
         self._payload_writer: threading.Thread | None = None
+        self._reader: threading.Thread | None = None
         self._pumps = [
             threading.Thread(target=_pump_lines, args=(pipe, name, on_line),
                              name=f"spark-hvd-rank{rank}-{name}", daemon=True)
@@ -88,36 +92,61 @@ class RankChild:
             pass
 
     def wait_outcome(self, exit_grace_s: float) -> ChildOutcome:
-        """Blocks until the child reports or dies; then reaps it and drains its output."""
-        try:
-            frame = read_frame(self._results)
-        except (OSError, FrameError):
-            frame = None  # It died mid-report; its exit status tells the story.
-        self._results.close()
-        if frame is not None and frame[0].get("ok"):
+        """Blocks until the child reports and exits (or just dies); reaps it, drains its output.
+
+        The report and the exit are awaited side by side: a grandchild that inherited the report
+        pipe (a forked data-loader worker, say) can keep it open long after the child died.
+        """
+        endings: "queue.SimpleQueue[str]" = queue.SimpleQueue()
+        report: list[tuple[dict[str, Any], bytes] | None] = [None]
+        reader = threading.Thread(target=self._read_report, args=(report, endings),
+                                  name=f"spark-hvd-rank{self.rank}-report", daemon=True)
+        reader.start()
+        self._reader = reader
+        threading.Thread(target=self._await_exit, args=(endings,),
+                         name=f"spark-hvd-rank{self.rank}-wait", daemon=True).start()
+        if endings.get() == "report" and report[0] is not None and report[0][0].get("ok"):
             try:
                 self._proc.wait(timeout=exit_grace_s)
             except subprocess.TimeoutExpired:
                 # fn returned but the process does not end (a non-daemon thread, say).
                 self.kill()
         returncode = self._proc.wait()
+        # fn is over; whatever it left running would only hold the pipes open.
+        _kill_group(self._proc.pid)
+        # After the exit, a complete report is already in the pipe; only a torn one can block.
+        reader.join(_DRAIN_DEADLINE_S)
         self._drain_output()
-        return _outcome(self.rank, returncode, frame)
+        return _outcome(self.rank, returncode, report[0])
+
+    def _await_exit(self, endings: "queue.SimpleQueue[str]") -> None:
+        self._proc.wait()
+        endings.put("exit")
+
+    def _read_report(self, report: list, endings: "queue.SimpleQueue[str]") -> None:
+        try:
+            report[0] = read_frame(self._results)
+        except (OSError, ValueError, FrameError):
+            pass  # It died mid-report; its exit status tells the story.
+        endings.put("report")
 
     def kill(self) -> None:
         """SIGKILLs the child's whole process group (its own children included)."""
-        if self._proc.returncode is None:
-            try:
-                os.killpg(self._proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        _kill_group(self._proc.pid)
 
     def close(self) -> None:
-        """Kills whatever is left and reaps it; safe to call more than once."""
-        self.kill()
-        self._proc.wait()
+        """Kills whatever is left of the group, grandchildren too, and reaps the child; idempotent."""
+        _kill_group(self._proc.pid)
+        try:
+            self._proc.wait(_REAP_DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            pass  # Stuck in the kernel (D state); the task must still end.
         self._drain_output()
-        for stream in (self._launch, self._results):
+        streams = [self._launch]
+        # A reader still blocked on a torn report holds the stream's lock; closing would hang.
+        if self._reader is None or not self._reader.is_alive():
+            streams.append(self._results)
+        for stream in streams:
             try:
                 stream.close()
             except OSError:
@@ -132,6 +161,15 @@ class RankChild:
     def _drain_output(self) -> None:
         for pump in self._pumps:
             pump.join(_DRAIN_DEADLINE_S)
+
+
+def _kill_group(pgid: int) -> None:
+    # The child leads its group (set up before exec), so its pid names the group; the group
+    # outlives the child while grandchildren remain, which is what this cleans up.
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _outcome(rank: int, returncode: int, frame: tuple[dict[str, Any], bytes] | None) -> ChildOutcome:

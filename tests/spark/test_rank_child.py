@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import cloudpickle
 import pytest
@@ -51,6 +52,16 @@ def _exits(code):
     os._exit(code)
 
 
+def _forks_then_exits(code):
+    import threading
+
+    grandchild = os.fork()
+    if grandchild == 0:  # holds every pipe of the child open, forever
+        threading.Event().wait()
+    print(f"forked {grandchild}", flush=True)
+    os._exit(code)
+
+
 def test_the_result_comes_back_pickled_with_the_output() -> None:
     outcome, lines = _run_child(_returns_rank_and_prints)
     assert outcome.failure is None and outcome.returncode == 0
@@ -63,12 +74,23 @@ def test_an_exception_comes_back_with_its_traceback() -> None:
     assert outcome.result is None and outcome.returncode == 1
     assert outcome.failure.summary == "KeyError: 'missing'"
     assert "in _raises" in outcome.failure.traceback and not outcome.failure.peer_failure
+    assert "child_main" not in outcome.failure.traceback  # only the user's frames
 
 
 def test_an_exit_without_a_result_names_the_code() -> None:
     outcome, _ = _run_child(_exits, 7)
     assert outcome.failure.exit_code == 7
     assert outcome.failure.summary == "its process exited with code 7 before fn returned"
+
+
+def test_a_grandchild_holding_the_pipes_neither_delays_the_outcome_nor_survives() -> None:
+    start = time.monotonic()
+    outcome, lines = _run_child(_forks_then_exits, 5)
+    assert time.monotonic() - start < 5  # no drain deadline was needed
+    assert outcome.failure.exit_code == 5
+    [(stream, text)] = lines
+    grandchild = int(text.split()[1])
+    assert wait_for_exit(grandchild, 10), "the grandchild outlived the rank"
 
 
 # Stands in for Spark's Python worker: starts a RankChild whose fn blocks, reports the child's
