@@ -7,7 +7,6 @@ import os
 import re
 import select
 import threading
-import time
 
 
 class WatchedStream(io.StringIO):
@@ -51,7 +50,3 @@ def wait_for_exit(pid: int, timeout_s: float) -> bool:
         return bool(readable)
     finally:
         os.close(fd)
-
-
-def elapsed_since(start: float) -> float:
-    return time.monotonic() - start
