@@ -75,8 +75,8 @@ def launch(
         raise ValueError(f"num_proc must be >= 1, got {num_proc}")
     if timeout_s is not None and not timeout_s > 0:
         raise ValueError(f"timeout_s must be positive, got {timeout_s}")
-    out = _LineSink(stdout if stdout is not None else sys.stdout)
-    err = _LineSink(stderr if stderr is not None else sys.stderr)
+    out = LineSink(stdout if stdout is not None else sys.stdout)
+    err = LineSink(stderr if stderr is not None else sys.stderr)
     secret = secrets.token_bytes(32)
     server = RendezvousServer("127.0.0.1", 0, secret=secret)
     job = _Job(out, err)
@@ -166,7 +166,7 @@ class _Signalled:
     signum: int
 
 
-class _LineSink:
+class LineSink:
     """Writes whole lines to one stream; the lock keeps lines from different ranks intact."""
 
     def __init__(self, stream: IO) -> None:
@@ -203,7 +203,7 @@ class _LineSink:
 class _Job:
     """The ranks' processes, their output pumps, and the queue of exit events."""
 
-    def __init__(self, out: _LineSink, err: _LineSink) -> None:
+    def __init__(self, out: LineSink, err: LineSink) -> None:
         self._out = out
         self._err = err
         # SimpleQueue.put is reentrant, so the signal handler may post to it safely.
@@ -211,7 +211,7 @@ class _Job:
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._running: set[int] = set()
         self._pumps: list[threading.Thread] = []
-        self._child_setup = _child_setup_for(os.getpid())
+        self._child_setup = child_setup_for(os.getpid())
 
     def spawn(self, rank: int, argv: list[str], env: dict[str, str]) -> None:
         proc = subprocess.Popen(
@@ -253,7 +253,7 @@ class _Job:
             if event.returncode != 0:
                 others = len(self._running)
                 self._err.message(
-                    f"rank {event.rank} failed first: {_describe_exit(event.returncode)}; "
+                    f"rank {event.rank} failed first: {describe_exit(event.returncode)}; "
                     f"terminating the {others} other running rank(s)")
                 self.terminate(signal.SIGTERM, term_grace_s)
                 return event.returncode if event.returncode > 0 else 1
@@ -307,7 +307,7 @@ class _Job:
         self.events.put(_Exited(rank, proc.wait()))
 
 
-def _pump_lines(pipe: BinaryIO, sink: _LineSink, prefix: bytes) -> None:
+def _pump_lines(pipe: BinaryIO, sink: LineSink, prefix: bytes) -> None:
     """Copies a child's pipe to the sink line by line, until EOF (partial last line included)."""
     try:
         # Blocking reads end at EOF, when the child and anything inheriting the pipe exit.
@@ -317,7 +317,7 @@ def _pump_lines(pipe: BinaryIO, sink: _LineSink, prefix: bytes) -> None:
         pipe.close()
 
 
-def _describe_exit(returncode: int) -> str:
+def describe_exit(returncode: int) -> str:
     if returncode >= 0:
         return f"exited with code {returncode}"
     try:
@@ -327,7 +327,7 @@ def _describe_exit(returncode: int) -> str:
     return f"killed by signal {name} ({-returncode})"
 
 
-def _child_setup_for(launcher_pid: int) -> Callable[[], None]:
+def child_setup_for(launcher_pid: int) -> Callable[[], None]:
     """Builds the preexec_fn; libc is resolved here because the child must not import or load."""
     prctl = _load_prctl()
 

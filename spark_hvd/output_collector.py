@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Union
 
-from collective.run import _LineSink as LineSink
+from collective.run import LineSink
 from spark_hvd.errors import RankFailure
 from spark_hvd.framing import FrameError, read_frame
 from spark_hvd.output_channel import (

@@ -11,8 +11,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Mapping
 
-from collective.run import _child_setup_for as child_setup_for
-from collective.run import _describe_exit as describe_exit
+from collective.run import child_setup_for
+from collective.run import describe_exit
 from spark_hvd.errors import RankFailure
 from spark_hvd.framing import FrameError, read_frame, write_frame
 

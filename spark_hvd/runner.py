@@ -12,7 +12,7 @@ from typing import IO, Any, Callable, Mapping, Sequence
 import cloudpickle
 
 from collective.config import format_host_port
-from collective.run import _LineSink as LineSink
+from collective.run import LineSink
 from spark_hvd.barrier_job import BarrierJob, JobFailed, JobFinished
 from spark_hvd.errors import (
     LaunchError,
