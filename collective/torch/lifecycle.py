@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import collective
-from collective.runtime import start_engine
+from collective.runtime import current, start_engine
 from collective.torch.handles import forget_all
 
 
@@ -15,7 +15,9 @@ def init(**kwargs: Any) -> None:
     Keyword arguments go to ``collective.init``: e.g. ``fusion_threshold_bytes``, ``cycle_time_ms``,
     ``timeline``, ``stall_check_s``, ``stall_shutdown_s``. Calling it again is harmless, as in Horovod.
     """
-    if not collective.is_initialized():
+    # Arguments before the engine starts are for collective.init even if the process already joined
+    # (spark_hvd.run's child has; its init rebuilds the mesh with them).
+    if not collective.is_initialized() or (kwargs and current().engine is None):
         collective.init(**kwargs)
     start_engine()
 
