@@ -33,6 +33,8 @@ demo: build
 
 bench: build
 	$(PY) bench/allreduce.py
+	$(PY) bench/torch_step.py
+	$(PY) bench/spark_run.py
 
 clean:
 	rm -rf build $(VENV)/.built
