@@ -18,7 +18,7 @@ void ring_allreduce(Mesh& mesh, void* data, size_t count, DType dtype, ReduceOp 
 
 // In place, for small tensors: every rank sends its whole tensor to every peer and reduces all of them
 // locally in rank order, so all ranks get identical bits after one round instead of 2(p-1) steps.
-// `scratch` holds the peers' copies (one buffer per rank, reused across calls).
+// `scratch[0]` holds every rank's copy side by side (reused across calls).
 void direct_allreduce(Mesh& mesh, void* data, size_t count, DType dtype, ReduceOp op, const CollectiveOptions& opts,
                       std::vector<ByteBuffer>& scratch);
 

@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "algorithms/algorithms.h"
 #include "algorithms/ring.h"
 #include "reduce/reduce.h"
@@ -32,27 +34,16 @@ void direct_allreduce(Mesh& mesh, void* data, size_t count, DType dtype, ReduceO
   const int rank = mesh.rank();
   if (size == 1) return;
   const size_t bytes = count * dtype_size(dtype);
-  if (int(scratch.size()) < size) scratch.resize(size);
-  std::vector<SendItem> sends;
-  std::vector<RecvItem> recvs;
-  for (int step = 1; step < size; ++step) {
-    int to = (rank + step) % size;
-    int from = (rank - step + size) % size;
-    SendItem s;
-    s.peer = to;
-    s.data = static_cast<const uint8_t*>(data);
-    s.len = bytes;
-    sends.push_back(s);
-    scratch[from].resize(bytes);
-    RecvItem r;
-    r.peer = from;
-    r.dst = scratch[from].data();
-    r.len = bytes;
-    recvs.push_back(std::move(r));
-  }
-  mesh.run(sends, recvs, opts.deadline, opts.tag);
+  if (scratch.empty()) scratch.resize(1);
+  // An alltoall in which every rank sends its whole tensor to everyone; slot r then holds rank r's.
+  ByteBuffer& slots = scratch[0];
+  slots.resize(std::max<size_t>(bytes * size_t(size), 1));
+  std::vector<size_t> send_offset(size, 0), lengths(size, bytes), recv_offset(size);
+  for (int r = 0; r < size; ++r) recv_offset[r] = size_t(r) * bytes;
+  pairwise_alltoallv(mesh, static_cast<const uint8_t*>(data), send_offset, lengths, slots.data(), recv_offset,
+                     lengths, opts);
   std::vector<const void*> inputs(size);
-  for (int r = 0; r < size; ++r) inputs[r] = r == rank ? data : scratch[r].data();
+  for (int r = 0; r < size; ++r) inputs[r] = r == rank ? data : slots.data() + recv_offset[r];
   reduce_many(data, inputs.data(), inputs.size(), count, dtype, op);
 }
 
