@@ -10,10 +10,6 @@
 namespace shvd {
 namespace {
 
-std::vector<int64_t> trailing(const std::vector<int64_t>& shape) {
-  return shape.empty() ? shape : std::vector<int64_t>(shape.begin() + 1, shape.end());
-}
-
 void require_rows(const TensorRef& t, const char* what) {
   if (t.shape.empty()) {
     fail(ErrorKind::kInvalidArgument, std::string(what) + " needs a tensor with at least one dimension");
@@ -121,7 +117,7 @@ OwnedResult Communicator::allgather(const TensorRef& t, const std::string& name)
     CollectiveOptions opts = options_for(info);
     const size_t bytes = t.bytes();
     auto blocks = agree(info, {}, t.data, fits_inline(bytes) ? bytes : 0, opts.deadline);
-    const size_t row_bytes = dtype_size(t.dtype) * element_count(trailing(t.shape));
+    const size_t row_bytes = dtype_size(t.dtype) * row_elements(t.shape);
     std::vector<size_t> byte_offset(size()), byte_len(size());
     size_t total_rows = 0, total_bytes = 0;
     // Every rank sees the same blocks, so every rank makes the same choice here.
@@ -200,7 +196,7 @@ OwnedResult Communicator::alltoall(const TensorRef& t, const std::vector<int64_t
     CallInfo info = call(CollectiveKind::kAlltoall, name, &t);
     CollectiveOptions opts = options_for(info);
     auto blocks = agree(info, splits, nullptr, 0, opts.deadline);
-    const size_t row_bytes = dtype_size(t.dtype) * element_count(trailing(t.shape));
+    const size_t row_bytes = dtype_size(t.dtype) * row_elements(t.shape);
     OwnedResult out;
     out.received_splits.resize(size());
     std::vector<size_t> send_offset(size()), send_len(size()), recv_offset(size()), recv_len(size());
@@ -234,7 +230,7 @@ OwnedResult Communicator::reducescatter(const TensorRef& t, ReduceOp op, double 
     CollectiveOptions opts = options_for(info);
     const size_t bytes = t.bytes();
     const size_t elem = dtype_size(t.dtype);
-    const size_t row_elems = element_count(trailing(t.shape));
+    const size_t row_elems = row_elements(t.shape);
     Partition rows = split_rows(size_t(t.shape[0]), size());
     std::vector<size_t> elem_offset(size()), elem_count(size());
     for (int i = 0; i < size(); ++i) {

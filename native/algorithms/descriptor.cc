@@ -66,6 +66,14 @@ size_t element_count(const std::vector<int64_t>& shape) {
   return n;
 }
 
+std::vector<int64_t> trailing_shape(const std::vector<int64_t>& shape) {
+  return shape.empty() ? shape : std::vector<int64_t>(shape.begin() + 1, shape.end());
+}
+
+size_t row_elements(const std::vector<int64_t>& shape) { return element_count(trailing_shape(shape)); }
+
+size_t call_bytes(const CallInfo& call) { return element_count(call.shape) * dtype_size(call.dtype); }
+
 AgreementRules rules_for(CollectiveKind kind) {
   AgreementRules r;
   switch (kind) {
@@ -207,8 +215,7 @@ void check_agreement(const std::vector<PeerBlock>& blocks, int my_rank, const st
     if (field == "trailing shape") {
       if (!rules.trailing_shape) return false;
       if (a.shape.empty() || base.shape.empty()) return a.shape.size() != base.shape.size();
-      return std::vector<int64_t>(a.shape.begin() + 1, a.shape.end()) !=
-             std::vector<int64_t>(base.shape.begin() + 1, base.shape.end());
+      return trailing_shape(a.shape) != trailing_shape(base.shape);
     }
     if (field == "op") return rules.op && a.op != base.op;
     if (field == "root") return rules.root && a.root != base.root;

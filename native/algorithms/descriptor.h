@@ -67,5 +67,10 @@ void check_agreement(const std::vector<PeerBlock>& blocks, int my_rank, const st
 
 std::string shape_text(const std::vector<int64_t>& shape);
 size_t element_count(const std::vector<int64_t>& shape);
+// All but the first dimension (empty for a scalar), and how many elements one first-dimension row holds.
+std::vector<int64_t> trailing_shape(const std::vector<int64_t>& shape);
+size_t row_elements(const std::vector<int64_t>& shape);
+// Bytes of the tensor a call describes.
+size_t call_bytes(const CallInfo& call);
 
 }  // namespace shvd

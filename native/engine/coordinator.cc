@@ -13,8 +13,6 @@ std::string rank_list(const std::vector<int>& ranks) {
   return s;
 }
 
-size_t spec_bytes(const RequestSpec& s) { return element_count(s.shape) * dtype_size(s.dtype); }
-
 // Larger tensors are reduced in place on their own: copying them through the fusion buffer costs more
 // than the per-collective overhead fusion saves.
 constexpr size_t kLargestFusedTensor = 1 << 20;
@@ -138,13 +136,13 @@ Response Coordinator::to_response(const std::string& name, Pending& p) {
 }
 
 void Coordinator::append_fused(std::vector<Response>& out, Response resp) {
-  bool small = resp.entries.size() == 1 && spec_bytes(resp.entries.front().spec) <= kLargestFusedTensor;
+  bool small = resp.entries.size() == 1 && call_bytes(resp.entries.front().spec) <= kLargestFusedTensor;
   bool back_small = !out.empty() && (out.back().entries.size() > 1 ||
-                                     spec_bytes(out.back().entries.front().spec) <= kLargestFusedTensor);
+                                     call_bytes(out.back().entries.front().spec) <= kLargestFusedTensor);
   if (options_.fusion_threshold_bytes > 0 && !out.empty() && small && back_small && fusible(out.back(), resp)) {
     size_t total = 0;
-    for (const auto& e : out.back().entries) total += spec_bytes(e.spec);
-    for (const auto& e : resp.entries) total += spec_bytes(e.spec);
+    for (const auto& e : out.back().entries) total += call_bytes(e.spec);
+    for (const auto& e : resp.entries) total += call_bytes(e.spec);
     bool grouped = resp.entries.front().spec.group >= 0 || out.back().entries.front().spec.group >= 0;
     if (!grouped && total <= options_.fusion_threshold_bytes) {
       for (auto& e : resp.entries) out.back().entries.push_back(std::move(e));

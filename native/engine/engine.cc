@@ -18,12 +18,6 @@ constexpr size_t kDirectAllreduceBytes = 64 << 10;
 // Negotiation rounds happen every cycle even when idle: wait for peers without burning a core.
 constexpr WaitPolicy kNegotiationWait{0, 0};
 
-std::vector<int64_t> trailing(const std::vector<int64_t>& shape) {
-  return shape.empty() ? shape : std::vector<int64_t>(shape.begin() + 1, shape.end());
-}
-
-size_t spec_bytes(const RequestSpec& s) { return element_count(s.shape) * dtype_size(s.dtype); }
-
 // Only kinds whose request is identical on every rank can be named by a cache id.
 bool cacheable(CollectiveKind kind) {
   return kind == CollectiveKind::kAllreduce || kind == CollectiveKind::kBroadcast ||
@@ -318,13 +312,13 @@ void Engine::run_allreduce(const Response& resp) {
     return;
   }
   size_t total = 0;
-  for (const ResponseEntry& e : resp.entries) total += spec_bytes(e.spec);
+  for (const ResponseEntry& e : resp.entries) total += call_bytes(e.spec);
   fusion_.resize(std::max<size_t>(total, 1));
   uint8_t* buffer = fusion_.data();
   size_t offset = 0;
   for (const ResponseEntry& e : resp.entries) {
     auto start = Clock::now();
-    size_t bytes = spec_bytes(e.spec);
+    size_t bytes = call_bytes(e.spec);
     LocalRequest* req = local(e.spec.name);
     // A rank that has joined has no tensor: it contributes zeros.
     if (req != nullptr) {
@@ -344,7 +338,7 @@ void Engine::run_allreduce(const Response& resp) {
   std::string fused = std::to_string(resp.entries.size()) + " tensors, " + std::to_string(total) + " bytes";
   offset = 0;
   for (const ResponseEntry& e : resp.entries) {
-    size_t bytes = spec_bytes(e.spec);
+    size_t bytes = call_bytes(e.spec);
     LocalRequest* req = local(e.spec.name);
     if (req != nullptr) {
       timeline_.phase(e.spec.name, "ALLREDUCE", start, end, fused);
@@ -362,7 +356,7 @@ void Engine::run_single(const ResponseEntry& entry, LocalRequest* req) {
   CollectiveOptions opts = options_for(spec);
   const int size = mesh_.size();
   const int me = mesh_.rank();
-  const size_t row_bytes = dtype_size(spec.dtype) * element_count(trailing(spec.shape));
+  const size_t row_bytes = dtype_size(spec.dtype) * row_elements(spec.shape);
   auto start = Clock::now();
   HandleOutcome out;
   switch (spec.kind) {
@@ -384,7 +378,7 @@ void Engine::run_single(const ResponseEntry& entry, LocalRequest* req) {
       break;
     }
     case CollectiveKind::kBroadcast:
-      chain_broadcast(mesh_, req->data, spec_bytes(req->spec), spec.root, opts);
+      chain_broadcast(mesh_, req->data, call_bytes(req->spec), spec.root, opts);
       break;
     case CollectiveKind::kAlltoall: {
       std::vector<size_t> send_offset(size), send_len(size), recv_offset(size), recv_len(size);
@@ -411,14 +405,14 @@ void Engine::run_single(const ResponseEntry& entry, LocalRequest* req) {
     }
     case CollectiveKind::kReducescatter: {
       const size_t elem = dtype_size(spec.dtype);
-      const size_t row_elems = element_count(trailing(spec.shape));
+      const size_t row_elems = row_elements(spec.shape);
       Partition rows = split_rows(size_t(spec.shape[0]), size);
       std::vector<size_t> elem_offset(size), elem_count(size);
       for (int i = 0; i < size; ++i) {
         elem_offset[i] = rows.offset[i] * row_elems;
         elem_count[i] = rows.rows[i] * row_elems;
       }
-      const size_t bytes = spec_bytes(spec);
+      const size_t bytes = call_bytes(spec);
       fusion_.resize(std::max<size_t>(bytes, 1));
       std::memcpy(fusion_.data(), req->data, bytes);
       if (spec.prescale != 1.0) scale(fusion_.data(), element_count(spec.shape), spec.dtype, spec.prescale);
