@@ -18,9 +18,10 @@ from spark_hvd.errors import (
     StartTimeoutError,
 )
 from spark_hvd.rank_context import RankContext, rank_context
+from spark_hvd.rank_events import emit_event
 from spark_hvd.runner import run
 
 __all__ = [
     "DynamicAllocationError", "LaunchError", "NotEnoughSlotsError", "RankContext", "RankFailure",
-    "RunError", "SparkJobError", "StartTimeoutError", "rank_context", "run",
+    "RunError", "SparkJobError", "StartTimeoutError", "emit_event", "rank_context", "run",
 ]

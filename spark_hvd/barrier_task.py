@@ -75,7 +75,7 @@ def run_rank(spec: TaskSpec) -> tuple[int, bytes]:
         try:
             _check_stage(ctx, spec)
             gpu_addresses = _gpu_addresses(ctx)
-            child = RankChild(rank, _child_env(spec, gpu_addresses), sender.send_line)
+            child = RankChild(rank, _child_env(spec, gpu_addresses), sender.send_line, sender.send_event)
             if driver_gone.is_set():
                 child.kill()
             child.send_payload_in_background(spec.payload)

@@ -7,8 +7,9 @@ thread in ``fn`` cannot take the worker down. The task (our parent) sends two fr
    unpickling (which imports the user's modules, maybe torch) overlaps the ranks' allGather;
 2. ``{"kind": "job", "env": {...}, "context": {...}}`` once the ranks have met.
 
-We answer with one frame on RESULT_FD: ``{"ok": true}`` + cloudpickle(fn's return value), or
-``{"ok": false, "summary", "traceback", "peer_failure", "stage"}``.
+While fn runs we may send ``{"kind": "event", "data": {...}}`` frames on RESULT_FD
+(``spark_hvd.emit_event``); we end with one report frame: ``{"ok": true}`` + cloudpickle(fn's
+return value), or ``{"ok": false, "summary", "traceback", "peer_failure", "stage"}``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any, BinaryIO
 import cloudpickle
 
 import collective
-from spark_hvd import init_shim
+from spark_hvd import init_shim, rank_events
 from spark_hvd.framing import read_frame, write_frame
 from spark_hvd.rank_context import RankContext, set_rank_context
 
@@ -45,10 +46,12 @@ def main(argv: list[str]) -> int:
         stage = "collective.init()"
         init_for_fn()
         stage = "fn"
+        rank_events.attach(results)
         value = fn(*args, **kwargs)
         stage = "pickling fn's return value"
         blob = cloudpickle.dumps(value)
     except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt in fn are failures too
+        rank_events.detach()
         _flush_stdio()
         write_frame(results, {
             "ok": False,
@@ -61,6 +64,7 @@ def main(argv: list[str]) -> int:
         return 1
     # Leave the mesh before reporting success, so peers see a goodbye, never a vanished rank.
     collective.shutdown()
+    rank_events.detach()
     _flush_stdio()
     write_frame(results, {"ok": True}, blob)
     results.close()

@@ -1,6 +1,6 @@
 """The task-to-driver output connection: its authentication handshake and the task's sending end.
 
-It carries each rank's output lines and, at the end, a failure report; nothing flows back except
+It carries each rank's output lines and events and, at the end, a failure report; nothing flows back except
 the connection closing, which tells the task that the driver has given up on the job.
 
 Handshake (integers big-endian):
@@ -34,7 +34,8 @@ _RANK = struct.Struct("!I")
 KIND_LINE = "line"          # {"stream": "stdout"|"stderr", "text": str}
 KIND_NOTICE = "notice"      # {"text": str}: something the task itself wants the driver to show
 KIND_FAILURE = "failure"    # the RankFailure fields
-KINDS = frozenset({KIND_LINE, KIND_NOTICE, KIND_FAILURE})
+KIND_EVENT = "event"        # {"data": {...}}: spark_hvd.emit_event from fn
+KINDS = frozenset({KIND_LINE, KIND_NOTICE, KIND_FAILURE, KIND_EVENT})
 
 
 def auth_digest(secret: bytes, nonce: bytes, rank: int) -> bytes:
@@ -108,6 +109,9 @@ class OutputSender:
 
     def send_notice(self, text: str) -> None:
         self._send({"kind": KIND_NOTICE, "text": text})
+
+    def send_event(self, data: dict[str, Any]) -> None:
+        self._send({"kind": KIND_EVENT, "data": data})
 
     def send_failure(self, failure: RankFailure) -> None:
         self._send({"kind": KIND_FAILURE, "summary": failure.summary, "traceback": failure.traceback,

@@ -17,6 +17,7 @@ from spark_hvd.errors import RankFailure
 from spark_hvd.framing import FrameError, read_frame
 from spark_hvd.output_channel import (
     CLIENT_HELLO_BYTES,
+    KIND_EVENT,
     KIND_FAILURE,
     KIND_LINE,
     KIND_NOTICE,
@@ -42,7 +43,13 @@ class RankFailed:
     failure: RankFailure
 
 
-CollectorEvent = Union[RankConnected, RankFailed]
+@dataclass(frozen=True)
+class RankEvent:
+    rank: int
+    data: dict
+
+
+CollectorEvent = Union[RankConnected, RankFailed, RankEvent]
 
 
 class OutputCollector:
@@ -201,6 +208,9 @@ class OutputCollector:
         elif kind == KIND_NOTICE:
             self._sinks["stderr"].write_line(
                 f"{DRIVER_TAG} rank {rank}: ".encode(), str(header.get("text", "")).encode("utf-8", "replace"))
+        elif kind == KIND_EVENT:
+            data = header.get("data")
+            self._on_event(RankEvent(rank, data if isinstance(data, dict) else {}))
         elif kind == KIND_FAILURE:
             exit_code = header.get("exit_code")
             self._on_event(RankFailed(RankFailure(

@@ -15,6 +15,7 @@ from collective.run import child_setup_for
 from collective.run import describe_exit
 from spark_hvd.errors import RankFailure
 from spark_hvd.framing import FrameError, read_frame, write_frame
+from spark_hvd.rank_events import EVENT_KIND
 
 _LINE_LIMIT = 1 << 16
 # After the child exits, how long its output may still trickle in: a grandchild that inherited
@@ -40,8 +41,10 @@ class RankChild:
     lives as long as the task (the Python worker's main thread).
     """
 
-    def __init__(self, rank: int, env: Mapping[str, str], on_line: Callable[[str, str], None]) -> None:
+    def __init__(self, rank: int, env: Mapping[str, str], on_line: Callable[[str, str], None],
+                 on_event: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.rank = rank
+        self._on_event = on_event
         launch_read, launch_write = os.pipe()
         result_read, result_write = os.pipe()
         try:
@@ -125,7 +128,14 @@ class RankChild:
 
     def _read_report(self, report: list, endings: "queue.SimpleQueue[str]") -> None:
         try:
-            report[0] = read_frame(self._results)
+            # Events (spark_hvd.emit_event) come first, the one report frame last.
+            while True:
+                frame = read_frame(self._results)
+                if frame is None or frame[0].get("kind") != EVENT_KIND:
+                    report[0] = frame
+                    break
+                if self._on_event is not None:
+                    self._on_event(frame[0].get("data") or {})
         except (OSError, ValueError, FrameError):
             pass  # It died mid-report; its exit status tells the story.
         endings.put("report")

@@ -23,7 +23,7 @@ from spark_hvd.errors import (
     spark_error_summary,
 )
 from spark_hvd.launch_checks import ClusterShape, describe_cluster, resolve_num_proc
-from spark_hvd.output_collector import DRIVER_TAG, OutputCollector, RankConnected, RankFailed
+from spark_hvd.output_collector import DRIVER_TAG, OutputCollector, RankConnected, RankEvent, RankFailed
 from spark_hvd.task_spec import TaskSpec
 
 DEFAULT_START_TIMEOUT_S = 600.0
@@ -48,6 +48,7 @@ def run(
     *,
     spark: Any = None,
     tail_lines: int = 20,
+    on_event: Callable[[int, dict[str, Any]], None] | None = None,
 ) -> list[Any]:
     """Runs ``fn(*args, **kwargs)`` on ``num_proc`` ranks and returns their results in rank order.
 
@@ -64,6 +65,8 @@ def run(
     verbose: 0 keeps rank output quiet (it still appears in errors), 1 prints it, 2 adds progress.
     spark: the SparkSession to use; default, the active one.
     tail_lines: how many of the failing rank's last output lines a RunError carries.
+    on_event: called as ``on_event(rank, data)`` in this (the driver's) thread for every
+        ``spark_hvd.emit_event(data)`` a rank makes while the job runs; what it raises ends the job.
 
     Raises RunError naming the failing rank (with its traceback and last output lines) when ``fn``
     raises or its process dies on any rank; the other ranks are stopped.
@@ -89,7 +92,8 @@ def run(
         spec = TaskSpec(num_proc=num_proc, secret=secret, payload=payload, env=env,
                         collector_address=format_host_port(_driver_host(spark), port))
         job = BarrierJob(spark, spec, events)
-        supervisor = _Supervisor(job, collector, events, num_proc, start_timeout, shape, err, verbose)
+        supervisor = _Supervisor(job, collector, events, num_proc, start_timeout, shape, err, verbose,
+                                 on_event)
         supervisor.progress(f"launching {num_proc} rank(s) on {shape.master}")
         job.start()
         results = supervisor.wait()
@@ -103,7 +107,7 @@ class _Supervisor:
 
     def __init__(self, job: BarrierJob, collector: OutputCollector, events: "queue.SimpleQueue[Any]",
                  num_proc: int, start_timeout: float, shape: ClusterShape, err: LineSink,
-                 verbose: int) -> None:
+                 verbose: int, on_event: Callable[[int, dict[str, Any]], None] | None = None) -> None:
         self._job = job
         self._collector = collector
         self._events = events
@@ -112,6 +116,7 @@ class _Supervisor:
         self._shape = shape
         self._err = err
         self._verbose = verbose
+        self._on_event = on_event
         self._started: set[int] = set()
         self._failures: list[RankFailure] = []
         self._t0 = time.monotonic()
@@ -132,6 +137,9 @@ class _Supervisor:
                     if len(self._started) == self._num_proc:
                         self.progress(f"all {self._num_proc} rank(s) started after "
                                        f"{time.monotonic() - self._t0:.1f}s")
+                elif isinstance(event, RankEvent):
+                    if self._on_event is not None:
+                        self._deliver(event)
                 elif isinstance(event, RankFailed):
                     self._failures.append(event.failure)
                     self._cancel_and_wait()
@@ -141,6 +149,14 @@ class _Supervisor:
                 elif isinstance(event, JobFinished):
                     return self._finished(event.results)
         except KeyboardInterrupt:
+            self._cancel_and_wait()
+            raise
+
+    def _deliver(self, event: RankEvent) -> None:
+        try:
+            self._on_event(event.rank, event.data)
+        except BaseException:
+            # The caller's callback failed: the job has no one left to report to.
             self._cancel_and_wait()
             raise
 

@@ -106,3 +106,11 @@ def torch_horovod_style() -> list:
     loss.backward()
     optimizer.step()
     return [p.detach().flatten().tolist() for p in model.parameters()]
+
+
+def emit_numbered_events(count: int) -> int:
+    """Sends count events; returns how many emit_event accepted."""
+    sent = 0
+    for i in range(count):
+        sent += spark_hvd.emit_event({"rank": collective.rank(), "i": i})
+    return sent

@@ -17,6 +17,7 @@ from rank_functions import (
     block_forever,
     chatty,
     echo_args,
+    emit_numbered_events,
     exit_on_rank,
     horovod_style,
     raise_on_rank,
@@ -68,6 +69,36 @@ def test_output_lines_of_both_ranks_stream_to_the_driver(local_spark) -> None:
         for i in range(3):
             assert f"[{rank}]: rank {rank} line {i}\n" in out.getvalue()
         assert f"[{rank}]: rank {rank} to stderr\n" in err.getvalue()
+
+
+def test_events_reach_the_driver_callback_in_order_per_rank(local_spark) -> None:
+    received: list[tuple[int, dict]] = []
+    caller = threading.get_ident()
+    threads: set[int] = set()
+
+    def on_event(rank: int, data: dict) -> None:
+        threads.add(threading.get_ident())
+        received.append((rank, data))
+
+    assert spark_hvd.run(emit_numbered_events, args=(50,), num_proc=2, on_event=on_event) == [50, 50]
+    for rank in (0, 1):
+        assert [d["i"] for r, d in received if r == rank] == list(range(50))
+        assert all(d["rank"] == rank for r, d in received if r == rank)
+    assert threads == {caller}
+
+
+def test_a_failing_event_callback_ends_the_job_with_its_error(local_spark) -> None:
+    def on_event(rank: int, data: dict) -> None:
+        raise KeyError(f"bad event from rank {rank}")
+
+    with pytest.raises(KeyError, match="bad event from rank"):
+        spark_hvd.run(emit_numbered_events, args=(3,), num_proc=2, on_event=on_event)
+
+
+def test_emit_event_outside_a_run_reports_that_nobody_listens() -> None:
+    assert spark_hvd.emit_event({"x": 1}) is False
+    with pytest.raises(TypeError, match="mapping"):
+        spark_hvd.emit_event(["not", "a", "mapping"])
 
 
 def test_verbose_0_keeps_rank_output_quiet(local_spark) -> None:
