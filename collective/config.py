@@ -31,6 +31,11 @@ ENV_CACHE_CAPACITY = "COLLECTIVE_CACHE_CAPACITY"
 ENV_TIMELINE = "COLLECTIVE_TIMELINE"
 ENV_STALL_CHECK_TIME = "COLLECTIVE_STALL_CHECK_TIME"
 ENV_STALL_SHUTDOWN_TIME = "COLLECTIVE_STALL_SHUTDOWN_TIME"
+ENV_BACKEND = "COLLECTIVE_BACKEND"
+ENV_NCCL_LIBRARY = "COLLECTIVE_NCCL_LIBRARY"
+# Set by mpirun/mpiexec in every rank: Open MPI, then MPICH/Hydra (and PMIx-based launchers).
+MPI_LAUNCHER_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK")
+BACKENDS = ("ring", "mpi")
 
 _BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 _TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
@@ -59,6 +64,9 @@ class Config:
     timeline: str | None = None              # Chrome trace JSON written by rank 0
     stall_check_s: float = 60.0              # warn about tensors some ranks have not submitted; 0 = off
     stall_shutdown_s: float = 0.0            # then fail them; 0 = never
+    backend: str = "ring"                    # CPU data path: the native "ring", or "mpi" (mpi4py)
+    launched_by_mpi: bool = False            # mpirun/mpiexec started us: bootstrap through MPI
+    nccl_library: str | None = None          # path to libnccl.so.2; None = the nvidia-nccl wheel, then the system
 
     def __post_init__(self) -> None:
         _validate(dataclasses.asdict(self), _field_label)
@@ -99,8 +107,16 @@ def config_from_env(base: Config | None = None, environ: Mapping[str, str] | Non
             if explicit != field.default:
                 values[field.name] = explicit
                 source.pop(field.name, None)
+    if not values["launched_by_mpi"] and launched_by_mpi(environ):
+        values["launched_by_mpi"] = True
     _validate(values, lambda name: source.get(name, _field_label(name)))
     return Config(**values)
+
+
+def launched_by_mpi(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether mpirun/mpiexec (Open MPI, MPICH/Hydra or a PMIx launcher) started this process."""
+    environ = os.environ if environ is None else environ
+    return any(environ.get(name, "").strip() for name in MPI_LAUNCHER_VARIABLES)
 
 
 def default_host_key() -> str:
@@ -228,6 +244,8 @@ _ENV_FIELDS: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "timeline": (ENV_TIMELINE, _parse_text),
     "stall_check_s": (ENV_STALL_CHECK_TIME, _parse_seconds),
     "stall_shutdown_s": (ENV_STALL_SHUTDOWN_TIME, _parse_seconds),
+    "backend": (ENV_BACKEND, _parse_text),
+    "nccl_library": (ENV_NCCL_LIBRARY, _parse_text),
 }
 
 
@@ -284,5 +302,12 @@ def _validate(values: Mapping[str, Any], label: Callable[[str], str]) -> None:
             fail(name, "must be a finite number >= 0")
     if values["reduce_isa"] not in (None, "baseline", "avx2", "avx512"):
         fail("reduce_isa", "must be one of baseline, avx2, avx512")
+    if values["backend"] not in BACKENDS:
+        fail("backend", f"must be one of {', '.join(BACKENDS)}")
+    if not isinstance(values["launched_by_mpi"], bool):
+        fail("launched_by_mpi", "must be a bool")
+    if values["nccl_library"] is not None and (not isinstance(values["nccl_library"], str)
+                                               or not values["nccl_library"]):
+        fail("nccl_library", "must be a non-empty path")
     if not isinstance(values["scope"], str) or not values["scope"]:
         fail("scope", "must be a non-empty string")

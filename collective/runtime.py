@@ -21,7 +21,7 @@ class _Runtime:
     config: Config
     topology: Topology
     comm: Any  # collective._native.Communicator
-    engine: Engine | None = None  # once started, it owns the communicator
+    engine: Any = None  # Engine (or MpiEngine) once started; it owns the communicator
 
 
 _lock = threading.Lock()
@@ -64,8 +64,15 @@ def init(config: Config | None = None, *, bootstrap: Bootstrap | None = None, **
 
 def _build_runtime(cfg: Config, bootstrap: Bootstrap) -> _Runtime:
     rank, size = bootstrap.rank, bootstrap.size
+    host_key = cfg.host_key or bootstrap.host_key() or default_host_key()
+    if cfg.secret is None and bootstrap.job_secret() is not None:
+        cfg = cfg.replace(secret=bootstrap.job_secret())
+    if cfg.backend == "mpi":
+        from collective.mpi.setup import mpi_communicator  # imports mpi4py, so only when asked
+
+        comm, host_keys = mpi_communicator(bootstrap, host_key, cfg.connect_timeout_s)
+        return _Runtime(config=cfg, topology=topology_from_host_keys(rank, host_keys), comm=comm)
     host = cfg.advertise_host or bootstrap.local_address() or "127.0.0.1"
-    host_key = cfg.host_key or default_host_key()
     listener = _native.listen(host)
     try:
         record = json.dumps(
@@ -111,7 +118,12 @@ def start_engine() -> Engine:
         if runtime is None:
             raise NotInitializedError("collective.init() has not been called (or shutdown() was)")
         if runtime.engine is None:
-            runtime.engine = Engine(runtime.comm, runtime.config)
+            if runtime.config.backend == "mpi":
+                from collective.mpi.engine import MpiEngine
+
+                runtime.engine = MpiEngine(runtime.comm, runtime.config)
+            else:
+                runtime.engine = Engine(runtime.comm, runtime.config)
         return runtime.engine
 
 

@@ -429,6 +429,23 @@ NB_MODULE(_native, m) {
       },
       nb::arg("dst"), nb::arg("src"), nb::arg("count"), nb::arg("dtype"), nb::arg("op"),
       "dst = dst (op) src, element-wise; exposed for the kernel tests.");
+  // The finishing steps of a reduction, shared with the MPI backend so both backends round alike.
+  m.def(
+      "scale_array",
+      [](uintptr_t buf, size_t count, int dtype, double factor) {
+        DType d = to_dtype(dtype);
+        nb::gil_scoped_release release;
+        scale(reinterpret_cast<void*>(buf), count, d, factor);
+      },
+      nb::arg("buf"), nb::arg("count"), nb::arg("dtype"), nb::arg("factor"), "buf *= factor, rounded as reduce.h says.");
+  m.def(
+      "divide_array",
+      [](uintptr_t buf, size_t count, int dtype, int64_t divisor) {
+        DType d = to_dtype(dtype);
+        nb::gil_scoped_release release;
+        divide(reinterpret_cast<void*>(buf), count, d, divisor);
+      },
+      nb::arg("buf"), nb::arg("count"), nb::arg("dtype"), nb::arg("divisor"), "Average's final division.");
   m.def("reduce_isa", &reduce_isa, "The vectorised instruction set the reduction kernels use.");
   m.def(
       "limit_reduce_isa", [](const std::string& name) { return limit_reduce_isa(name.c_str()); }, nb::arg("name"),

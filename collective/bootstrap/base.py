@@ -42,6 +42,14 @@ class Bootstrap(abc.ABC):
         Peers can usually reach us on the same interface, so it is the default advertise host.
         """
 
+    def host_key(self) -> str | None:
+        """This rank's physical-host identity when the bootstrap knows it better (MPI); else None."""
+        return None
+
+    def job_secret(self) -> bytes | None:
+        """A secret the bootstrap shared among the ranks when the launcher gave none (MPI); else None."""
+        return None
+
     def close(self) -> None:
         """Releases connections; the default has nothing to release."""
 

@@ -8,12 +8,17 @@ from collective.config import ENV_RANK, ENV_RENDEZVOUS, ENV_SIZE, Config, parse_
 
 
 def bootstrap_from_config(config: Config) -> Bootstrap:
-    """A RendezvousBootstrap when ``config.rendezvous`` is set, else the single-rank Bootstrap.
+    """A RendezvousBootstrap when ``config.rendezvous`` is set, an MpiBootstrap under mpirun/mpiexec,
+    else the single-rank Bootstrap.
 
     A config with no rank, size or rendezvous at all is a plain ``python script.py`` run and
     becomes a one-rank job, so scripts work unchanged outside the launcher.
     """
     rank, size, rendezvous = config.rank, config.size, config.rendezvous
+    if config.launched_by_mpi and rank is None and rendezvous is None:
+        from collective.bootstrap.mpi import MpiBootstrap  # imports mpi4py, so only when asked
+
+        return MpiBootstrap()
     if size is None:
         if rank is None and rendezvous is None:
             return SingleRankBootstrap()

@@ -1,0 +1,119 @@
+"""What one rank asked for in a collective call, and the check that every rank asked for the same.
+
+The MPI backend swaps these descriptors between ranks before moving data, so a disagreement (dtype,
+shape, op, root...) becomes the same MismatchError on every rank instead of a hang or garbage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from collective import engine as kinds
+from collective.errors import InvalidArgumentError, MismatchError
+
+DTYPE_NAMES = ("uint8", "int8", "int32", "int64", "float16", "bfloat16", "float32", "float64")
+OP_NAMES = ("Sum", "Average", "Min", "Max", "Product")
+_KIND_NAMES = {kinds.ALLREDUCE: "allreduce", kinds.ALLGATHER: "allgather", kinds.BROADCAST: "broadcast",
+               kinds.ALLTOALL: "alltoall", kinds.REDUCESCATTER: "reducescatter", kinds.BARRIER: "barrier",
+               kinds.JOIN: "join"}
+# Which fields must agree, per kind (the native coordinator's rules).
+_SAME_SHAPE = {kinds.ALLREDUCE, kinds.BROADCAST, kinds.REDUCESCATTER}
+_SAME_TRAILING_SHAPE = {kinds.ALLGATHER, kinds.ALLTOALL}
+_SAME_OP_AND_SCALES = {kinds.ALLREDUCE, kinds.REDUCESCATTER}
+_NEEDS_DIMENSION = {kinds.ALLGATHER, kinds.ALLTOALL, kinds.REDUCESCATTER}
+
+
+@dataclass(frozen=True)
+class Call:
+    kind: int
+    name: str
+    dtype: int = -1
+    shape: tuple[int, ...] = ()
+    op: int = 0
+    root: int = -1
+    prescale: float = 1.0
+    postscale: float = 1.0
+    splits: tuple[int, ...] = ()
+
+    @property
+    def kind_name(self) -> str:
+        return _KIND_NAMES.get(self.kind, f"kind {self.kind}")
+
+    def count(self) -> int:
+        total = 1
+        for d in self.shape:
+            total *= d
+        return total
+
+    def row_elements(self) -> int:
+        """Elements per row of the first dimension."""
+        total = 1
+        for d in self.shape[1:]:
+            total *= d
+        return total
+
+
+def validate_call(call: Call, size: int) -> None:
+    """The checks one rank can make alone, before anything is sent (the native engine's own)."""
+    label = f"{call.kind_name} '{call.name}'"
+    if any(d < 0 for d in call.shape):
+        raise InvalidArgumentError(f"{label}: negative dimension in shape {list(call.shape)}")
+    if call.kind == kinds.BROADCAST and not 0 <= call.root < size:
+        raise InvalidArgumentError(f"broadcast '{call.name}': root_rank {call.root} is outside [0, {size})")
+    if call.kind in _NEEDS_DIMENSION and not call.shape:
+        raise InvalidArgumentError(f"{label} needs a tensor with at least one dimension")
+    if call.kind == kinds.ALLTOALL:
+        if len(call.splits) != size or any(s < 0 for s in call.splits) or sum(call.splits) != call.shape[0]:
+            raise InvalidArgumentError(
+                f"alltoall '{call.name}': splits must be {size} non-negative row counts summing to the first "
+                f"dimension {call.shape[0]}")
+
+
+def _describe(call: Call, field: str) -> str:
+    if field == "kind":
+        return call.kind_name
+    if field == "name":
+        return f"'{call.name}'"
+    if field == "dtype":
+        return DTYPE_NAMES[call.dtype] if 0 <= call.dtype < len(DTYPE_NAMES) else str(call.dtype)
+    if field in ("shape", "trailing shape"):
+        return str(list(call.shape))
+    if field == "op":
+        return OP_NAMES[call.op]
+    if field == "root":
+        return str(call.root)
+    return f"prescale {call.prescale:f}, postscale {call.postscale:f}"
+
+
+def _differs(call: Call, base: Call, field: str) -> bool:
+    if field == "kind":
+        return call.kind != base.kind
+    if field == "name":
+        return call.name != base.name
+    if field == "dtype":
+        return base.kind not in (kinds.BARRIER, kinds.JOIN) and call.dtype != base.dtype
+    if field == "shape":
+        return base.kind in _SAME_SHAPE and call.shape != base.shape
+    if field == "trailing shape":
+        return base.kind in _SAME_TRAILING_SHAPE and (
+            len(call.shape) != len(base.shape) or call.shape[1:] != base.shape[1:])
+    if field == "op":
+        return base.kind in _SAME_OP_AND_SCALES and call.op != base.op
+    if field == "root":
+        return base.kind == kinds.BROADCAST and call.root != base.root
+    return base.kind in _SAME_OP_AND_SCALES and (call.prescale, call.postscale) != (base.prescale, base.postscale)
+
+
+def check_agreement(calls: Sequence[Call], ranks: Sequence[int], call_number: int, mine: Call) -> None:
+    """Raises MismatchError naming the tensor and what each rank passed, if ``calls`` disagree."""
+    base = calls[0]
+    for field in ("kind", "name", "dtype", "shape", "trailing shape", "op", "root", "scales"):
+        if not any(_differs(c, base, field) for c in calls):
+            continue
+        groups: dict[str, list[int]] = {}
+        for rank, call in zip(ranks, calls):
+            groups.setdefault(_describe(call, field), []).append(rank)
+        detail = "; ".join(f"rank {', '.join(map(str, who))}: {value}" for value, who in sorted(groups.items()))
+        raise MismatchError(f"ranks disagree on the {field} of {mine.kind_name} '{mine.name}' "
+                            f"(call #{call_number}): {detail}")

@@ -1,0 +1,329 @@
+"""The background engine for the MPI backend: ``collective.engine.Engine``'s interface over mpi4py.
+
+One Python thread owns all MPI traffic. Each cycle it announces the requests submitted since the
+last one (an Iallgather of a 3-int header, then the pickled calls only when some rank has new ones:
+a batch announced before is sent as its cache number), and runs, in the same order on every rank,
+the requests every rank has submitted. Small allreduces that agree on dtype, op and scaling are
+fused into one buffer. The thread waits on MPI by polling with short sleeps, so an idle job does
+not spin the CPU the way a blocking MPI call does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import pickle
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from collective import engine as kinds
+from collective.config import Config
+from collective.errors import CollectiveError, CollectiveTimeoutError, InvalidArgumentError, MismatchError, \
+    PeerFailureError
+from collective.mpi import transfers
+from collective.mpi.buffers import STORAGE, tensor_array
+from collective.mpi.calls import Call, check_agreement, validate_call
+from collective.mpi.negotiation import Table
+
+logger = logging.getLogger(__name__)
+
+_NOTHING, _CACHED, _FRESH = 0, 1, 2   # what a rank's header says about its announcement
+_SPIN_S = 50e-6                       # busy polling before the first sleep: a peer is usually close
+_LARGEST_FUSED_BYTES = 1 << 20        # bigger tensors reduce in place, as the native engine does
+
+
+@dataclass
+class _Request:
+    handle: int
+    call: Call
+    data: np.ndarray | None
+    done: threading.Event = dataclasses.field(default_factory=threading.Event)
+    result: Any = None
+    error: BaseException | None = None
+
+    def finish(self, result: Any = None, error: BaseException | None = None) -> None:
+        self.result, self.error = result, error
+        self.done.set()
+
+
+class MpiEngine:
+    def __init__(self, comm: Any, config: Config) -> None:
+        """``comm`` is the runtime's MpiCommunicator; the engine works on its own duplicate."""
+        self._comm = comm.mpi_comm.Dup()
+        self._rank, self._size = int(self._comm.Get_rank()), int(self._comm.Get_size())
+        self._fusion_bytes = config.fusion_threshold_bytes
+        self._cycle_s = config.cycle_time_ms / 1000.0
+        self._timeout_s = config.timeout_s
+        self._stall_check_s = config.stall_check_s
+        self._cache_capacity = config.cache_capacity
+        self._cond = threading.Condition()
+        self._queue: list[_Request] = []            # submitted, not announced yet
+        self._in_flight: dict[str, _Request] = {}   # by name, until it ran
+        self._joins: list[_Request] = []
+        self._handles: dict[int, _Request] = {}
+        self._next_handle = itertools.count(1)
+        self._unnamed = itertools.count()
+        self._stopping = False
+        self._broken: BaseException | None = None
+        self._table = Table(self._size)
+        self._cache_ids: dict[bytes, int] = {}
+        self._cached_calls: list[list[Call]] = []
+        self._call_number = 0
+        self._warned: set[str] = set()
+        self._thread = threading.Thread(target=self._run, name="collective-mpi-engine", daemon=True)
+        self._thread.start()
+
+    # ---- the interface of collective.engine.Engine -------------------------------------------
+
+    def auto_name(self, kind: int) -> str:
+        return f"{Call(kind, '').kind_name}.noname.{next(self._unnamed)}"
+
+    def submit(self, kind: int, name: str | None, tensor: Any, dtype: int = -1, shape: Sequence[int] | None = None,
+               op: int = 0, root: int = -1, prescale: float = 1.0, postscale: float = 1.0,
+               splits: Sequence[int] = (), group: int = -1, group_size: int = 0) -> int:
+        """Enqueues a request (see Engine.submit). Groups need no special handling: members fuse anyway."""
+        name = name or self.auto_name(kind)
+        data = None
+        call = Call(kind, name)
+        if tensor is not None:
+            data, code, dims = tensor_array(tensor, dtype, shape)
+            call = Call(kind, name, code, dims, int(op), int(root), float(prescale), float(postscale),
+                        tuple(int(s) for s in splits))
+        validate_call(call, self._size)
+        with self._cond:
+            if self._broken is not None:
+                raise CollectiveError(f"the MPI engine has stopped: {self._broken}")
+            if self._stopping:
+                raise CollectiveError("the MPI engine is shutting down")
+            if kind != kinds.JOIN and name in self._in_flight:
+                raise InvalidArgumentError(f"{call.kind_name} '{name}' is already in flight on this rank; "
+                                           "names must be unique among outstanding requests")
+            request = _Request(next(self._next_handle), call, data)
+            self._handles[request.handle] = request
+            self._queue.append(request)
+            if kind == kinds.JOIN:
+                self._joins.append(request)
+            else:
+                self._in_flight[name] = request
+            self._cond.notify()
+        return request.handle
+
+    def poll(self, handle: int) -> bool:
+        return self._request(handle).done.is_set()
+
+    def wait(self, handle: int, dtype: int = 0) -> Any:
+        request = self._request(handle)
+        if not request.done.wait(self._timeout_s * 4):
+            with self._cond:
+                try:
+                    missing = self._table.missing(request.call.name)
+                except RuntimeError:  # the engine thread changed the table meanwhile
+                    missing = []
+            raise CollectiveTimeoutError(
+                f"{request.call.kind_name} '{request.call.name}' did not complete within {self._timeout_s * 4:g}s; "
+                f"rank(s) {missing} have not submitted it")
+        with self._cond:
+            self._handles.pop(handle, None)
+        if request.error is not None:
+            raise request.error
+        return request.result
+
+    def shutdown(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        self._thread.join(self._timeout_s)
+        if not self._thread.is_alive():
+            self._comm.Free()
+
+    # ---- the engine thread ---------------------------------------------------------------------
+
+    def _request(self, handle: int) -> _Request:
+        request = self._handles.get(handle)
+        if request is None:
+            raise InvalidArgumentError(f"unknown engine handle {handle}")
+        return request
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    if not self._queue and not self._stopping:
+                        self._cond.wait(self._cycle_s)  # peers may need us even when we have nothing
+                    announced, self._queue = self._queue, []
+                    stopping = self._stopping
+                gathered, stopped = self._exchange([r.call for r in announced], stopping)
+                for rank, calls in enumerate(gathered):
+                    self._table.announce(rank, calls)
+                self._run_ready()
+                self._finish_join()
+                self._warn_stalls()
+                if stopped:
+                    self._fail_all(CollectiveError("the MPI engine was shut down") if stopping else PeerFailureError(
+                        f"rank(s) {stopped} shut down while requests were outstanding"))
+                    return
+        except BaseException as e:  # noqa: BLE001 - every waiter must hear about it
+            logger.exception("MPI engine failed")
+            with self._cond:
+                self._broken = e
+            self._fail_all(CollectiveError(f"the MPI engine failed: {type(e).__name__}: {e}"))
+
+    def _exchange(self, calls: list[Call], stopping: bool) -> tuple[list[list[Call]], list[int]]:
+        """Every rank's new calls, in rank order, and the ranks that are stopping."""
+        from mpi4py import MPI
+
+        payload = pickle.dumps(calls) if calls else b""
+        cached = self._cache_ids.get(payload) if payload else None
+        kind = _NOTHING if not calls else (_CACHED if cached is not None else _FRESH)
+        header = np.array([kind, cached if cached is not None else len(payload), int(stopping)], np.int64)
+        headers = np.empty((self._size, 3), np.int64)
+        self._await(self._comm.Iallgather(header, headers))
+        fresh_counts = [int(h[1]) if h[0] == _FRESH else 0 for h in headers]
+        blob = np.empty(sum(fresh_counts), np.uint8)
+        if any(fresh_counts):
+            send = np.frombuffer(payload, np.uint8) if kind == _FRESH else np.empty(0, np.uint8)
+            displs = [int(x) for x in np.cumsum([0, *fresh_counts[:-1]])]
+            self._comm.Allgatherv([send, MPI.BYTE], [blob, fresh_counts, displs, MPI.BYTE])
+        gathered: list[list[Call]] = []
+        offset = 0
+        for (what, value, _), count in zip(headers, fresh_counts):
+            if what == _NOTHING:
+                gathered.append([])
+            elif what == _CACHED:
+                gathered.append(self._cached_calls[int(value)])
+            else:
+                raw = blob[offset:offset + count].tobytes()
+                offset += count
+                decoded = pickle.loads(raw)  # from our own job's ranks only
+                gathered.append(decoded)
+                # Every rank inserts the same payloads in the same order, so cache numbers agree.
+                if raw not in self._cache_ids and len(self._cached_calls) < self._cache_capacity:
+                    self._cache_ids[raw] = len(self._cached_calls)
+                    self._cached_calls.append(decoded)
+        return gathered, [r for r, h in enumerate(headers) if h[2]]
+
+    def _await(self, request: Any) -> None:
+        started = time.monotonic()
+        pause = 20e-6
+        while not request.Test():
+            if time.monotonic() - started > _SPIN_S:
+                time.sleep(pause)
+                pause = min(pause * 2, max(self._cycle_s, 20e-6))
+
+    def _run_ready(self) -> None:
+        fused: list[tuple[_Request | None, Call]] = []
+        for name, by_rank in self._table.take_ready():
+            with self._cond:
+                mine = self._in_flight.pop(name, None)
+            number = self._call_number
+            self._call_number += 1
+            ranks = sorted(by_rank)
+            base = by_rank[ranks[0]]
+            try:
+                check_agreement([by_rank[r] for r in ranks], ranks, number, mine.call if mine else base)
+            except MismatchError as e:
+                if mine is not None:
+                    mine.finish(error=e)
+                continue
+            if self._fusible(base) and (not fused or self._fits(fused, base)):
+                fused.append((mine, base))
+                continue
+            self._run_fused(fused)
+            fused = [(mine, base)] if self._fusible(base) else []
+            if not fused:
+                self._run_one(mine, base, by_rank)
+        self._run_fused(fused)
+
+    def _fusible(self, call: Call) -> bool:
+        if call.kind != kinds.ALLREDUCE:
+            return False
+        nbytes = call.count() * np.dtype(STORAGE[call.dtype]).itemsize
+        return 0 < nbytes <= min(self._fusion_bytes, _LARGEST_FUSED_BYTES)
+
+    def _fits(self, fused: list[tuple[_Request | None, Call]], call: Call) -> bool:
+        first = fused[0][1]
+        same = (first.dtype, first.op, first.prescale, first.postscale) == (
+            call.dtype, call.op, call.prescale, call.postscale)
+        itemsize = np.dtype(STORAGE[call.dtype]).itemsize
+        return same and (sum(c.count() for _, c in fused) + call.count()) * itemsize <= self._fusion_bytes
+
+    def _run_fused(self, fused: list[tuple[_Request | None, Call]]) -> None:
+        if not fused:
+            return
+        if len(fused) == 1:
+            mine, call = fused[0]
+            self._run_one(mine, call, {})
+            return
+        storage = STORAGE[fused[0][1].dtype]
+        parts = [mine.data if mine is not None else np.zeros(call.count(), storage) for mine, call in fused]
+        buffer = np.concatenate(parts)
+        first = fused[0][1]
+        transfers.allreduce(self._comm, buffer, dataclasses.replace(first, name="fused", shape=(buffer.size,)))
+        offset = 0
+        for (mine, call), part in zip(fused, parts):
+            if mine is not None:
+                mine.data[...] = buffer[offset:offset + part.size]
+                mine.finish()
+            offset += part.size
+
+    def _run_one(self, mine: _Request | None, base: Call, by_rank: dict[int, Call]) -> None:
+        """One collective; a rank that has joined (``mine`` None) takes part with an empty tensor."""
+        storage = STORAGE[base.dtype] if base.dtype >= 0 else np.uint8
+        data = mine.data if mine is not None else None
+        kind = base.kind
+        if kind == kinds.ALLREDUCE:
+            transfers.allreduce(self._comm, data if data is not None else np.zeros(base.count(), storage), base)
+            result: Any = None
+        elif kind == kinds.BROADCAST:
+            transfers.broadcast(self._comm, data if data is not None else np.zeros(base.count(), storage), base.root)
+            result = None
+        elif kind == kinds.REDUCESCATTER:
+            result = tuple(transfers.reducescatter(
+                self._comm, data if data is not None else np.zeros(base.count(), storage), base))
+        elif kind in (kinds.ALLGATHER, kinds.ALLTOALL):
+            empty = dataclasses.replace(base, shape=(0, *base.shape[1:]), splits=(0,) * self._size)
+            calls = [by_rank.get(r, empty) for r in range(self._size)]
+            data = data if data is not None else np.empty(0, storage)
+            if kind == kinds.ALLGATHER:
+                result = transfers.allgather(self._comm, data, calls)
+            else:
+                result = transfers.alltoall(self._comm, data, calls, self._rank)
+        elif kind == kinds.BARRIER:
+            self._comm.Barrier()
+            result = None
+        else:
+            raise CollectiveError(f"unknown collective kind {kind}")
+        if mine is not None:
+            mine.finish(result)
+
+    def _finish_join(self) -> None:
+        last = self._table.take_join()
+        if last is None:
+            return
+        with self._cond:
+            joins, self._joins = self._joins, []
+        for request in joins:
+            request.finish(last)
+
+    def _warn_stalls(self) -> None:
+        if not self._stall_check_s:
+            return
+        now = time.monotonic()
+        for name, pending in list(self._table.pending.items()):
+            if name not in self._warned and now - pending.first_seen > self._stall_check_s:
+                self._warned.add(name)
+                logger.warning("rank %d: '%s' has waited %.0fs for rank(s) %s to submit it", self._rank, name,
+                               now - pending.first_seen, self._table.missing(name))
+
+    def _fail_all(self, error: BaseException) -> None:
+        with self._cond:
+            waiting = [r for r in self._handles.values() if not r.done.is_set()]
+            self._in_flight.clear()
+            self._joins.clear()
+        for request in waiting:
+            request.finish(error=error)

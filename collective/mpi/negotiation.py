@@ -1,0 +1,58 @@
+"""Which requests every rank has submitted, decided identically on every rank (no MPI here).
+
+Each engine cycle, every rank announces the requests it submitted since the last cycle; all ranks
+feed the same announcements, in rank order, into their own ``Table``, so every rank picks the same
+ready requests in the same order (first announced anywhere, first run) without a coordinator.
+A rank that has joined counts as present for every request: it takes part with an empty tensor.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from collective import engine as kinds
+from collective.mpi.calls import Call
+
+
+@dataclass
+class Pending:
+    calls: dict[int, Call] = field(default_factory=dict)  # rank -> what it submitted under this name
+    first_seen: float = field(default_factory=time.monotonic)
+
+
+class Table:
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.pending: dict[str, Pending] = {}
+        self.joined: list[int] = []  # in the order their joins were announced
+        self.stopping: set[int] = set()
+
+    def announce(self, rank: int, calls: list[Call]) -> None:
+        for call in calls:
+            if call.kind == kinds.JOIN:
+                if rank not in self.joined:
+                    self.joined.append(rank)
+                continue
+            self.pending.setdefault(call.name, Pending()).calls[rank] = call
+
+    def take_ready(self) -> list[tuple[str, dict[int, Call]]]:
+        """Removes and returns the requests every rank that has not joined has submitted."""
+        active = [r for r in range(self.size) if r not in self.joined]
+        ready = [name for name, p in self.pending.items() if p.calls and all(r in p.calls for r in active)]
+        return [(name, self.pending.pop(name).calls) for name in ready]
+
+    def take_join(self) -> int | None:
+        """Once every rank has joined: the rank that joined last (and the joins are reset)."""
+        if len(self.joined) < self.size:
+            return None
+        last = self.joined[-1]
+        self.joined = []
+        return last
+
+    def missing(self, name: str) -> list[int]:
+        """Ranks that have not submitted ``name`` yet (for stall and timeout messages)."""
+        pending = self.pending.get(name)
+        if pending is None:
+            return []
+        return [r for r in range(self.size) if r not in pending.calls and r not in self.joined]
