@@ -1,0 +1,214 @@
+"""Store: one prefix on a filesystem for materialised data, checkpoints, logs and metrics.
+
+Layout under the prefix (the same as horovod.spark.common.store):
+
+    <prefix>/intermediate_data/<key>/train, .../val     Parquet written by spark_hvd.data.materialize
+    <prefix>/runs/<run_id>/checkpoints, logs, metrics   what a training run leaves behind
+
+Every filesystem is reached through fsspec (s3fs, gcsfs, adlfs, pyarrow's HDFS, the local disk); this module
+only routes URLs and adds the few operations the estimators need (atomic writes among them).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import uuid
+from typing import Any
+
+# URL scheme -> (fsspec protocol, pip extra that provides it, or None when fsspec/pyarrow has it built in).
+_SCHEMES: dict[str, tuple[str, str | None]] = {
+    "file": ("file", None),
+    "s3": ("s3", "s3"),
+    "s3a": ("s3", "s3"),
+    "gs": ("gcs", "gcs"),
+    "gcs": ("gcs", "gcs"),
+    "abfs": ("abfs", "azure"),
+    "abfss": ("abfs", "azure"),
+    "az": ("abfs", "azure"),
+    "hdfs": ("hdfs", None),
+}
+# Filesystems with an atomic rename; on object stores a single PUT is what makes a write atomic.
+_RENAME_IS_ATOMIC = {"file", "hdfs"}
+_OBJECT_STORES = {"s3", "gcs", "abfs"}
+# Databricks mounts DBFS at /dbfs on every node, so dbfs:/x is the local path /dbfs/x.
+_DBFS_MOUNT = "/dbfs"
+
+
+class StoreError(ValueError):
+    """The Store's prefix cannot be used (unknown scheme, bad run_id)."""
+
+
+class MissingFilesystemError(StoreError, ImportError):
+    """The fsspec filesystem for the Store's scheme is not installed; the message names the pip extra."""
+
+
+class Store:
+    """Where fit() keeps its data and runs. Create with Store.create(prefix); picklable."""
+
+    def __init__(self, prefix: str, protocol: str, storage_options: dict[str, Any] | None = None) -> None:
+        self._prefix = prefix.rstrip("/") or "/"
+        self.protocol = protocol
+        self.storage_options = dict(storage_options or {})
+        self._fs: Any = None
+
+    @classmethod
+    def create(cls, prefix: str, **storage_options: Any) -> "Store":
+        """A Store for a plain path, file://, s3://, gs://, abfs://, hdfs:// or dbfs:/ prefix.
+
+        storage_options go to the fsspec filesystem (e.g. key=, secret=, client_kwargs={"endpoint_url": ...}).
+        """
+        if not isinstance(prefix, str) or not prefix.strip():
+            raise StoreError(f"Store prefix must be a non-empty string, got {prefix!r}")
+        prefix = prefix.strip()
+        if prefix.startswith("dbfs:"):
+            return cls(_DBFS_MOUNT + "/" + prefix[len("dbfs:"):].lstrip("/"), "file", storage_options)
+        scheme, sep, rest = prefix.partition("://")
+        if not sep:
+            return cls(posixpath.abspath(prefix), "file", storage_options)
+        scheme = scheme.lower()
+        if scheme not in _SCHEMES:
+            known = ", ".join(sorted(f"{name}://" for name in _SCHEMES))
+            raise StoreError(f"Store prefix {prefix!r}: unknown scheme {scheme}://; supported: {known}, "
+                             "dbfs:/ and plain paths")
+        protocol, extra = _SCHEMES[scheme]
+        _check_filesystem_available(protocol, extra, prefix)
+        if protocol == "file":
+            return cls(posixpath.abspath("/" + rest.lstrip("/")), "file", storage_options)
+        return cls(f"{scheme}://{rest}", protocol, storage_options)
+
+    # -- layout ---------------------------------------------------------------------------------------------
+
+    @property
+    def prefix_path(self) -> str:
+        return self._prefix
+
+    def join(self, *parts: str) -> str:
+        return posixpath.join(self._prefix, *parts)
+
+    def get_intermediate_path(self, key: str) -> str:
+        return self.join("intermediate_data", key)
+
+    def get_train_data_path(self, key: str) -> str:
+        return self.join("intermediate_data", key, "train")
+
+    def get_val_data_path(self, key: str) -> str:
+        return self.join("intermediate_data", key, "val")
+
+    def get_runs_path(self) -> str:
+        return self.join("runs")
+
+    def get_run_path(self, run_id: str) -> str:
+        if not run_id or "/" in run_id:
+            raise StoreError(f"run_id must be a non-empty name without '/', got {run_id!r}")
+        return self.join("runs", run_id)
+
+    def get_checkpoint_path(self, run_id: str) -> str:
+        return posixpath.join(self.get_run_path(run_id), "checkpoints")
+
+    def get_logs_path(self, run_id: str) -> str:
+        return posixpath.join(self.get_run_path(run_id), "logs")
+
+    def get_metrics_path(self, run_id: str) -> str:
+        return posixpath.join(self.get_run_path(run_id), "metrics")
+
+    # -- filesystem access ----------------------------------------------------------------------------------
+
+    def filesystem(self) -> Any:
+        """The fsspec filesystem for this Store (created on first use, on whichever process uses it)."""
+        if self._fs is None:
+            import fsspec
+
+            options = dict(self.storage_options)
+            if self.protocol in _OBJECT_STORES:
+                # Executors add files behind the driver's back; a cached listing would hide them.
+                options.setdefault("use_listings_cache", False)
+            # Our own instance: fsspec's shared one would carry other users' settings and state.
+            self._fs = fsspec.filesystem(self.protocol, skip_instance_cache=True, **options)
+        return self._fs
+
+    def arrow_filesystem(self) -> tuple[Any, str]:
+        """(pyarrow.fs.FileSystem, the prefix as a path inside it), for pyarrow.dataset and pyarrow.parquet."""
+        import pyarrow.fs as pafs
+
+        if self.protocol == "file":
+            return pafs.LocalFileSystem(), self._prefix
+        handler = pafs.FSSpecHandler(self.filesystem())
+        return pafs.PyFileSystem(handler), self.to_fs_path(self._prefix)
+
+    def to_fs_path(self, path: str) -> str:
+        """The path as the filesystem objects see it (no scheme: s3://b/k -> b/k)."""
+        if self.protocol == "file":
+            return path
+        return self.filesystem()._strip_protocol(path)
+
+    def url(self, path: str) -> str:
+        """The path as a URL (file:///... for local paths), e.g. for Petastorm."""
+        return "file://" + path if self.protocol == "file" else path
+
+    def exists(self, path: str) -> bool:
+        return bool(self.filesystem().exists(path))
+
+    def read_bytes(self, path: str) -> bytes:
+        return bytes(self.filesystem().cat_file(path))
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        """Write a whole file so that readers see either the old content, or all of the new one."""
+        fs = self.filesystem()
+        parent = posixpath.dirname(path)
+        if self.protocol in _RENAME_IS_ATOMIC:
+            fs.makedirs(parent, exist_ok=True)
+            temporary = posixpath.join(parent, f".{posixpath.basename(path)}.{uuid.uuid4().hex}.tmp")
+            try:
+                fs.pipe_file(temporary, data)
+                fs.mv(temporary, path)
+            finally:
+                if fs.exists(temporary):
+                    fs.rm(temporary)
+        else:
+            fs.pipe_file(path, data)      # one PUT: an object appears whole or not at all
+
+    def list(self, path: str) -> list[str]:
+        """The direct children of a directory, as full paths (sorted); [] when it does not exist."""
+        fs = self.filesystem()
+        if not fs.exists(path):
+            return []
+        own = self.to_fs_path(path).rstrip("/")
+        names = (posixpath.basename(name.rstrip("/")) for name in fs.ls(path, detail=False)
+                 if name.rstrip("/") != own)
+        # Children keep the caller's spelling of the path (s3://..., abfs://container@account/...).
+        return sorted(posixpath.join(path, name) for name in names)
+
+    def delete(self, path: str) -> None:
+        """Remove a file or a directory tree; a missing path is not an error."""
+        fs = self.filesystem()
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+
+    # -- pickling: the filesystem object is rebuilt where the Store lands -------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_fs"] = None
+        return state
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Store) and other._prefix == self._prefix and other.protocol == self.protocol
+                and other.storage_options == self.storage_options)
+
+    def __hash__(self) -> int:
+        return hash((self._prefix, self.protocol))
+
+    def __repr__(self) -> str:
+        return f"Store({self.url(self._prefix)!r})"
+
+
+def _check_filesystem_available(protocol: str, extra: str | None, prefix: str) -> None:
+    """Fail at Store.create, not on an executor, when the package for this filesystem is missing."""
+    import fsspec
+
+    try:
+        fsspec.get_filesystem_class(protocol)
+    except ImportError as error:
+        install = f"pip install 'spark-hvd[{extra}]'" if extra else "install the filesystem's package"
+        raise MissingFilesystemError(f"Store prefix {prefix!r} needs the {protocol!r} fsspec filesystem, which "
+                                     f"cannot be imported ({error}); {install}") from error
