@@ -9,7 +9,7 @@ NATIVE_SOURCES := $(shell find native -type f) CMakeLists.txt pyproject.toml
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all build test demo bench clean
+.PHONY: all build test test-mpi demo bench clean
 
 all: build
 
@@ -25,8 +25,13 @@ $(VENV)/.built: $(VENV)/.deps $(NATIVE_SOURCES)
 
 build: $(VENV)/.built
 
+# tests/mpi runs the collective and torch worker cases under `mpiexec -n 2` (and 3), with the MPI
+# bootstrap + native ring and with the MPI data path; `make test-mpi` runs only those.
 test: build
 	$(PY) -m pytest -q tests
+
+test-mpi: build
+	$(PY) -m pytest -q tests/mpi
 
 demo: build
 	$(PY) -m collective.run -np 2 --timeout 300 examples/numpy_sgd.py

@@ -1,0 +1,97 @@
+"""The MPI backend's logic without MPI: launch detection, call agreement, negotiation, half rounding."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from collective import engine as kinds
+from collective.config import Config, config_from_env, launched_by_mpi
+from collective.errors import InvalidArgumentError, MismatchError
+from collective.mpi.buffers import from_float32, tensor_array, to_float32
+from collective.mpi.calls import Call, check_agreement, validate_call
+from collective.mpi.negotiation import Table
+
+
+@pytest.mark.parametrize("variable", ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"])
+def test_mpi_launch_is_detected_from_open_mpi_mpich_and_pmix(variable: str) -> None:
+    assert launched_by_mpi({variable: "2"})
+    assert config_from_env(environ={variable: "2"}).launched_by_mpi
+    assert not launched_by_mpi({"COLLECTIVE_RANK": "0", variable: ""})
+
+
+def test_backend_comes_from_env_and_is_validated() -> None:
+    assert config_from_env(environ={"COLLECTIVE_BACKEND": "mpi"}).backend == "mpi"
+    assert Config().backend == "ring"
+    with pytest.raises(ValueError, match="COLLECTIVE_BACKEND='nccl' must be one of ring, mpi"):
+        config_from_env(environ={"COLLECTIVE_BACKEND": "nccl"})
+    with pytest.raises(ValueError, match="Config.nccl_library"):
+        Config(nccl_library="")
+
+
+def test_agreement_names_the_tensor_and_every_rank() -> None:
+    a = Call(kinds.ALLREDUCE, "grad.w", 6, (4,), op=0)
+    b = Call(kinds.ALLREDUCE, "grad.w", 7, (4,), op=0)
+    check_agreement([a, a, a], [0, 1, 2], 0, a)
+    with pytest.raises(MismatchError, match=r"dtype of allreduce 'grad.w' \(call #5\): rank 0, 2: float32; rank 1: f"):
+        check_agreement([a, b, a], [0, 1, 2], 5, a)
+    gather = Call(kinds.ALLGATHER, "g", 6, (3, 2))
+    check_agreement([gather, Call(kinds.ALLGATHER, "g", 6, (0, 2))], [0, 1], 0, gather)  # rows may differ
+    with pytest.raises(MismatchError, match="trailing shape"):
+        check_agreement([gather, Call(kinds.ALLGATHER, "g", 6, (3, 3))], [0, 1], 0, gather)
+
+
+def test_local_validation() -> None:
+    with pytest.raises(InvalidArgumentError, match="root_rank 2 is outside"):
+        validate_call(Call(kinds.BROADCAST, "b", 6, (1,), root=2), 2)
+    with pytest.raises(InvalidArgumentError, match="splits must be 2"):
+        validate_call(Call(kinds.ALLTOALL, "a", 6, (3,), splits=(1, 1)), 2)
+    with pytest.raises(InvalidArgumentError, match="at least one dimension"):
+        validate_call(Call(kinds.ALLGATHER, "g", 6, ()), 2)
+
+
+def test_requests_run_once_every_rank_has_them_in_first_announced_order() -> None:
+    table = Table(3)
+    table.announce(0, [Call(kinds.ALLREDUCE, "a"), Call(kinds.ALLREDUCE, "b")])
+    table.announce(1, [Call(kinds.ALLREDUCE, "b")])
+    assert table.take_ready() == []
+    assert table.missing("a") == [1, 2]
+    table.announce(2, [Call(kinds.ALLREDUCE, "b"), Call(kinds.ALLREDUCE, "a")])
+    table.announce(1, [Call(kinds.ALLREDUCE, "a")])
+    assert [name for name, _ in table.take_ready()] == ["a", "b"]
+    assert table.pending == {}
+
+
+def test_joined_ranks_count_as_present_and_the_last_to_join_is_reported() -> None:
+    table = Table(2)
+    table.announce(1, [Call(kinds.JOIN, "join")])
+    table.announce(0, [Call(kinds.ALLREDUCE, "step")])
+    ready = table.take_ready()
+    assert [(name, sorted(calls)) for name, calls in ready] == [("step", [0])]
+    assert table.take_join() is None
+    table.announce(0, [Call(kinds.JOIN, "join")])
+    assert table.take_join() == 0
+    assert table.joined == []
+
+
+def test_half_precision_round_trips_round_to_nearest_even() -> None:
+    values = np.array([1.0, 1.00390625, 3.14159, -2.5e-3, 65504.0, np.inf, np.nan], np.float32)
+    bf16_bits = np.empty(values.size, np.uint16)
+    from_float32(values, 5, bf16_bits)
+    want = values.astype(ml_dtypes.bfloat16).view(np.uint16)
+    assert np.array_equal(bf16_bits[:-1], want[:-1]) and bf16_bits[-1] == 0x7FC0
+    back = to_float32(bf16_bits, 5)
+    assert np.array_equal(back[:-1], want[:-1].view(ml_dtypes.bfloat16).astype(np.float32))
+    f16 = np.empty(values.size, np.float16)
+    from_float32(values, 4, f16)
+    assert np.array_equal(f16[:-1], values[:-1].astype(np.float16))
+
+
+def test_tensor_memory_by_address_is_shared_not_copied() -> None:
+    source = np.arange(6, dtype=np.float32).reshape(2, 3)
+    view, code, shape = tensor_array(source.ctypes.data, 6, [2, 3])
+    assert (code, shape) == (6, (2, 3))
+    view[0] = 42
+    assert source[0, 0] == 42
+    assert tensor_array(0, 6, [0, 3])[0].size == 0

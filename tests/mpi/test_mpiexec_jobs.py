@@ -1,0 +1,92 @@
+"""The collective and torch worker cases, started by `mpiexec -n N` instead of collective.run.
+
+Each runs twice: bootstrapped through MPI with the native ring moving the data (backend "ring"), and
+with MPI moving the data too (backend "mpi").
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from mpi_jobs import run_mpi_job
+
+
+def _torch_cases() -> list[str]:
+    """The case names tests/torch/test_torch_ops.py expects from the same worker."""
+    path = Path(__file__).resolve().parent.parent / "torch" / "test_torch_ops.py"
+    spec = importlib.util.spec_from_file_location("_torch_ops_cases", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return list(module.CASES)
+
+
+TORCH_CASES = _torch_cases()
+
+
+def assert_clean(job, num_proc: int) -> None:  # type: ignore[no-untyped-def]
+    assert job.returncode == 0, job.output[-4000:]
+    assert sorted(job.results) == list(range(num_proc)), job.output[-4000:]
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("num_proc", [2, 3])
+@pytest.mark.parametrize("mode", ["direct", "engine"])
+def test_collective_cases(backend: str, num_proc: int, mode: str) -> None:
+    job = run_mpi_job("op_cases.py", num_proc, "shm", mode, backend=backend, timeout_s=170)
+    assert_clean(job, num_proc)
+    for rank in range(num_proc):
+        (record,) = job.records(rank)
+        assert len(record["ran"]) == 7
+        assert record["failures"] == [], record["failures"]
+
+
+@pytest.mark.timeout(200)
+def test_allreduce_matrix(backend: str) -> None:
+    job = run_mpi_job("op_matrix.py", 2, "shm", "0,1,7,1000,100003", backend=backend, timeout_s=170)
+    assert_clean(job, 2)
+    for rank in range(2):
+        records = {r["kind"]: r for r in job.records(rank)}
+        assert records["matrix"]["failures"] == [], records["matrix"]["failures"]
+        assert records["transport"]["shm"] == [True]  # one host: MPI puts both ranks in one shared domain
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("mode", ["direct", "engine"])
+def test_mismatch_is_a_clear_error(backend: str, mode: str) -> None:
+    job = run_mpi_job("mismatch.py", 2, "shm", mode, backend=backend, timeout_s=170)
+    assert_clean(job, 2)
+    for rank in range(2):
+        records = job.records(rank)
+        errors = {r["case"]: r["message"] for r in records if r["kind"] == "mismatch"}
+        assert set(errors) == {"dtype", "shape", "count", "op", "root"} | ({"kind"} if mode == "direct" else set())
+        assert "'grad.w'" in errors["dtype"] and "rank 0: float32" in errors["dtype"]
+        assert "[2, 5]" in errors["shape"] and "[10]" in errors["shape"]
+        assert "Sum" in errors["op"] and "Max" in errors["op"]
+        assert [r["ok"] for r in records if r["kind"] == "after"] == [True]
+
+
+@pytest.mark.timeout(200)
+def test_torch_ops(backend: str) -> None:
+    job = run_mpi_job("torch_ops.py", 2, backend=backend, timeout_s=170)
+    assert_clean(job, 2)
+    for rank in range(2):
+        reports = {r["case"]: r["failures"] for r in job.records(rank)}
+        assert set(reports) == set(TORCH_CASES), sorted(set(TORCH_CASES) - set(reports))
+        failed = {case: f for case, f in reports.items() if f}
+        assert not failed, f"rank {rank}: {failed}"
+
+
+@pytest.mark.timeout(200)
+def test_torch_training(backend: str, tmp_path: Path) -> None:
+    """DistributedOptimizer, broadcast_optimizer_state and SyncBatchNorm against single-process training."""
+    job = run_mpi_job("torch_train.py", 2, str(tmp_path / "timeline.json"), backend=backend, timeout_s=170)
+    assert_clean(job, 2)
+    for rank in range(2):
+        reports = {r["case"]: r["failures"] for r in job.records(rank)}
+        assert len(reports) >= 3, reports
+        failed = {case: f for case, f in reports.items() if f}
+        assert not failed, f"rank {rank}: {failed}"
