@@ -1,0 +1,52 @@
+"""Horovod's TensorFlow 2 API on the collective engine: port a script with
+
+    import collective.tensorflow as hvd   # was: import horovod.tensorflow as hvd
+
+and run it with ``python -m collective.run -np 2 train.py``. Ops work eagerly and inside
+``tf.function``.
+
+The bridge. Tensors reach the engine as numpy arrays: eagerly through ``.numpy()``, in graphs
+through a stateful ``tf.numpy_function`` whose ops TensorFlow runs in traced order (see
+``collective.tensorflow.bridge``). It needs no TensorFlow headers and no custom kernels, so one
+build serves every TensorFlow version. Its cost: one copy of each tensor that an allreduce or
+broadcast reduces in place (TensorFlow's buffers must not be written), results wrapped back into
+tensors, and about 20-30 µs of Python per bridge call (bench/RESULTS.md). Gradient reduction makes
+one bridge call for all of a step's gradients, so the per-call cost is paid once per step. CPU only.
+"""
+
+from collective.errors import (
+    CollectiveError,
+    CollectiveTimeoutError,
+    InvalidArgumentError,
+    MismatchError,
+    NotInitializedError,
+    PeerFailureError,
+)
+from collective.reduce_ops import Average, Max, Min, Product, ReduceOp, Sum
+from collective.runtime import cross_rank, cross_size, is_initialized, local_rank, local_size, rank, size
+from collective.tensorflow.compression import Compression
+from collective.tensorflow.functions import allgather_object, broadcast_object, broadcast_variables
+from collective.tensorflow.gradient_tape import DistributedGradientTape
+from collective.tensorflow.lifecycle import init, shutdown
+from collective.tensorflow.ops import (
+    allgather,
+    allreduce,
+    alltoall,
+    barrier,
+    broadcast,
+    grouped_allreduce,
+    join,
+    reducescatter,
+)
+
+# Scripts that catch Horovod's error type keep working.
+HorovodInternalError = CollectiveError
+
+__all__ = [
+    "Average", "CollectiveError", "CollectiveTimeoutError", "Compression", "DistributedGradientTape",
+    "HorovodInternalError", "InvalidArgumentError", "Max", "Min", "MismatchError", "NotInitializedError",
+    "PeerFailureError", "Product", "ReduceOp", "Sum", "allgather", "allgather_object", "allreduce", "alltoall",
+    "barrier", "broadcast", "broadcast_object", "broadcast_variables", "cross_rank", "cross_size",
+    "grouped_allreduce", "init", "is_initialized", "join", "local_rank", "local_size", "rank", "reducescatter",
+    "shutdown", "size",
+]

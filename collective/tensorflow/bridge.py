@@ -1,0 +1,109 @@
+"""How a collective on tf.Tensors reaches the engine: through numpy, eagerly or from inside a graph.
+
+Eagerly, a tensor's ``.numpy()`` (no copy for CPU tensors) goes straight to ``engine_calls`` and the
+result comes back with ``tf.convert_to_tensor``. Inside ``tf.function`` the same Python function runs
+as a stateful ``tf.numpy_function``; TensorFlow's automatic control dependencies run stateful ops in
+the order they were traced, so every rank submits its collectives in program order, as the engine's
+negotiation requires. No TensorFlow header or custom kernel is involved.
+
+Errors. Eagerly, the collective's own exceptions (MismatchError, PeerFailureError...) reach the caller.
+From a graph they arrive as tf.errors (MismatchError and InvalidArgumentError as
+tf.errors.InvalidArgumentError, the others as tf.errors.UnknownError), their message starting with
+the collective error's class name.
+
+Names. Ranks must agree on every collective's name. Eager calls without ``name=`` use the engine's
+counter (Horovod's rule). Graph ops are named when traced, from the graph's name (the traced
+function's Python name) and a counter per graph, so a function traced again (new input shapes, or a
+rank that retraces for a partial last batch) reuses the same names instead of drifting apart.
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from collective.errors import CollectiveError, InvalidArgumentError, MismatchError
+
+SUPPORTED_DTYPES = frozenset({tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32,
+                              tf.float64})
+_SUPPORTED_TEXT = "uint8, int8, int32, int64, float16, bfloat16, float32, float64"
+
+# Library functions called from a user's tf.function are kept out of AutoGraph's conversion: the
+# Python that runs inside numpy_function at every step must stay plain Python.
+not_converted = tf.autograph.experimental.do_not_convert
+
+_graph_counters: "weakref.WeakKeyDictionary[Any, itertools.count]" = weakref.WeakKeyDictionary()
+
+
+def label(name: str | None) -> str:
+    """How error messages refer to a tensor."""
+    return repr(name) if name else "(unnamed)"
+
+
+def as_tensor(value: Any, name: str | None) -> tf.Tensor:
+    """``value`` as a dense tensor of a dtype the engine supports; raises naming the tensor otherwise."""
+    if isinstance(value, tf.IndexedSlices):
+        raise InvalidArgumentError(f"tensor {label(name)} is an IndexedSlices; this op needs a dense tensor")
+    tensor = tf.convert_to_tensor(value)
+    if tensor.dtype not in SUPPORTED_DTYPES:
+        raise InvalidArgumentError(
+            f"tensor {label(name)} has dtype {tensor.dtype.name}, which collectives do not support; "
+            f"use one of {_SUPPORTED_TEXT}")
+    return tensor
+
+
+def op_name(kind: str, name: str | None) -> str | None:
+    """The name a collective is submitted under: the caller's, or (in a graph) one fixed at trace time.
+
+    None (eager, unnamed) lets the engine number it.
+    """
+    if name or tf.executing_eagerly():
+        return name or None
+    graph = tf.compat.v1.get_default_graph()
+    counter = _graph_counters.setdefault(graph, itertools.count())
+    return f"{graph.name}.{kind}.{next(counter)}"
+
+
+def sub_names(name: str | None, count: int) -> list[str | None]:
+    """Names of the members of a multi-tensor call: ``name.0``, ``name.1``... or all automatic."""
+    return [f"{name}.{i}" for i in range(count)] if name else [None] * count
+
+
+def run(fn: Callable[..., Sequence[np.ndarray]], inputs: Sequence[tf.Tensor], out_dtypes: Sequence[tf.DType],
+        out_shapes: Sequence[tf.TensorShape | list | None]) -> list[tf.Tensor]:
+    """Runs ``fn`` (numpy arrays in, a sequence of numpy arrays out) on the tensors' values."""
+    if tf.executing_eagerly():
+        results = fn(*[t.numpy() for t in inputs])
+        return [tf.convert_to_tensor(r, dtype=d) for r, d in zip(results, out_dtypes)]
+    outputs = tf.numpy_function(_reporting_errors(fn), list(inputs), list(out_dtypes), stateful=True)
+    for output, shape in zip(outputs, out_shapes):
+        if shape is not None:
+            output.set_shape(shape)
+    return list(outputs)
+
+
+# A graph op's Python exception reaches the caller as a tf.errors.OpError rebuilt from a status code
+# that numpy_function derives from the exception's type: ValueError gives InvalidArgumentError, any
+# other type UnknownError. The collective error's class name leads the message either way.
+_INVALID_INPUT = (MismatchError, InvalidArgumentError)
+
+
+def _reporting_errors(fn: Callable[..., Sequence[np.ndarray]]) -> Callable[..., list[np.ndarray]]:
+    @not_converted
+    def call(*arrays: np.ndarray) -> list[np.ndarray]:
+        try:
+            return list(fn(*arrays))
+        except _INVALID_INPUT as exc:
+            raise ValueError(f"{type(exc).__name__}: {exc}") from exc
+        except CollectiveError as exc:
+            raise RuntimeError(f"{type(exc).__name__}: {exc}") from exc
+    return call
+
+
+def leading_unknown(shape: tf.TensorShape) -> tf.TensorShape:
+    """The static shape of a result whose first dimension depends on other ranks."""
+    return tf.TensorShape([None]).concatenate(shape[1:]) if shape.rank else tf.TensorShape(None)

@@ -1,0 +1,168 @@
+"""Collectives on lists of numpy arrays through the background engine: submit every request, then wait.
+
+This is the framework-agnostic half of the TensorFlow bridge. Submitting a whole list before waiting
+lets the engine negotiate the requests in one cycle and fuse the small allreduces, which one blocking
+call per array would prevent.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from collective import engine as kinds
+from collective.dtypes import as_buffer, dtype_code
+from collective.engine import Engine
+from collective.errors import InvalidArgumentError
+from collective.reduce_ops import ReduceOp
+from collective.runtime import size, start_engine
+
+# Members of one grouped allreduce share an id; ranks make grouped calls in the same order, so a
+# per-process counter gives the same id everywhere.
+_group_ids = itertools.count()
+# Arrays of a batch that failed part-way through submitting: the engine may still write into them.
+_stranded: list[Any] = []
+
+# submit(engine, index in the batch, buffer, name, dtype code) -> engine handle
+Submit = Callable[[Engine, int, np.ndarray, "str | None", int], int]
+
+
+def _label(name: str | None) -> str:
+    return name or "(unnamed)"
+
+
+def _run(arrays: Sequence[np.ndarray], names: Sequence[str | None], submit: Submit) -> list[Any]:
+    """Submits a request for every array, then waits for all of them; returns the engine's results."""
+    codes = [dtype_code(a.dtype, _label(n)) for a, n in zip(arrays, names)]  # all checked before any submit
+    engine = start_engine()
+    requests: list[tuple[int, int]] = []
+    try:
+        for index, (array, name, code) in enumerate(zip(arrays, names, codes)):
+            requests.append((submit(engine, index, as_buffer(array, code), name, code), code))
+    except Exception:
+        _stranded.append(arrays)
+        raise
+    results: list[Any] = []
+    error: Exception | None = None
+    # Wait for every request even after one fails: until each completes, the engine may still use the
+    # memory of the arrays.
+    for handle, code in requests:
+        try:
+            results.append(engine.wait(handle, code))
+        except Exception as exc:  # noqa: BLE001 - re-raised below, once nothing is in flight
+            error = error or exc
+            results.append(None)
+    if error is not None:
+        raise error
+    return results
+
+
+def _writable_copies(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+    # Arrays handed over by TensorFlow may share its tensors' memory, which must not be written.
+    return [np.array(a, copy=True, order="C") for a in arrays]
+
+
+def _readable(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+    return [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in arrays]
+
+
+def _shaped(flat: np.ndarray, shape: Sequence[int], dtype: np.dtype) -> np.ndarray:
+    return flat.view(dtype).reshape(tuple(shape))
+
+
+def _rows(array: np.ndarray, name: str | None, what: str) -> int:
+    if array.ndim == 0:
+        raise InvalidArgumentError(f"{what} {_label(name)!r} needs a tensor with at least one dimension")
+    return int(array.shape[0])
+
+
+def allreduce(arrays: Sequence[np.ndarray], names: Sequence[str | None], op: ReduceOp, prescale: float = 1.0,
+              postscale: float = 1.0, grouped: bool = False) -> list[np.ndarray]:
+    """Returns every array reduced across ranks. ``grouped`` negotiates and fuses each dtype's arrays
+    as one unit (Horovod's grouped_allreduce); otherwise the engine fuses as it sees fit."""
+    works = _writable_copies(arrays)
+    group_of: list[tuple[int, int]] = [(-1, 0)] * len(works)
+    if grouped:
+        # The engine fuses a group into one buffer of one dtype, so a mixed group goes as one group per dtype.
+        dtypes = [w.dtype for w in works]
+        ids = {d: (next(_group_ids), dtypes.count(d)) for d in dict.fromkeys(dtypes)}
+        group_of = [ids[d] for d in dtypes]
+
+    def submit(engine: Engine, index: int, buffer: np.ndarray, name: str | None, code: int) -> int:
+        group, group_size = group_of[index]
+        return engine.submit(kinds.ALLREDUCE, name, buffer, code, op=op, prescale=prescale, postscale=postscale,
+                             group=group, group_size=group_size)
+    _run(works, names, submit)
+    return works
+
+
+def broadcast(arrays: Sequence[np.ndarray], names: Sequence[str | None], root_rank: int) -> list[np.ndarray]:
+    """Returns ``root_rank``'s value of every array."""
+    works = _writable_copies(arrays)
+
+    def submit(engine: Engine, index: int, buffer: np.ndarray, name: str | None, code: int) -> int:
+        return engine.submit(kinds.BROADCAST, name, buffer, code, root=int(root_rank))
+    _run(works, names, submit)
+    return works
+
+
+def allgather(arrays: Sequence[np.ndarray], names: Sequence[str | None]) -> list[np.ndarray]:
+    """Concatenates every rank's arrays along the first dimension, in rank order (first dims may differ)."""
+    inputs = _readable(arrays)
+    for array, name in zip(inputs, names):
+        _rows(array, name, "allgather")
+
+    def submit(engine: Engine, index: int, buffer: np.ndarray, name: str | None, code: int) -> int:
+        return engine.submit(kinds.ALLGATHER, name, buffer, code)
+    results = _run(inputs, names, submit)
+    return [_shaped(flat, shape, a.dtype) for (flat, shape), a in zip(results, inputs)]
+
+
+def alltoall(array: np.ndarray, splits: Sequence[int] | None, name: str | None) -> tuple[np.ndarray, np.ndarray]:
+    """Sends ``splits[i]`` rows to rank i (the first dimension split evenly when None); returns the
+    received rows and how many came from each rank."""
+    (work,) = _readable([array])
+    rows = _rows(work, name, "alltoall")
+    ranks = size()
+    if splits is None:
+        if rows % ranks:
+            raise InvalidArgumentError(
+                f"alltoall {_label(name)!r}: the first dimension ({rows}) does not divide evenly by {ranks} ranks; "
+                "pass splits")
+        split_list = [rows // ranks] * ranks
+    else:
+        split_list = [int(s) for s in np.asarray(splits).reshape(-1)]
+
+    def submit(engine: Engine, index: int, buffer: np.ndarray, name: str | None, code: int) -> int:
+        return engine.submit(kinds.ALLTOALL, name, buffer, code, splits=split_list)
+    ((flat, shape, received),) = _run([work], [name], submit)
+    return _shaped(flat, shape, work.dtype), np.asarray(received, dtype=np.int32)
+
+
+def reducescatter(arrays: Sequence[np.ndarray], names: Sequence[str | None], op: ReduceOp, prescale: float = 1.0,
+                  postscale: float = 1.0) -> list[np.ndarray]:
+    """Reduces every array across ranks; this rank gets its share of each first dimension (the first
+    ``rows % size`` ranks get one row more)."""
+    inputs = _readable(arrays)
+    for array, name in zip(inputs, names):
+        _rows(array, name, "reducescatter")
+
+    def submit(engine: Engine, index: int, buffer: np.ndarray, name: str | None, code: int) -> int:
+        return engine.submit(kinds.REDUCESCATTER, name, buffer, code, op=op, prescale=prescale, postscale=postscale)
+    results = _run(inputs, names, submit)
+    return [_shaped(flat, shape, a.dtype) for (flat, shape), a in zip(results, inputs)]
+
+
+def barrier() -> None:
+    engine = start_engine()
+    engine.wait(engine.submit(kinds.BARRIER, None, None))
+
+
+def join() -> int:
+    """Marks this rank as out of data (it contributes zeros to others' allreduces until all have joined);
+    returns the rank that joined last."""
+    engine = start_engine()
+    # A fixed name: joining must not advance the counter behind automatic names.
+    return int(engine.wait(engine.submit(kinds.JOIN, "join", None)))

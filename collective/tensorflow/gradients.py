@@ -1,0 +1,73 @@
+"""Averaging gradients across ranks: what DistributedGradientTape and the Keras DistributedOptimizer share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from collective.reduce_ops import Average, ReduceOp, Sum
+from collective.runtime import size
+from collective.tensorflow import engine_calls
+from collective.tensorflow.bridge import as_tensor, not_converted, op_name, run
+from collective.tensorflow.compression import Compression, Compressor
+from collective.tensorflow.ops import allreduce
+
+
+@dataclass(frozen=True)
+class GradientReducer:
+    """Reduces a list of gradients (tensors, IndexedSlices or None) across ranks.
+
+    Dense gradients go to the engine together, in one bridge call, so the engine negotiates them in
+    one cycle and fuses the small ones; sparse ones are gathered (or densified with ``sparse_as_dense``).
+    """
+
+    kind: str                                  # names the requests: "<kind>.<index>"
+    op: ReduceOp = Average
+    compression: type[Compressor] = Compression.none
+    sparse_as_dense: bool = False
+    gradient_predivide_factor: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.op not in (Sum, Average):
+            raise ValueError(f"gradients can be reduced with op=Average or op=Sum, not {ReduceOp(self.op).name}")
+        if self.gradient_predivide_factor != 1.0 and self.op != Average:
+            raise ValueError("gradient_predivide_factor needs op=Average")
+
+    def _scaling(self) -> tuple[ReduceOp, float, float]:
+        if self.gradient_predivide_factor == 1.0:
+            return self.op, 1.0, 1.0
+        # Divide part of the average before the sum (keeps 16-bit sums in range) and the rest after.
+        factor = self.gradient_predivide_factor
+        return Sum, 1.0 / factor, factor / size()
+
+    @not_converted
+    def __call__(self, grads: Sequence[Any]) -> list[Any]:
+        base = op_name(self.kind, None) or self.kind
+        out: list[Any] = list(grads)
+        dense_index: list[int] = []
+        for i, grad in enumerate(grads):
+            if grad is None:
+                continue
+            if isinstance(grad, tf.IndexedSlices):
+                if not self.sparse_as_dense:
+                    out[i] = allreduce(grad, op=self.op, name=f"{base}.{i}")
+                    continue
+                grad = tf.convert_to_tensor(grad)
+            out[i] = as_tensor(grad, f"{base}.{i}")
+            dense_index.append(i)
+        if not dense_index:
+            return out
+        op, prescale, postscale = self._scaling()
+        compressed, contexts = zip(*[self.compression.compress(out[i]) for i in dense_index])
+        names = [f"{base}.{i}" for i in dense_index]
+
+        def reduce(*arrays: np.ndarray) -> list[np.ndarray]:
+            return engine_calls.allreduce(arrays, names, op, prescale, postscale)
+
+        reduced = run(reduce, compressed, [t.dtype for t in compressed], [t.shape for t in compressed])
+        for i, tensor, ctx in zip(dense_index, reduced, contexts):
+            out[i] = self.compression.decompress(tensor, ctx)
+        return out
