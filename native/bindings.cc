@@ -18,6 +18,10 @@
 namespace nb = nanobind;
 using namespace shvd;
 
+namespace shvd {
+void register_nccl_bindings(nb::module_& m);  // native/nccl/bindings_nccl.cc
+}
+
 namespace {
 
 PyObject* g_errors[6] = {nullptr};  // indexed by ErrorKind
@@ -446,6 +450,7 @@ NB_MODULE(_native, m) {
         divide(reinterpret_cast<void*>(buf), count, d, divisor);
       },
       nb::arg("buf"), nb::arg("count"), nb::arg("dtype"), nb::arg("divisor"), "Average's final division.");
+  register_nccl_bindings(m);
   m.def("reduce_isa", &reduce_isa, "The vectorised instruction set the reduction kernels use.");
   m.def(
       "limit_reduce_isa", [](const std::string& name) { return limit_reduce_isa(name.c_str()); }, nb::arg("name"),
