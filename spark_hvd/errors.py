@@ -92,3 +92,11 @@ def spark_error_summary(error: BaseException, limit: int = 500) -> str:
 
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+class InputError(ValueError):
+    """The DataFrame or the columns given to fit() cannot train the model (checked before any launch)."""
+
+
+class ShardReadError(RuntimeError):
+    """A rank's reader returned fewer rows than its shard holds (e.g. Petastorm's silent empty epochs)."""

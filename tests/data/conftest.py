@@ -32,6 +32,10 @@ else:
     local_spark = _fixtures.local_spark
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "spark: needs Spark (a JVM); select with -m spark")
+
+
 @pytest.fixture(scope="module")
 def s3_endpoint() -> Iterator[dict[str, Any]]:
     """A real S3-protocol server (moto) on 127.0.0.1 with one bucket; yields the Store's storage options."""

@@ -1,0 +1,33 @@
+"""make_reader: the ShardReader for one rank and one split, by reader name."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from spark_hvd.data.arrow_reader import ArrowShardReader
+from spark_hvd.data.materialized import Materialized
+from spark_hvd.data.petastorm_reader import PetastormShardReader
+from spark_hvd.data.shard_reader import ShardReader
+
+READERS = ("arrow", "petastorm")
+DEFAULT_SHUFFLE_BUFFER_ROWS = 16384
+
+
+def make_reader(data: Materialized, split: str, rank: int, size: int, batch_size: int, shuffle: bool,
+                seed: int, reader: str = "arrow", shuffle_buffer_rows: int = DEFAULT_SHUFFLE_BUFFER_ROWS,
+                inmemory_cache_all: bool = False, columns: Sequence[str] | None = None) -> ShardReader:
+    """This rank's reader of `split` ("train" or "val"); columns default to every materialised column."""
+    if size < 1 or not 0 <= rank < size:
+        raise ValueError(f"rank {rank} is not in a world of size {size}")
+    data.path(split)           # a clear error for an unknown split, or a missing validation split
+    names = list(columns) if columns is not None else list(data.columns)
+    unknown = [name for name in names if name not in data.columns]
+    if unknown:
+        raise ValueError(f"column(s) {unknown} were not materialised; there are: {list(data.columns)}")
+    common = dict(columns=names, batch_size=batch_size, shuffle=shuffle, seed=seed,
+                  shuffle_buffer_rows=shuffle_buffer_rows)
+    if reader == "arrow":
+        return ArrowShardReader(data, split, rank, size, inmemory_cache_all=inmemory_cache_all, **common)
+    if reader == "petastorm":
+        return PetastormShardReader(data, split, rank, size, **common)
+    raise ValueError(f"reader must be one of {READERS}, got {reader!r}")

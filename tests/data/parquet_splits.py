@@ -1,0 +1,37 @@
+"""Materialisations written without Spark (through the executor-side writer), for fast reader tests."""
+
+from __future__ import annotations
+
+import posixpath
+
+import numpy as np
+import pyarrow as pa
+
+from spark_hvd.data.columns import ColumnSpec
+from spark_hvd.data.materialized import DataFile, Materialized
+from spark_hvd.data.partition_writer import RowGroupWriter
+from spark_hvd.store import Store
+
+SPECS = {"id": ColumnSpec("id", "int64", ()), "x": ColumnSpec("x", "float32", (3,))}
+
+
+def rows_table(ids: np.ndarray) -> pa.Table:
+    """Row i: id=i, x=[i, i+0.5, -i] as float32 arrays."""
+    x = np.stack([ids, ids + 0.5, -ids], axis=1).astype(np.float32)
+    return pa.table({"id": pa.array(ids, pa.int64()),
+                     "x": pa.array(list(x), pa.list_(pa.float32()))})
+
+
+def write_split(store: Store, key: str, file_rows: list[int], row_group_rows: int) -> Materialized:
+    """A train split of sum(file_rows) rows with ids 0..n-1, in files of the given sizes."""
+    directory = store.get_train_data_path(key)
+    store.filesystem().makedirs(directory, exist_ok=True)
+    files, start = [], 0
+    for index, rows in enumerate(file_rows):
+        name = f"part-{index:05d}.parquet"
+        writer = RowGroupWriter(store.filesystem(), posixpath.join(directory, name), row_group_rows)
+        writer.write(rows_table(np.arange(start, start + rows)))
+        files.append(DataFile(name, tuple(writer.close())))
+        start += rows
+    return Materialized(key=key, train_path=directory, val_path=None, train_rows=start, val_rows=0,
+                        columns=dict(SPECS), store=store, train_files=tuple(files))

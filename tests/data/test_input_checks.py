@@ -1,0 +1,116 @@
+"""check_input on real Spark DataFrames: the specs of good input, one clear InputError per kind of bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from pyspark.ml.linalg import Vectors  # noqa: E402
+from pyspark.sql import types as T  # noqa: E402
+
+from spark_hvd.data import ColumnSpec, check_input  # noqa: E402
+from spark_hvd.errors import InputError  # noqa: E402
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def good_df(local_spark):
+    from pyspark.ml.linalg import VectorUDT
+
+    schema = T.StructType([
+        T.StructField("features", VectorUDT()), T.StructField("emb", T.ArrayType(T.FloatType())),
+        T.StructField("label", T.LongType()), T.StructField("weight", T.DoubleType()),
+        T.StructField("is_val", T.BooleanType()), T.StructField("name", T.StringType())])
+    rows = [(Vectors.dense([1.0, 2.0, 3.0]), [0.5, 1.5], 1, 0.5, False, "a"),
+            (Vectors.sparse(3, {1: 4.0}), [2.5, 3.5], 0, 1.0, True, "b"),
+            (Vectors.dense([0.0, 0.0, 1.0]), [4.0, 5.0], 2, 2.0, False, "c")]
+    return local_spark.createDataFrame(rows, schema)
+
+
+def test_specs_of_vectors_arrays_and_scalars(good_df):
+    specs = check_input(good_df, ["features", "emb"], "label", sample_weight_col="weight", validation="is_val")
+    assert specs == {"features": ColumnSpec("features", "float64", (3,)),
+                     "emb": ColumnSpec("emb", "float32", (2,)),
+                     "label": ColumnSpec("label", "int64", ()),
+                     "weight": ColumnSpec("weight", "float64", ())}
+    assert list(specs) == ["features", "emb", "label", "weight"]
+    assert check_input(good_df, ["features"], ["features"], validation=0.25) == {
+        "features": ColumnSpec("features", "float64", (3,))}
+
+
+def test_missing_column_is_named_with_the_columns_that_exist(good_df):
+    with pytest.raises(InputError, match=r"column\(s\) 'feats' not in the DataFrame; it has: features, emb, "
+                                         r"label, weight, is_val, name"):
+        check_input(good_df, ["feats"], ["label"])
+    with pytest.raises(InputError, match="'held_out' not in the DataFrame"):
+        check_input(good_df, ["features"], ["label"], validation="held_out")
+
+
+def test_string_feature_is_refused_with_its_type(good_df):
+    with pytest.raises(InputError, match=r"column 'name' has type string, which cannot be fed to a model"):
+        check_input(good_df, ["features", "name"], ["label"])
+
+
+def test_unsupported_nested_and_map_types(local_spark):
+    df = local_spark.createDataFrame([([[1.0]], {"a": 1}, 1)],
+                                     "nested array<array<double>>, m map<string,int>, y int")
+    with pytest.raises(InputError, match=r"column 'nested' has type array<array<double>>"):
+        check_input(df, ["nested"], ["y"])
+    with pytest.raises(InputError, match=r"column 'm' has type map<string,int>"):
+        check_input(df, ["y"], ["m"])
+
+
+def test_label_shape_mismatch_between_rows(local_spark):
+    df = local_spark.createDataFrame([(1.0, [1, 0]), (2.0, [0, 1, 0]), (3.0, [1, 0])], "x double, y array<int>")
+    with pytest.raises(InputError, match=r"column 'y' holds arrays of different lengths \(2 and 3 seen\)"):
+        check_input(df, ["x"], ["y"])
+
+
+def test_vector_length_mismatch_dense_and_sparse(local_spark):
+    from pyspark.ml.linalg import VectorUDT
+    schema = T.StructType([T.StructField("v", VectorUDT()), T.StructField("y", T.IntegerType())])
+    df = local_spark.createDataFrame([(Vectors.dense([1.0, 2.0]), 0), (Vectors.sparse(4, {0: 1.0}), 1)], schema)
+    with pytest.raises(InputError, match=r"column 'v' holds vectors of different lengths \(2 and 4 seen\)"):
+        check_input(df, ["v"], ["y"])
+
+
+def test_empty_dataframe(good_df):
+    with pytest.raises(InputError, match="the DataFrame is empty"):
+        check_input(good_df.limit(0), ["features"], ["label"])
+
+
+def test_nulls_are_counted_and_named(local_spark):
+    df = local_spark.createDataFrame([(1.0, 1), (None, 0), (None, 1)], "x double, y int")
+    with pytest.raises(InputError, match=r"column 'x' has 2 null value\(s\) in 3 rows"):
+        check_input(df, ["x"], ["y"])
+
+
+@pytest.mark.parametrize("validation, message", [
+    (0.0, r"validation must be a fraction in \(0, 1\)"), (1.0, "fraction in"), (1.5, "fraction in"),
+    (True, "fraction in"), ([0.1], "fraction in"),
+    ("name", r"validation column 'name' must be boolean, not string"),
+    ("label", "must be boolean, not bigint"),
+])
+def test_bad_validation(good_df, validation, message):
+    with pytest.raises(InputError, match=message):
+        check_input(good_df, ["features"], ["label"], validation=validation)
+
+
+def test_validation_column_that_selects_nothing_or_everything(local_spark):
+    df = local_spark.createDataFrame([(1.0, 1, False, True), (2.0, 0, False, True)],
+                                     "x double, y int, f boolean, t boolean")
+    with pytest.raises(InputError, match="'f' is false on every row: no validation data"):
+        check_input(df, ["x"], ["y"], validation="f")
+    with pytest.raises(InputError, match="'t' is true on every row: no training data"):
+        check_input(df, ["x"], ["y"], validation="t")
+
+
+def test_bad_column_lists_and_weight(good_df):
+    with pytest.raises(InputError, match="feature_cols must be a non-empty list"):
+        check_input(good_df, [], ["label"])
+    with pytest.raises(InputError, match="sample_weight_col 'emb' must be a numeric scalar column"):
+        check_input(good_df, ["features"], ["label"], sample_weight_col="emb")
+    with pytest.raises(InputError, match="validation column 'is_val' is also a feature"):
+        check_input(good_df, ["features", "is_val"], ["label"], validation="is_val")
