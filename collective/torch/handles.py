@@ -20,6 +20,7 @@ class _Pending:
     requests: list[tuple[int, int]]        # (engine handle, dtype code its result is sized with)
     finish: Callable[[list[Any]], Any]     # engine results -> what synchronize() returns
     keep_alive: tuple[Any, ...]            # tensors whose memory the engine uses
+    ready: Callable[[], bool] | None = None  # work outside the engine (CUDA streams): is it done?
 
 
 _lock = threading.Lock()
@@ -27,10 +28,11 @@ _pending: dict[int, _Pending] = {}
 _ids = itertools.count(1)
 
 
-def register(requests: list[tuple[int, int]], finish: Callable[[list[Any]], Any], keep_alive: tuple[Any, ...]) -> int:
+def register(requests: list[tuple[int, int]], finish: Callable[[list[Any]], Any], keep_alive: tuple[Any, ...],
+             ready: Callable[[], bool] | None = None) -> int:
     with _lock:
         handle = next(_ids)
-        _pending[handle] = _Pending(requests, finish, keep_alive)
+        _pending[handle] = _Pending(requests, finish, keep_alive, ready)
     return handle
 
 
@@ -39,6 +41,8 @@ def poll(handle: int) -> bool:
     pending = _pending.get(handle)
     if pending is None:
         raise InvalidArgumentError(f"unknown handle {handle} (already synchronized?)")
+    if pending.ready is not None and not pending.ready():
+        return False
     engine = start_engine()
     return all(engine.poll(request) for request, _ in pending.requests)
 

@@ -14,8 +14,10 @@ from typing import Any, Callable, Sequence
 import torch
 
 from collective import engine as kinds
+from collective.errors import InvalidArgumentError
 from collective.reduce_ops import Average, ReduceOp, resolve_op as _resolve_op
 from collective.runtime import size, start_engine
+from collective.torch import cuda_ops
 from collective.torch.handles import poll, register, synchronize
 from collective.torch.tensors import (
     check_tensor,
@@ -46,6 +48,8 @@ def resolve_op(op: ReduceOp | int | None, average: bool | None) -> ReduceOp:
 
 
 def _submit(kind: int, name: str | None, tensor: torch.Tensor, code: int, **options: Any) -> int:
+    if tensor.device.type != "cpu":  # the engine reads host memory; CUDA tensors go through cuda_ops
+        raise InvalidArgumentError(f"{name!r}: the engine cannot take a tensor on {tensor.device}")
     return start_engine().submit(kind, name, tensor.data_ptr(), dtype=code, shape=list(tensor.shape), **options)
 
 
@@ -72,8 +76,11 @@ def _in_place_handle(targets: list[torch.Tensor], works: list[torch.Tensor], req
 def allreduce_async_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
                      op: ReduceOp | None = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> int:
     """Starts reducing ``tensor`` across ranks in place; ``synchronize`` returns ``tensor``."""
-    code = check_tensor(tensor, name)
     reduce_op = resolve_op(op, average)
+    if cuda_ops.is_cuda(tensor):
+        return cuda_ops.allreduce_async_(tensor, name, reduce_op, prescale_factor, postscale_factor,
+                                         submit_grouped_allreduce_)
+    code = check_tensor(tensor, name)
     work = _writable(tensor)
     request = _submit(kinds.ALLREDUCE, name, work, code, op=reduce_op, prescale=prescale_factor,
                       postscale=postscale_factor)
@@ -97,6 +104,9 @@ def submit_grouped_allreduce_(tensors: Sequence[torch.Tensor], names: Sequence[s
                               prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> int:
     """One grouped allreduce with a name per tensor: the engine negotiates and fuses the group as a unit."""
     targets = list(tensors)
+    if targets and cuda_ops.is_cuda(targets[0]):
+        return cuda_ops.grouped_allreduce_async_(targets, names, op, prescale_factor, postscale_factor,
+                                                 submit_grouped_allreduce_)
     codes = [check_tensor(t, n) for t, n in zip(targets, names)]
     works = [_writable(t) for t in targets]
     # The engine fuses a group into one buffer of one dtype, so a mixed group goes as one group per dtype.
@@ -143,6 +153,8 @@ def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: bool | None = N
 
 def allgather_async(tensor: torch.Tensor, name: str | None = None) -> int:
     """Starts concatenating every rank's ``tensor`` along the first dimension (which may differ)."""
+    if cuda_ops.is_cuda(tensor):
+        return cuda_ops.allgather_async(tensor, name, allgather_async)
     code = check_tensor(tensor, name)
     work = contiguous_input(tensor)
     request = _submit(kinds.ALLGATHER, name, work, code)
@@ -152,6 +164,8 @@ def allgather_async(tensor: torch.Tensor, name: str | None = None) -> int:
 
 def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None = None) -> int:
     """Starts overwriting ``tensor`` with ``root_rank``'s, in place; ``synchronize`` returns ``tensor``."""
+    if cuda_ops.is_cuda(tensor):
+        return cuda_ops.broadcast_async_(tensor, int(root_rank), name, broadcast_async_)
     code = check_tensor(tensor, name)
     work = _writable(tensor)
     request = _submit(kinds.BROADCAST, name, work, code, root=int(root_rank))
@@ -174,6 +188,8 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: str | None = 
 
     ``synchronize`` returns ``(output, received_splits)``, received_splits an int32 tensor, as Horovod's.
     """
+    if cuda_ops.is_cuda(tensor):
+        return cuda_ops.alltoall_async(tensor, splits, name, alltoall_async)
     code = check_tensor(tensor, name)
     work = contiguous_input(tensor)
     rows = even_splits(work, size(), name) if splits is None else split_list(splits)
@@ -190,6 +206,9 @@ def reducescatter_async(tensor: torch.Tensor, name: str | None = None, op: Reduc
                         prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> int:
     """Starts reducing ``tensor`` across ranks; this rank gets its share of the first dimension
     (the first ``rows % size`` ranks get one row more)."""
+    if cuda_ops.is_cuda(tensor):
+        return cuda_ops.reducescatter_async(tensor, name, resolve_op(op, None), prescale_factor, postscale_factor,
+                                            reducescatter_async)
     code = check_tensor(tensor, name)
     work = contiguous_input(tensor)
     request = _submit(kinds.REDUCESCATTER, name, work, code, op=resolve_op(op, None), prescale=prescale_factor,

@@ -59,10 +59,9 @@ def check_tensor(tensor: Any, name: str | None) -> int:
 
 
 def check_device(device: torch.device, name: str | None) -> None:
-    if device.type == "cuda":
-        raise InvalidArgumentError(f"tensor {label(name)} is on {device}: CUDA tensors need the NCCL backend (issue 7)")
-    if device.type != "cpu":
-        raise InvalidArgumentError(f"tensor {label(name)} is on {device}; only CPU tensors are supported")
+    # CUDA tensors are routed to collective/torch/cuda_ops.py before they reach the engine.
+    if device.type not in ("cpu", "cuda"):
+        raise InvalidArgumentError(f"tensor {label(name)} is on {device}; only CPU and CUDA tensors are supported")
 
 
 def contiguous_input(tensor: torch.Tensor) -> torch.Tensor:

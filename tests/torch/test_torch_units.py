@@ -30,9 +30,10 @@ def test_no_compression_is_identity() -> None:
     assert sent is tensor and hvd.Compression.none.decompress(sent, ctx) is tensor
 
 
-def test_cuda_tensors_point_to_the_nccl_backend() -> None:
-    with pytest.raises(hvd.InvalidArgumentError, match=r"'grad.w'.*CUDA tensors need the NCCL backend \(issue 7\)"):
-        check_device(torch.device("cuda", 0), "grad.w")
+def test_cuda_devices_pass_the_check_and_other_devices_are_named() -> None:
+    check_device(torch.device("cuda", 0), "grad.w")  # routed to NCCL or host staging (tests/nccl)
+    with pytest.raises(hvd.InvalidArgumentError, match=r"'grad.w' is on meta; only CPU and CUDA"):
+        check_device(torch.device("meta"), "grad.w")
 
 
 @pytest.mark.parametrize("dtype", [torch.int16, torch.bool, torch.complex64, torch.float8_e4m3fn])

@@ -1,0 +1,238 @@
+"""Collectives on CUDA tensors: NCCL on the current CUDA stream, or host staging when ranks share a GPU.
+
+The NCCL route enqueues work on ``torch.cuda.current_stream()`` and returns; the handle's ``poll``
+asks a CUDA event and ``synchronize`` waits on it, as Horovod's GPU handles do. NCCL calls are
+issued in the caller's order, so (like torch.distributed) every rank must make its CUDA collectives
+in the same order; the DistributedOptimizer's hooks do. Grouped allreduces (the optimizer's) are
+packed into one fusion buffer on the device per dtype and reduced with one NCCL call.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+import collective
+from collective.errors import InvalidArgumentError
+from collective.nccl import Route
+from collective.reduce_ops import ReduceOp
+from collective.torch.cuda_context import CudaContext, cuda_context
+from collective.torch.handles import poll, register, synchronize
+from collective.torch.tensors import check_tensor, even_splits, label, split_list
+
+
+def is_cuda(tensor: Any) -> bool:
+    return isinstance(tensor, torch.Tensor) and tensor.device.type == "cuda"
+
+
+def _context_for(tensor: torch.Tensor) -> CudaContext:
+    context = cuda_context(tensor.device)
+    if context.decision.route == Route.ERROR:
+        raise InvalidArgumentError(f"tensor {label(None)} on {tensor.device}: {context.decision.reason}")
+    return context
+
+
+def _stream(device: torch.device) -> int:
+    return int(torch.cuda.current_stream(device).cuda_stream)
+
+
+def _on_stream(device: torch.device, finish: Callable[[], Any], keep_alive: tuple[Any, ...]) -> int:
+    """A handle for work queued on the current stream: ready when a CUDA event recorded after it is."""
+    event = torch.cuda.Event()
+    event.record(torch.cuda.current_stream(device))
+
+    def done(_results: list[Any]) -> Any:
+        event.synchronize()
+        return finish()
+    return register([], done, keep_alive, ready=event.query)
+
+
+def _staged(inner: int, finish: Callable[[Any], Any], keep_alive: tuple[Any, ...]) -> int:
+    """A handle over an engine handle for host-staged memory; ``finish`` copies the result back."""
+    return register([], lambda _results: finish(synchronize(inner)), keep_alive, ready=lambda: poll(inner))
+
+
+def _scale(buffer: torch.Tensor, factor: float) -> None:
+    """buffer *= factor with the native kernels' rounding: integers round half away from zero."""
+    if factor == 1.0:
+        return
+    if buffer.is_floating_point():
+        buffer.mul_(factor)
+        return
+    info = torch.iinfo(buffer.dtype)
+    value = buffer.double() * factor
+    rounded = torch.trunc(value)
+    rounded += (value - rounded >= 0.5).double() - (value - rounded <= -0.5).double()
+    buffer.copy_(rounded.clamp_(info.min, info.max))
+
+
+def _reduce(context: CudaContext, buffer: torch.Tensor, code: int, op: ReduceOp, prescale: float,
+            postscale: float) -> None:
+    """Allreduces a contiguous device buffer in place, with Average and the scale factors finished on the GPU."""
+    _scale(buffer, prescale)
+    context.comm.allreduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), code, int(op),
+                           _stream(buffer.device))
+    if op == ReduceOp.AVERAGE:
+        if buffer.is_floating_point():
+            postscale /= collective.size()
+        else:
+            buffer.copy_(torch.div(buffer, collective.size(), rounding_mode="trunc"))
+    _scale(buffer, postscale)
+
+
+def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], names: Sequence[str | None], op: ReduceOp,
+                             prescale: float, postscale: float, cpu_grouped: Callable[..., int]) -> int:
+    """In place; ``cpu_grouped`` is the engine's grouped allreduce, for host staging."""
+    targets = list(tensors)
+    codes = [check_tensor(t, n) for t, n in zip(targets, names)]
+    context = _context_for(targets[0])
+    if context.decision.route == Route.HOST_STAGING:
+        stages = [t.detach().to("cpu", copy=True) for t in targets]
+        inner = cpu_grouped(stages, names, op, prescale, postscale)
+
+        def copy_back(_results: Any) -> list[torch.Tensor]:
+            with torch.no_grad():
+                for target, stage in zip(targets, stages):
+                    target.copy_(stage)
+            return targets
+        return _staged(inner, copy_back, (stages,))
+    buffers = []
+    with torch.no_grad():
+        for code in dict.fromkeys(codes):
+            members = [t for t, c in zip(targets, codes) if c == code]
+            for member in members:
+                if member.device != context.device:
+                    raise InvalidArgumentError(f"grouped allreduce mixes {member.device} and {context.device}")
+            # The fusion buffer on the device: one NCCL call per dtype, whatever the number of tensors.
+            fused = torch.cat([m.detach().reshape(-1) for m in members]) if len(members) > 1 else \
+                members[0].detach().reshape(-1).clone()
+            _reduce(context, fused, code, op, prescale, postscale)
+            offset = 0
+            for member in members:
+                member.copy_(fused[offset:offset + member.numel()].view_as(member))
+                offset += member.numel()
+            buffers.append(fused)
+    return _on_stream(context.device, lambda: targets, (targets, buffers))
+
+
+def allreduce_async_(tensor: torch.Tensor, name: str | None, op: ReduceOp, prescale: float, postscale: float,
+                     cpu_grouped: Callable[..., int]) -> int:
+    """In place; ``synchronize`` returns ``tensor``."""
+    handle = grouped_allreduce_async_([tensor], [name], op, prescale, postscale, cpu_grouped)
+    return register([], lambda _r: synchronize(handle)[0], (tensor,), ready=lambda: poll(handle))
+
+
+def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None, cpu_broadcast: Callable[..., int]) -> int:
+    code = check_tensor(tensor, name)
+    context = _context_for(tensor)
+    if context.decision.route == Route.HOST_STAGING:
+        stage = tensor.detach().to("cpu", copy=True)
+        inner = cpu_broadcast(stage, root_rank, name)
+
+        def copy_back(_result: Any) -> torch.Tensor:
+            with torch.no_grad():
+                tensor.copy_(stage)
+            return tensor
+        return _staged(inner, copy_back, (stage,))
+    if not 0 <= root_rank < collective.size():
+        raise InvalidArgumentError(f"broadcast {label(name)}: root_rank {root_rank} is outside [0, {collective.size()})")
+    work = tensor.detach() if tensor.is_contiguous() else tensor.detach().contiguous()
+    context.comm.broadcast(work.data_ptr(), work.data_ptr(), work.numel(), code, int(root_rank), _stream(work.device))
+    if work.data_ptr() != tensor.data_ptr():
+        with torch.no_grad():
+            tensor.copy_(work)
+    return _on_stream(context.device, lambda: tensor, (tensor, work))
+
+
+def _rows_everywhere(rows: int, name: str | None) -> list[int]:
+    """Every rank's first dimension, through the job's (CPU) communicator."""
+    gathered = collective.allgather(np.array([rows], np.int64), name=f"{name}.rows" if name else None)
+    return [int(r) for r in gathered]
+
+
+def allgather_async(tensor: torch.Tensor, name: str | None, cpu_allgather: Callable[..., int]) -> int:
+    code = check_tensor(tensor, name)
+    if tensor.dim() == 0:
+        raise InvalidArgumentError(f"allgather {label(name)} needs a tensor with at least one dimension")
+    context = _context_for(tensor)
+    if context.decision.route == Route.HOST_STAGING:
+        stage = tensor.detach().to("cpu")
+        inner = cpu_allgather(stage, name)
+        return _staged(inner, lambda result: result.to(tensor.device), (stage,))
+    work = tensor.detach().contiguous()
+    rows = _rows_everywhere(work.shape[0], name)
+    row_elements = work[0].numel() if work.shape[0] else int(np.prod(work.shape[1:], dtype=np.int64))
+    out = torch.empty((sum(rows), *work.shape[1:]), dtype=work.dtype, device=work.device)
+    stream = _stream(work.device)
+    if len(set(rows)) == 1:
+        context.comm.allgather(work.data_ptr(), out.data_ptr(), work.numel(), code, stream)
+    else:
+        counts = [r * row_elements for r in rows]
+        offsets = [int(x) for x in np.cumsum([0, *counts[:-1]])]
+        size = collective.size()
+        context.comm.exchange(work.data_ptr(), [work.numel()] * size, [0] * size, out.data_ptr(), counts, offsets,
+                              code, stream)
+    return _on_stream(context.device, lambda: out, (work, out))
+
+
+def alltoall_async(tensor: torch.Tensor, splits: Any, name: str | None, cpu_alltoall: Callable[..., int]) -> int:
+    code = check_tensor(tensor, name)
+    context = _context_for(tensor)
+    size = collective.size()
+    if context.decision.route == Route.HOST_STAGING:
+        stage = tensor.detach().to("cpu")
+        inner = cpu_alltoall(stage, splits, name)
+        return _staged(inner, lambda result: (result[0].to(tensor.device), result[1]), (stage,))
+    work = tensor.detach().contiguous()
+    send_rows = even_splits(work, size, name) if splits is None else split_list(splits)
+    if len(send_rows) != size or any(s < 0 for s in send_rows) or sum(send_rows) != (work.shape[0] if work.dim() else 0):
+        raise InvalidArgumentError(f"alltoall {label(name)}: splits must be {size} non-negative row counts summing to "
+                                   f"the first dimension")
+    received = [int(r) for r in collective.alltoall(np.array(send_rows, np.int64),
+                                                    name=f"{name}.splits" if name else None)]
+    row_elements = int(np.prod(work.shape[1:], dtype=np.int64))
+    send_counts = [s * row_elements for s in send_rows]
+    recv_counts = [r * row_elements for r in received]
+    out = torch.empty((sum(received), *work.shape[1:]), dtype=work.dtype, device=work.device)
+    context.comm.exchange(work.data_ptr(), send_counts, [int(x) for x in np.cumsum([0, *send_counts[:-1]])],
+                          out.data_ptr(), recv_counts, [int(x) for x in np.cumsum([0, *recv_counts[:-1]])],
+                          code, _stream(work.device))
+    received_splits = torch.tensor(received, dtype=torch.int32)
+    return _on_stream(context.device, lambda: (out, received_splits), (work, out))
+
+
+def reducescatter_async(tensor: torch.Tensor, name: str | None, op: ReduceOp, prescale: float, postscale: float,
+                        cpu_reducescatter: Callable[..., int]) -> int:
+    code = check_tensor(tensor, name)
+    if tensor.dim() == 0:
+        raise InvalidArgumentError(f"reducescatter {label(name)} needs a tensor with at least one dimension")
+    context = _context_for(tensor)
+    if context.decision.route == Route.HOST_STAGING:
+        stage = tensor.detach().to("cpu")
+        inner = cpu_reducescatter(stage, name, op, prescale, postscale)
+        return _staged(inner, lambda result: result.to(tensor.device), (stage,))
+    size, rank = collective.size(), collective.rank()
+    rows = tensor.shape[0]
+    per, extra = divmod(rows, size)
+    start = rank * per + min(rank, extra)
+    mine = per + (1 if rank < extra else 0)
+    work = tensor.detach().contiguous().clone()
+    with torch.no_grad():
+        if extra == 0:
+            _scale(work, prescale)
+            out = torch.empty((mine, *work.shape[1:]), dtype=work.dtype, device=work.device)
+            context.comm.reducescatter(work.data_ptr(), out.data_ptr(), out.numel(), code, int(op),
+                                       _stream(work.device))
+            if op == ReduceOp.AVERAGE:
+                if out.is_floating_point():
+                    postscale /= size
+                else:
+                    out.copy_(torch.div(out, size, rounding_mode="trunc"))
+            _scale(out, postscale)
+        else:
+            # NCCL's reduce-scatter needs equal shares; uneven rows reduce whole and keep this rank's.
+            _reduce(context, work.view(-1), code, op, prescale, postscale)
+            out = work[start:start + mine].clone()
+    return _on_stream(context.device, lambda: out, (work, out))
