@@ -25,6 +25,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.ops.control_flow_v2_func_graphs import ControlFlowFuncGraph
 
 from collective.errors import CollectiveError, InvalidArgumentError, MismatchError
 
@@ -64,6 +65,10 @@ def op_name(kind: str, name: str | None) -> str | None:
     if name or tf.executing_eagerly():
         return name or None
     graph = tf.compat.v1.get_default_graph()
+    # The branches of tf.cond and the bodies of tf.while_loop are graphs of their own, named with a
+    # process-wide counter; they share their function's names and counter instead.
+    while isinstance(graph, ControlFlowFuncGraph):
+        graph = graph.outer_graph
     counter = _graph_counters.setdefault(graph, itertools.count())
     return f"{graph.name}.{kind}.{next(counter)}"
 

@@ -1,0 +1,67 @@
+"""Horovod's Keras API for Keras 3 on the TensorFlow backend: port a script with
+
+    import collective.keras as hvd   # was: import horovod.tensorflow.keras as hvd
+
+    hvd.init()
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.01 * hvd.size())), ...)
+    model.fit(x, y, callbacks=[hvd.BroadcastGlobalVariablesCallback(0), hvd.MetricAverageCallback()])
+
+Works with ``model.fit`` compiled (tf.function) and with ``run_eagerly=True``; the ops and helpers of
+``collective.tensorflow`` are re-exported.
+"""
+
+from collective.keras import callbacks
+from collective.keras.callbacks import (
+    BroadcastGlobalVariablesCallback,
+    LearningRateScheduleCallback,
+    LearningRateWarmupCallback,
+    MetricAverageCallback,
+)
+from collective.keras.optimizer import DistributedOptimizer
+from collective.keras.saving import load_model
+from collective.tensorflow import (
+    Average,
+    CollectiveError,
+    CollectiveTimeoutError,
+    Compression,
+    HorovodInternalError,
+    InvalidArgumentError,
+    Max,
+    Min,
+    MismatchError,
+    NotInitializedError,
+    PeerFailureError,
+    Product,
+    ReduceOp,
+    Sum,
+    allgather,
+    allgather_object,
+    allreduce,
+    alltoall,
+    barrier,
+    broadcast,
+    broadcast_object,
+    broadcast_variables,
+    cross_rank,
+    cross_size,
+    grouped_allreduce,
+    init,
+    is_initialized,
+    join,
+    local_rank,
+    local_size,
+    rank,
+    reducescatter,
+    shutdown,
+    size,
+)
+
+__all__ = [
+    "Average", "BroadcastGlobalVariablesCallback", "CollectiveError", "CollectiveTimeoutError", "Compression",
+    "DistributedOptimizer", "HorovodInternalError", "InvalidArgumentError", "LearningRateScheduleCallback",
+    "LearningRateWarmupCallback", "Max", "MetricAverageCallback", "Min", "MismatchError", "NotInitializedError",
+    "PeerFailureError", "Product", "ReduceOp", "Sum", "allgather", "allgather_object", "allreduce", "alltoall",
+    "barrier", "broadcast", "broadcast_object", "broadcast_variables", "callbacks", "cross_rank", "cross_size",
+    "grouped_allreduce", "init", "is_initialized", "join", "load_model", "local_rank", "local_size", "rank",
+    "reducescatter", "shutdown", "size",
+]

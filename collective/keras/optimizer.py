@@ -1,0 +1,147 @@
+"""DistributedOptimizer for Keras 3: any Keras optimizer, with gradients averaged across ranks before
+they are applied.
+
+The wrapper is a subclass of the optimizer's own class, made on the fly, whose ``apply`` (the method
+``apply_gradients`` and ``model.fit``'s train step call) reduces the gradients first. Being the same
+class by name and module, it saves into a ``.keras`` file as the plain optimizer, so any Keras can load
+the file; ``collective.keras.load_model`` wraps it again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import keras
+import tensorflow as tf
+
+from collective.reduce_ops import Average, ReduceOp
+from collective.tensorflow.bridge import not_converted
+from collective.tensorflow.compression import Compression, Compressor
+from collective.tensorflow.gradients import GradientReducer
+
+
+@dataclass(frozen=True)
+class Settings:
+    reducer: GradientReducer
+    backward_passes_per_step: int = 1
+    average_aggregated_gradients: bool = False
+
+    def __post_init__(self) -> None:
+        if self.backward_passes_per_step < 1:
+            raise ValueError(f"backward_passes_per_step must be at least 1, got {self.backward_passes_per_step}")
+
+
+class _Distributed:
+    """Mixed in before the optimizer's class; ``_collective_settings`` is set on each generated class."""
+
+    _collective_settings: Settings
+
+    def build(self, variables: Sequence[Any]) -> None:
+        super().build(variables)  # type: ignore[misc]
+        if self._collective_settings.backward_passes_per_step > 1:
+            self._collective_accumulators_for(list(variables))
+
+    def _collective_accumulators_for(self, variables: list[Any]) -> list[tf.Variable]:
+        """Local gradient sums between reductions. Plain tf.Variables, so the optimizer's saved state
+        stays that of the unwrapped optimizer (the sums are transient, like Horovod's)."""
+        if getattr(self, "_collective_accumulators", None) is None:
+            with tf.init_scope():
+                self._collective_accumulators = {
+                    id(v): tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False) for v in variables}
+                self._collective_passes = tf.Variable(0, dtype=tf.int64, trainable=False)
+        return [self._collective_accumulators[id(v)] for v in variables]
+
+    @not_converted
+    def apply(self, grads: Sequence[Any], trainable_variables: Sequence[Any] | None = None) -> Any:
+        settings = self._collective_settings
+        grads = list(grads)
+        if settings.backward_passes_per_step == 1:
+            return super().apply(settings.reducer(grads), trainable_variables)  # type: ignore[misc]
+        return self._collective_accumulate(grads, trainable_variables)
+
+    def _collective_accumulate(self, grads: list[Any], trainable_variables: Sequence[Any] | None) -> Any:
+        """Horovod's local aggregation: sum gradients locally, reduce across ranks every N passes."""
+        settings = self._collective_settings
+        passes = settings.backward_passes_per_step
+        variables = list(trainable_variables) if trainable_variables is not None else list(self._trainable_variables)
+        if not self.built:
+            self.build(variables)
+            self.built = True
+        accumulators = self._collective_accumulators_for(variables)
+        present = [i for i, g in enumerate(grads) if g is not None]
+        for i in present:
+            accumulators[i].assign_add(tf.convert_to_tensor(grads[i]))
+        count = self._collective_passes.assign_add(1)
+
+        def reduce_and_apply() -> tf.Tensor:
+            scale = 1.0 / passes if settings.average_aggregated_gradients else 1.0
+            totals: list[Any] = [None] * len(grads)
+            for i in present:
+                totals[i] = accumulators[i] * tf.cast(scale, accumulators[i].dtype) if scale != 1.0 \
+                    else tf.identity(accumulators[i])
+            reduced = settings.reducer(totals)
+            super(_Distributed, self).apply(reduced, variables)  # type: ignore[misc]
+            for accumulator in accumulators:
+                accumulator.assign(tf.zeros_like(accumulator))
+            return tf.constant(True)
+
+        def count_pass() -> tf.Tensor:
+            # Iterations count backward passes, as Horovod's aggregation does.
+            self.iterations.assign_add(1)
+            return tf.constant(False)
+
+        return tf.cond(count % passes == 0, reduce_and_apply, count_pass)
+
+
+def distributed_class(base: type, settings: Settings) -> type:
+    """A subclass of ``base`` (a Keras optimizer class) that reduces gradients with ``settings``."""
+    if not (isinstance(base, type) and issubclass(base, keras.optimizers.Optimizer)):
+        raise ValueError(f"DistributedOptimizer needs a Keras 3 optimizer, got {base!r}")
+    if issubclass(base, _Distributed):
+        raise ValueError(f"{base.__name__} is already a DistributedOptimizer")
+    return type(base.__name__, (_Distributed, base),
+                {"_collective_settings": settings, "__module__": base.__module__, "__qualname__": base.__qualname__})
+
+
+def make_settings(compression: type[Compressor], sparse_as_dense: bool, gradient_predivide_factor: float,
+                  op: ReduceOp, backward_passes_per_step: int, average_aggregated_gradients: bool) -> Settings:
+    reducer = GradientReducer("DistributedOptimizer", op=op, compression=compression, sparse_as_dense=sparse_as_dense,
+                              gradient_predivide_factor=gradient_predivide_factor)
+    return Settings(reducer, int(backward_passes_per_step), bool(average_aggregated_gradients))
+
+
+def DistributedOptimizer(optimizer: keras.optimizers.Optimizer, name: str | None = None, device_dense: str = "",
+                         device_sparse: str = "", compression: type[Compressor] = Compression.none,
+                         sparse_as_dense: bool = False, gradient_predivide_factor: float = 1.0, op: ReduceOp = Average,
+                         backward_passes_per_step: int = 1,
+                         average_aggregated_gradients: bool = False) -> keras.optimizers.Optimizer:
+    """Returns a new optimizer of ``optimizer``'s class and configuration whose gradients are reduced
+    across ranks (``op`` Average or Sum) before they are applied, as Horovod's does.
+
+    ``backward_passes_per_step`` > 1 sums gradients locally and reduces them once every that many
+    passes (averaged over the passes with ``average_aggregated_gradients``); ``sparse_as_dense`` turns
+    IndexedSlices gradients dense before reducing them. ``name`` renames the optimizer; ``device_*``
+    are accepted for Horovod compatibility. Like Horovod's, the new optimizer starts without state.
+    """
+    if isinstance(optimizer, _Distributed):
+        raise ValueError("the optimizer is already a DistributedOptimizer")
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise ValueError(f"DistributedOptimizer needs a Keras 3 optimizer, got {type(optimizer).__name__}")
+    settings = make_settings(compression, sparse_as_dense, gradient_predivide_factor, op, backward_passes_per_step,
+                             average_aggregated_gradients)
+    config = optimizer.get_config()
+    if name is not None:
+        config["name"] = name
+    return distributed_class(type(optimizer), settings).from_config(config)
+
+
+def wrap_in_place(optimizer: keras.optimizers.Optimizer, settings: Settings) -> keras.optimizers.Optimizer:
+    """Turns an existing optimizer (a loaded one, with its state) into a distributed one."""
+    if not isinstance(optimizer, _Distributed):
+        optimizer.__class__ = distributed_class(type(optimizer), settings)
+    return optimizer
+
+
+def is_distributed(optimizer: Any) -> bool:
+    return isinstance(optimizer, _Distributed)

@@ -1,0 +1,70 @@
+"""Single-process checks of collective.tensorflow's pieces that need no peers."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import collective.tensorflow as hvd  # noqa: E402
+from collective.tensorflow.bridge import as_tensor, op_name  # noqa: E402
+
+
+@pytest.mark.parametrize("compression, wire", [(hvd.Compression.fp16, tf.float16), (hvd.Compression.bf16, tf.bfloat16)])
+def test_compression_round_trip(compression, wire: tf.DType) -> None:
+    tensor = tf.linspace(tf.constant(-2.0, tf.float64), 2.0, 9)
+    sent, ctx = compression.compress(tensor)
+    assert sent.dtype == wire
+    back = compression.decompress(sent, ctx)
+    assert back.dtype == tf.float64 and np.allclose(back.numpy(), tensor.numpy(), atol=1e-2)
+    ints = tf.range(4)
+    sent, ctx = compression.compress(ints)
+    assert sent is ints and compression.decompress(sent, ctx) is ints
+
+
+@pytest.mark.parametrize("dtype", [tf.complex64, tf.string, tf.int16, tf.bool])
+def test_unsupported_dtype_names_tensor_and_dtype(dtype: tf.DType) -> None:
+    value = tf.zeros(2, dtype=dtype) if dtype != tf.string else tf.constant(["a"])
+    with pytest.raises(hvd.InvalidArgumentError, match=rf"'odd'.*{dtype.name}"):
+        as_tensor(value, "odd")
+
+
+def test_indexed_slices_need_the_sparse_path() -> None:
+    slices = tf.IndexedSlices(tf.ones((1, 2)), tf.constant([0]))
+    with pytest.raises(hvd.InvalidArgumentError, match="IndexedSlices"):
+        as_tensor(slices, "s")
+
+
+def test_ops_before_init_say_so() -> None:
+    assert not hvd.is_initialized()
+    with pytest.raises(hvd.NotInitializedError):
+        hvd.allreduce(tf.ones(2))
+
+
+def test_graph_names_repeat_when_a_function_is_traced_again() -> None:
+    """A retrace (new shapes) must give its collectives the same names, so ranks that trace a
+    different number of times still agree; eager calls leave naming to the engine."""
+    seen: list[list[str | None]] = []
+
+    def in_branch(names: list[str | None]) -> tf.Tensor:
+        names.append(op_name("allreduce", None))  # a tf.cond branch is a graph of its own
+        return tf.constant(0)
+
+    @tf.function
+    def step(x: tf.Tensor) -> tf.Tensor:
+        names = [op_name("allreduce", None), op_name("allgather", None), op_name("allreduce", "mine")]
+        tf.cond(x[0] > 0, lambda: in_branch(names), lambda: tf.constant(1))
+        seen.append(names)
+        return x
+
+    step(tf.ones(2))
+    step(tf.ones(3))  # new shape: traced again
+    assert len(seen) == 2
+    first = seen[0]
+    assert first == ["step.allreduce.0", "step.allgather.1", "mine", "step.allreduce.2"], first
+    assert seen[1] == first
+    assert op_name("allreduce", None) is None  # eager

@@ -1,0 +1,276 @@
+"""Training with collective.tensorflow and collective.keras on real ranks, against single-process
+training on the combined batch (float64, so agreement is to ~1e-10). Cases report RESULT {"case",
+"mode", "failures"}; tests/tensorflow/test_tf_training.py checks them. argv[1]: a scratch directory."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from tf_checks import Checks, run_cases  # first: it quiets TensorFlow's import
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import collective.keras as hvd
+import collective.tensorflow as hvd_tf
+from collective.keras.optimizer import is_distributed
+
+FEATURES, BATCH, STEPS, EPOCHS = 4, 8, 4, 2
+TOL = 1e-10
+SCRATCH: list[Path] = []  # argv[1], where models are saved
+
+
+def rank_data(rank: int, rows: int = BATCH * STEPS) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(100 + rank)
+    x = rng.normal(size=(rows, FEATURES))
+    y = np.tanh(x @ np.array([[0.5], [-1.0], [2.0], [0.3]])) + 0.1 * rng.normal(size=(rows, 1))
+    return x, y
+
+
+def combined(block: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every rank's data interleaved so that single-process batch k (``block`` rows from each rank, in
+    rank order) is the union of the ranks' batch k."""
+    parts = [rank_data(r) for r in range(hvd.size())]
+    rows = parts[0][0].shape[0]
+    xs, ys = [], []
+    for start in range(0, rows, block):
+        for x, y in parts:
+            xs.append(x[start:start + block])
+            ys.append(y[start:start + block])
+    return np.concatenate(xs), np.concatenate(ys)
+
+
+def build_model(seed: int) -> keras.Model:
+    model = keras.Sequential([keras.Input((FEATURES,), dtype="float64"),
+                              keras.layers.Dense(8, activation="tanh", dtype="float64"),
+                              keras.layers.Dense(1, dtype="float64")])
+    rng = np.random.default_rng(seed)
+    model.set_weights([rng.normal(scale=0.5, size=w.shape) for w in model.get_weights()])
+    return model
+
+
+def same_on_all_ranks(c: Checks, weights: list[np.ndarray], what: str) -> None:
+    everyone = hvd.allgather_object([w.tolist() for w in weights])
+    c.check(all(other == everyone[0] for other in everyone), f"{what}: weights differ between ranks")
+
+
+def close_weights(c: Checks, got: list[np.ndarray], want: list[np.ndarray], what: str, tol: float = TOL) -> None:
+    worst = max(float(np.max(np.abs(g - w))) for g, w in zip(got, want))
+    c.check(worst <= tol, f"{what}: weights differ from single-process training by {worst:.3g}")
+
+
+# ---- DistributedGradientTape ----------------------------------------------------------------------
+
+def tape_matches_single_process(c: Checks, mode: str) -> None:
+    rank = hvd.rank()
+    model = build_model(seed=rank)  # ranks start apart; broadcast_variables aligns them
+    hvd.broadcast_variables(model.variables, root_rank=0)
+    reference = build_model(seed=0)
+    lr = 0.1
+
+    def step(model: keras.Model, x: tf.Tensor, y: tf.Tensor, distributed: bool) -> tf.Tensor:
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((model(x) - y) ** 2)
+        if distributed:
+            tape = hvd_tf.DistributedGradientTape(tape)
+        grads = tape.gradient(loss, model.trainable_variables)
+        for var, grad in zip(model.trainable_variables, grads):
+            var.assign_sub(lr * grad)
+        return loss
+
+    dist_step = tf.function(step) if mode == "graph" else step
+    x, y = rank_data(rank)
+    cx, cy = combined(BATCH)
+    for k in range(STEPS):
+        dist_step(model, x[k * BATCH:(k + 1) * BATCH], y[k * BATCH:(k + 1) * BATCH], True)
+        step(reference, cx[k * 2 * BATCH:(k + 1) * 2 * BATCH], cy[k * 2 * BATCH:(k + 1) * 2 * BATCH], False)
+    same_on_all_ranks(c, model.get_weights(), "tape")
+    close_weights(c, model.get_weights(), reference.get_weights(), "tape")
+
+
+def tape_sparse_gradients(c: Checks, mode: str) -> None:
+    """An embedding's IndexedSlices gradient, gathered or densified, gives single-process weights."""
+    rank, size = hvd.rank(), hvd.size()
+    ids = [np.array([[r, 3], [1, r + 2]]) for r in range(size)]
+    for sparse_as_dense in (False, True):
+        table = tf.Variable(np.arange(24, dtype=np.float64).reshape(6, 4) / 10)
+        reference = tf.Variable(table.numpy())
+
+        def loss_of(var: tf.Variable, batch: np.ndarray) -> tf.Tensor:
+            return tf.reduce_mean(tf.nn.embedding_lookup(var, batch) ** 2)
+
+        def step(batch: tf.Tensor) -> Any:
+            with tf.GradientTape() as tape:
+                loss = loss_of(table, batch)
+            tape = hvd_tf.DistributedGradientTape(tape, sparse_as_dense=sparse_as_dense)
+            (grad,) = tape.gradient(loss, [table])
+            table.assign_sub(0.5 * tf.convert_to_tensor(grad))
+            return isinstance(grad, tf.IndexedSlices)
+
+        was_sparse = (tf.function(step) if mode == "graph" else step)(tf.constant(ids[rank]))
+        with tf.GradientTape() as tape:
+            loss = tf.add_n([loss_of(reference, b) for b in ids]) / size
+        reference.assign_sub(0.5 * tf.convert_to_tensor(tape.gradient(loss, [reference])[0]))
+        if mode == "eager":
+            c.check(bool(was_sparse) == (not sparse_as_dense), f"sparse_as_dense={sparse_as_dense}: sparse {was_sparse}")
+        close_weights(c, [table.numpy()], [reference.numpy()], f"sparse_as_dense={sparse_as_dense}")
+
+
+# ---- Keras -------------------------------------------------------------------------------------
+
+class Recorder(keras.callbacks.Callback):
+    """Keeps copies of what fit logged and the learning rate at each batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.epoch_logs: list[dict] = []
+        self.batch_lrs: list[tuple[int, int, float]] = []
+        self.epoch = 0
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self.epoch = epoch
+
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        self.batch_lrs.append((self.epoch, batch, float(self.model.optimizer.learning_rate.numpy())))
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        self.epoch_logs.append(dict(logs or {}))
+
+
+def compiled(model: keras.Model, optimizer: Any, mode: str) -> keras.Model:
+    model.compile(optimizer=optimizer, loss="mse", run_eagerly=(mode == "eager"))
+    return model
+
+
+def fit_matches_single_process(c: Checks, mode: str) -> None:
+    rank = hvd.rank()
+    model = compiled(build_model(seed=rank), hvd.DistributedOptimizer(keras.optimizers.SGD(0.05, momentum=0.9)), mode)
+    raw, averaged = Recorder(), Recorder()
+    x, y = rank_data(rank)
+    model.fit(x, y, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0,
+              callbacks=[hvd.BroadcastGlobalVariablesCallback(0), raw, hvd.MetricAverageCallback(), averaged])
+    reference = compiled(build_model(seed=0), keras.optimizers.SGD(0.05, momentum=0.9), mode)
+    cx, cy = combined(BATCH)
+    reference.fit(cx, cy, batch_size=2 * BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
+    same_on_all_ranks(c, model.get_weights(), "fit")
+    close_weights(c, model.get_weights(), reference.get_weights(), "fit")
+    c.check(int(model.optimizer.iterations.numpy()) == EPOCHS * STEPS, f"iterations {model.optimizer.iterations}")
+    # MetricAverageCallback: what later callbacks see is the mean over ranks of what fit logged.
+    everyone = hvd.allgather_object(raw.epoch_logs)
+    for epoch, logs in enumerate(averaged.epoch_logs):
+        want = np.mean([ranks_logs[epoch]["loss"] for ranks_logs in everyone])
+        c.check(abs(logs["loss"] - want) < 1e-12, f"epoch {epoch}: averaged loss {logs['loss']}, want {want}")
+    c.check(len({round(r[0]["loss"], 12) for r in everyone}) == hvd.size(), "test setup: ranks' raw losses differ")
+
+
+def fit_backward_passes_per_step(c: Checks, mode: str) -> None:
+    """Two local passes per reduction, averaged: one update per two batches of every rank."""
+    rank = hvd.rank()
+    optimizer = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), backward_passes_per_step=2,
+                                         average_aggregated_gradients=True)
+    model = compiled(build_model(seed=rank), optimizer, mode)
+    x, y = rank_data(rank)
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
+              callbacks=[hvd.BroadcastGlobalVariablesCallback(0)])
+    reference = compiled(build_model(seed=0), keras.optimizers.SGD(0.1), mode)
+    cx, cy = combined(2 * BATCH)
+    reference.fit(cx, cy, batch_size=4 * BATCH, epochs=1, shuffle=False, verbose=0)
+    same_on_all_ranks(c, model.get_weights(), "backward_passes_per_step=2")
+    close_weights(c, model.get_weights(), reference.get_weights(), "backward_passes_per_step=2")
+    c.check(int(model.optimizer.iterations.numpy()) == STEPS, f"iterations {model.optimizer.iterations}")
+
+
+def learning_rate_warmup(c: Checks, mode: str) -> None:
+    size = hvd.size()
+    initial, warmup = 0.4, 2
+    model = compiled(build_model(seed=0), hvd.DistributedOptimizer(keras.optimizers.SGD(initial)), mode)
+    recorder = Recorder()
+    x, y = rank_data(hvd.rank())
+    history = model.fit(x, y, batch_size=BATCH, epochs=warmup + 1, shuffle=False, verbose=0,
+                        callbacks=[hvd.LearningRateWarmupCallback(initial, warmup_epochs=warmup), recorder])
+    for epoch, batch, lr in recorder.batch_lrs:
+        progress = min(epoch + (batch + 1) / STEPS, warmup) if epoch < warmup else warmup
+        want = initial / size * (progress * (size - 1) / warmup + 1)
+        c.check(abs(lr - want) < 1e-6, f"epoch {epoch} batch {batch}: lr {lr}, want {want}")
+    c.check(abs(recorder.batch_lrs[0][2] - initial / size * (1 + (size - 1) / (STEPS * warmup))) < 1e-6,
+            "warm-up starts near initial_lr / size")
+    c.check(abs(history.history["lr"][-1] - initial) < 1e-6, f"logged lr {history.history.get('lr')}")
+
+
+def learning_rate_schedule(c: Checks, mode: str) -> None:
+    initial = 0.2
+    model = compiled(build_model(seed=0), hvd.DistributedOptimizer(keras.optimizers.SGD(initial)), mode)
+    recorder = Recorder()
+    x, y = rank_data(hvd.rank())
+    schedule = [hvd.LearningRateScheduleCallback(initial, multiplier=0.5, start_epoch=1, end_epoch=2),
+                hvd.LearningRateScheduleCallback(initial, multiplier=lambda e: 0.1 * e, start_epoch=2,
+                                                 staircase=False)]
+    model.fit(x, y, batch_size=BATCH, epochs=3, shuffle=False, verbose=0, callbacks=schedule + [recorder])
+    for epoch, batch, lr in recorder.batch_lrs:
+        want = initial if epoch == 0 else initial * 0.5 if epoch == 1 else initial * 0.1 * (epoch + batch / STEPS)
+        c.check(abs(lr - want) < 1e-6, f"epoch {epoch} batch {batch}: lr {lr}, want {want}")
+    # Momentum correction: a rate change by r scales SGD's momentum buffers by r.
+    sgd = compiled(build_model(seed=0), hvd.DistributedOptimizer(keras.optimizers.SGD(0.1, momentum=0.9)), mode)
+    sgd.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    before = [m.numpy().copy() for m in sgd.optimizer.momentums]
+    callback = hvd.LearningRateScheduleCallback(0.1, multiplier=0.25, momentum_correction=True)
+    callback.set_model(sgd)
+    callback.on_train_begin()
+    callback.on_epoch_begin(0)
+    callback.on_train_batch_begin(0)
+    c.check(abs(float(sgd.optimizer.learning_rate.numpy()) - 0.025) < 1e-7, "schedule set lr 0.025")
+    close_weights(c, [m.numpy() for m in sgd.optimizer.momentums], [b * 0.25 for b in before], "momentum buffers",
+                  tol=1e-7)  # the ratio of the float32 rates actually applied
+
+
+def load_model_round_trip(c: Checks, mode: str) -> None:
+    rank = hvd.rank()
+    model = compiled(build_model(seed=rank), hvd.DistributedOptimizer(keras.optimizers.SGD(0.05, momentum=0.9)), mode)
+    x, y = rank_data(rank)
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
+              callbacks=[hvd.BroadcastGlobalVariablesCallback(0)])
+    path = SCRATCH[0] / f"model-{mode}-rank{rank}.keras"
+    model.save(path)
+    plain = keras.saving.load_model(path)
+    c.check(type(plain.optimizer) is keras.optimizers.SGD and not is_distributed(plain.optimizer),
+            f"plain Keras loads {type(plain.optimizer)}")
+    loaded = hvd.load_model(path)
+    c.check(is_distributed(loaded.optimizer) and isinstance(loaded.optimizer, keras.optimizers.SGD),
+            f"hvd.load_model gives {type(loaded.optimizer).__mro__[:2]}")
+    c.check(int(loaded.optimizer.iterations.numpy()) == STEPS, "loaded optimizer keeps its iterations")
+    close_weights(c, [m.numpy() for m in loaded.optimizer.momentums], [m.numpy() for m in model.optimizer.momentums],
+                  "loaded momentum buffers", tol=0)
+    loaded.compile(optimizer=loaded.optimizer, loss="mse", run_eagerly=(mode == "eager"))
+    # Ranks train on different data; equal weights afterwards show the gradients were averaged.
+    loaded.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    same_on_all_ranks(c, loaded.get_weights(), "after loading")
+    close_weights(c, loaded.get_weights(), model.get_weights(), "loaded model trains like the original")
+
+
+def bad_input(c: Checks, mode: str) -> None:
+    c.raises(ValueError, "Keras 3 optimizer", lambda: hvd.DistributedOptimizer(tf.Module()), "not an optimizer")
+    c.raises(ValueError, "op=Average or op=Sum",
+             lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(), op=hvd.Min), "op=Min")
+    c.raises(ValueError, "backward_passes_per_step",
+             lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(), backward_passes_per_step=0), "0 passes")
+    wrapped = hvd.DistributedOptimizer(keras.optimizers.SGD())
+    c.raises(ValueError, "already", lambda: hvd.DistributedOptimizer(wrapped), "wrapping twice")
+    c.raises(ValueError, "initial_lr", lambda: hvd.LearningRateWarmupCallback(None), "warm-up without initial_lr")
+
+
+def main() -> None:
+    SCRATCH.append(Path(sys.argv[1]))
+    hvd.init()
+    run_cases([tape_matches_single_process, tape_sparse_gradients, fit_matches_single_process,
+               fit_backward_passes_per_step, learning_rate_warmup, learning_rate_schedule,
+               load_model_round_trip])
+    run_cases([bad_input], modes=("eager",))
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()
