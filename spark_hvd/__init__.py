@@ -21,7 +21,26 @@ from spark_hvd.rank_context import RankContext, rank_context
 from spark_hvd.rank_events import emit_event
 from spark_hvd.runner import run
 
-__all__ = [
+# Estimators, models and the Store import heavy frameworks, so they load on first use.
+_LAZY = {
+    "Store": "spark_hvd.store",
+    "HorovodEstimator": "spark_hvd.estimator.base",
+    "HorovodModel": "spark_hvd.estimator.model_base",
+    "TorchEstimator": "spark_hvd.torch.estimator",
+    "TorchModel": "spark_hvd.torch.model",
+}
+
+
+def __getattr__(name: str):  # noqa: ANN202 - module-level lazy attribute (PEP 562)
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'spark_hvd' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = [*_LAZY,
     "DynamicAllocationError", "LaunchError", "NotEnoughSlotsError", "RankContext", "RankFailure",
     "RunError", "SparkJobError", "StartTimeoutError", "emit_event", "rank_context", "run",
 ]

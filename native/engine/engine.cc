@@ -172,7 +172,10 @@ void Engine::cycle() {
   auto negotiated = Clock::now();
   for (const Response& resp : list.responses) execute(resp, negotiated);
   if (list.shutdown) {
-    Error e(ErrorKind::kGeneric, "rank " + std::to_string(list.shutdown_rank) + " shut down collectives");
+    // The rank left (it finished, or fn failed there): a peer failure, so launchers blame that rank.
+    Error e(ErrorKind::kPeerFailure,
+            "rank " + std::to_string(list.shutdown_rank) + " shut down collectives while this rank's were pending",
+            list.shutdown_rank);
     fail_everything(e);
   }
 }

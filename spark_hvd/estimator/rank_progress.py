@@ -1,0 +1,33 @@
+"""What rank 0 tells the driver while it trains (see progress.py for the driver's side)."""
+
+from __future__ import annotations
+
+import time
+
+from spark_hvd.estimator.progress import EVENT_EPOCH, EVENT_START, EVENT_STEP
+from spark_hvd.rank_events import emit_event
+
+# Often enough for a live bar, rarely enough that a fast loop does not spend its time reporting.
+_STEP_EVENT_INTERVAL_S = 0.25
+
+
+class RankProgress:
+    def __init__(self, rank: int) -> None:
+        self._reporting = rank == 0
+        self._last = 0.0
+
+    def start(self, first_epoch: int) -> None:
+        if self._reporting:
+            emit_event({"type": EVENT_START, "first_epoch": first_epoch})
+
+    def step(self, epoch: int, step: int, loss: float | None = None) -> None:
+        if not self._reporting:
+            return
+        now = time.monotonic()
+        if now - self._last >= _STEP_EVENT_INTERVAL_S:
+            self._last = now
+            emit_event({"type": EVENT_STEP, "epoch": epoch, "step": step, "loss": loss})
+
+    def epoch(self, epoch: int, metrics: dict[str, float]) -> None:
+        if self._reporting:
+            emit_event({"type": EVENT_EPOCH, "epoch": epoch, "metrics": metrics})

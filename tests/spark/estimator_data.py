@@ -1,0 +1,30 @@
+"""Synthetic DataFrames for the estimator tests: learnable, so a test can check that training worked."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def blobs(spark: Any, rows: int, features: int = 4, classes: int = 3, seed: int = 0, partitions: int = 2) -> Any:
+    """Well separated clusters: ``features`` (a Vector) and an integer ``label``; a small MLP reaches
+    ~100% accuracy in a few epochs."""
+    from pyspark.ml.linalg import Vectors, VectorUDT
+    from pyspark.sql.types import BooleanType, LongType, StructField, StructType
+
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(0, 4, size=(classes, features))
+    labels = rng.integers(0, classes, size=rows)
+    points = centres[labels] + rng.normal(0, 0.5, size=(rows, features))
+    data = [(Vectors.dense(p.tolist()), int(l), bool(i % 5 == 0)) for i, (p, l) in enumerate(zip(points, labels))]
+    schema = StructType([StructField("features", VectorUDT()), StructField("label", LongType()),
+                         StructField("is_val", BooleanType())])
+    return spark.createDataFrame(data, schema).repartition(partitions)
+
+
+def in_two_partitions(df: Any, first_rows: int) -> Any:
+    """The rows of df in exactly two partitions: the first ``first_rows`` rows, and the rest."""
+    rdd = (df.rdd.zipWithIndex().map(lambda pair: (0 if pair[1] < first_rows else 1, pair[0]))
+           .partitionBy(2, lambda key: key).values())
+    return df.sparkSession.createDataFrame(rdd, df.schema)

@@ -1,0 +1,50 @@
+"""Models, metrics and hooks the estimator tests train with. conftest-style registration makes
+cloudpickle ship this module by value, so ranks and executors need not import the tests."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+from torch import nn
+
+
+def classifier(features: int, classes: int, hidden: int = 16, seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, classes))
+
+
+def accuracy(output: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
+    return (output.argmax(dim=1) == label).float().mean()
+
+
+class Slope(nn.Module):
+    """y = w * x: one weight, so a test can read what was learned."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.w
+
+
+class FailOnce:
+    """A transformation_fn that raises on one rank after ``after_calls`` batches, once: the marker
+    file it leaves makes the next fit pass. Each rank process counts its own calls."""
+
+    def __init__(self, marker: str, rank: int, after_calls: int) -> None:
+        self.marker, self.rank, self.after_calls = marker, rank, after_calls
+        self.calls = 0
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        import collective
+
+        if not collective.is_initialized():
+            return batch   # the driver's check of a sample, before launch
+        self.calls += 1
+        if collective.rank() == self.rank and self.calls > self.after_calls and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            raise RuntimeError(f"injected failure on rank {self.rank} after {self.after_calls} batches")
+        return batch

@@ -1,0 +1,209 @@
+"""TorchEstimator on local[2]: fit, transform, save/load, Pipeline, resume, data variants, bad input."""
+
+from __future__ import annotations
+
+import os
+
+import cloudpickle
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import estimator_models
+from estimator_data import blobs, in_two_partitions
+from estimator_models import FailOnce, Slope, accuracy, classifier
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ship_test_models_by_value():
+    cloudpickle.register_pickle_by_value(estimator_models)
+    yield
+    cloudpickle.unregister_pickle_by_value(estimator_models)
+
+
+@pytest.fixture
+def store(tmp_path):
+    from spark_hvd import Store
+
+    return Store.create(str(tmp_path / "store"))
+
+
+def make_estimator(store, **overrides):
+    from spark_hvd import TorchEstimator
+
+    model = classifier(4, 3)
+    settings = dict(num_proc=2, model=model, optimizer=torch.optim.Adam(model.parameters(), lr=0.02),
+                    loss=nn.CrossEntropyLoss(), metrics=[accuracy], feature_cols=["features"],
+                    label_cols=["label"], batch_size=32, epochs=3, store=store, verbose=0)
+    settings.update(overrides)
+    return TorchEstimator(**settings)
+
+
+def predictions(df, column="label__output") -> np.ndarray:
+    rows = df.orderBy("id").select(column).collect()
+    return np.array([row[0] for row in rows])
+
+
+def with_ids(df):
+    from pyspark.sql import functions as F
+
+    return df.withColumn("id", F.monotonically_increasing_id())
+
+
+def test_fit_transform_save_load_round_trip(local_spark, store, tmp_path) -> None:
+    from spark_hvd import TorchModel
+
+    df = blobs(local_spark, 600)
+    model = make_estimator(store, validation=0.2).fit(df)
+    history = model.getHistory()
+    assert [h["epoch"] for h in history] == [0, 1, 2]
+    assert {"loss", "accuracy", "val_loss", "val_accuracy"} <= set(history[0])
+    assert history[-1]["loss"] < history[0]["loss"]
+    assert history[-1]["val_accuracy"] > 0.9
+
+    test = with_ids(blobs(local_spark, 200, seed=0, partitions=3))
+    out = model.transform(test)
+    assert out.columns == test.columns + ["label__output"]
+    logits = predictions(out)
+    assert logits.shape == (200, 3)
+    labels = np.array([r.label for r in test.orderBy("id").collect()])
+    assert (logits.argmax(axis=1) == labels).mean() > 0.9
+    # The column holds exactly what the module computes.
+    features = np.array([r.features.toArray() for r in test.orderBy("id").collect()], dtype=np.float32)
+    with torch.no_grad():
+        expected = model.getModel()(torch.from_numpy(features)).double().numpy()
+    np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-6)
+
+    path = str(tmp_path / "saved")
+    model.save(path)
+    loaded = TorchModel.load(path)
+    assert loaded.uid == model.uid
+    assert loaded.getHistory() == history
+    assert loaded.getFeatureColumns() == ["features"] and loaded.getOutputCols() == ["label__output"]
+    np.testing.assert_array_equal(predictions(loaded.transform(test)), logits)
+
+
+def test_pipeline_with_vector_assembler_saves_loads_and_transforms(local_spark, store, tmp_path) -> None:
+    from pyspark.ml import Pipeline, PipelineModel
+    from pyspark.ml.feature import VectorAssembler
+    from pyspark.ml.functions import vector_to_array
+    from pyspark.sql import functions as F
+
+    raw = blobs(local_spark, 400).withColumn("arr", vector_to_array("features"))
+    raw = raw.select(*[F.col("arr")[i].alias(f"x{i}") for i in range(4)], "label")
+    assembler = VectorAssembler(inputCols=[f"x{i}" for i in range(4)], outputCol="features")
+    estimator = make_estimator(store, epochs=2, output_cols=["scores"])
+    fitted = Pipeline(stages=[assembler, estimator]).fit(raw)
+    path = str(tmp_path / "pipeline")
+    fitted.save(path)
+    loaded = PipelineModel.load(path)
+    test = with_ids(raw)
+    np.testing.assert_array_equal(predictions(loaded.transform(test), "scores"),
+                                  predictions(fitted.transform(test), "scores"))
+
+
+def test_a_failed_fit_resumes_from_its_last_checkpoint(local_spark, store, tmp_path) -> None:
+    from spark_hvd import RunError
+    from spark_hvd.torch.checkpoint import load_checkpoint
+
+    df = blobs(local_spark, 256)
+    # 256 rows / (2 ranks * 32) = 4 steps an epoch: the 6th batch on rank 1 is in epoch 2.
+    failing = FailOnce(str(tmp_path / "failed-once"), rank=1, after_calls=5)
+    with pytest.raises(RunError, match="injected failure on rank 1") as failure:
+        make_estimator(store, run_id="resumable", epochs=3, transformation_fn=failing).fit(df)
+    assert failure.value.rank == 1
+    checkpoint = load_checkpoint(store, "resumable")
+    assert checkpoint is not None and checkpoint["epoch"] == 0
+    first_epoch = checkpoint["history"][0]
+
+    model = make_estimator(store, run_id="resumable", epochs=3, transformation_fn=failing).fit(df)
+    history = model.getHistory()
+    assert [h["epoch"] for h in history] == [0, 1, 2]
+    assert history[0] == first_epoch          # carried over, not retrained
+    assert load_checkpoint(store, "resumable")["epoch"] == 2
+
+
+def test_validation_by_boolean_column(local_spark, store) -> None:
+    model = make_estimator(store, validation="is_val", epochs=2).fit(blobs(local_spark, 400))
+    assert "val_loss" in model.getHistory()[-1]
+
+
+def test_sample_weights_decide_which_rows_count(local_spark, store) -> None:
+    from spark_hvd import TorchEstimator
+
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-1, 1, size=400)
+    clean = np.arange(400) % 2 == 0
+    # Half the rows carry a wrong slope; weight 0 must make them irrelevant.
+    y = np.where(clean, 2.0 * x, -3.0 * x)
+    df = local_spark.createDataFrame(
+        [(float(a), float(b), float(c)) for a, b, c in zip(x, y, clean)], "x double, y double, w double")
+    slopes = {}
+    for weighted in (True, False):
+        model = Slope()
+        estimator = TorchEstimator(num_proc=2, model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.5),
+                                   loss=nn.MSELoss(), feature_cols=["x"], label_cols=["y"],
+                                   sample_weight_col="w" if weighted else None, batch_size=20, epochs=4,
+                                   store=store, verbose=0)
+        slopes[weighted] = estimator.fit(df).getModel().w.item()
+    assert slopes[True] == pytest.approx(2.0, abs=0.05)
+    assert slopes[False] == pytest.approx(-0.5, abs=0.3)
+
+
+def test_very_uneven_partitions_finish(local_spark, store) -> None:
+    uneven = in_two_partitions(blobs(local_spark, 550), 500)   # one partition holds 91% of the rows
+    assert sorted(len(p) for p in uneven.rdd.glom().collect()) == [50, 500]
+    model = make_estimator(store, epochs=1).fit(uneven)
+    assert len(model.getHistory()) == 1
+
+
+def test_params_are_spark_ml_params(store) -> None:
+    estimator = make_estimator(store, batch_size=7)
+    assert estimator.getBatchSize() == 7
+    assert estimator.setBatchSize(9) is estimator and estimator.getBatchSize() == 9
+    assert "batch_size: rows per step on each rank" in estimator.explainParams()
+    copy = estimator.copy({estimator.epochs: 5})
+    assert copy.getEpochs() == 5 and estimator.getEpochs() == 3 and copy.getBatchSize() == 9
+    with pytest.raises(TypeError):
+        type(estimator)(2)   # keyword-only, like every Spark ML stage
+    with pytest.raises(TypeError, match="batch_size"):
+        estimator.setBatchSize(0)
+
+
+BAD_INPUTS = [
+    (dict(feature_cols=["nope"]), None, "nope"),
+    (dict(feature_cols=["name"]), None, "name"),
+    (dict(loss=nn.MSELoss()), None, "label column 'label'"),
+    (dict(), "empty", "empty"),
+]
+
+
+@pytest.mark.parametrize("overrides, data, message", BAD_INPUTS, ids=["missing", "dtype", "label-shape", "empty"])
+def test_bad_input_fails_before_launch(local_spark, store, overrides, data, message) -> None:
+    from pyspark.sql import functions as F
+
+    from spark_hvd.errors import InputError
+
+    df = blobs(local_spark, 100).withColumn("name", F.lit("text"))
+    if data == "empty":
+        df = df.limit(0)
+    if overrides.get("loss") is not None:
+        df = df.withColumn("label", F.col("label").cast("double"))
+    with pytest.raises(InputError, match=message):
+        make_estimator(store, **overrides).fit(df)
+    assert not store.exists(store.get_runs_path()) or not store.list(store.get_runs_path())
+
+
+def test_fit_is_logged_to_an_active_mlflow_run(local_spark, store, tmp_path, monkeypatch) -> None:
+    mlflow = pytest.importorskip("mlflow")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")   # mlflow-skinny has no database store
+    mlflow.set_tracking_uri(f"file:{tmp_path / 'mlruns'}")
+    with mlflow.start_run() as run:
+        make_estimator(store, epochs=2).fit(blobs(local_spark, 200))
+    client = mlflow.tracking.MlflowClient()
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == [0, 1]
+    assert client.get_run(run.info.run_id).data.params["batch_size"] == "32"
+    assert any(a.path == "model/metadata" for a in client.list_artifacts(run.info.run_id, "model"))
