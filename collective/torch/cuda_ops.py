@@ -16,7 +16,7 @@ import torch
 
 import collective
 from collective.errors import InvalidArgumentError
-from collective.nccl import Route
+from collective.nccl import Route, route_tensor
 from collective.reduce_ops import ReduceOp
 from collective.torch.cuda_context import CudaContext, cuda_context
 from collective.torch.handles import poll, register, synchronize
@@ -27,10 +27,11 @@ def is_cuda(tensor: Any) -> bool:
     return isinstance(tensor, torch.Tensor) and tensor.device.type == "cuda"
 
 
-def _context_for(tensor: torch.Tensor) -> CudaContext:
+def _context_for(tensor: torch.Tensor, name: str | None = None) -> CudaContext:
     context = cuda_context(tensor.device)
-    if context.decision.route == Route.ERROR:
-        raise InvalidArgumentError(f"tensor {label(None)} on {tensor.device}: {context.decision.reason}")
+    decision = route_tensor(tensor.device.type, context.decision)
+    if decision.route == Route.ERROR:
+        raise InvalidArgumentError(f"tensor {label(name)} on {tensor.device}: {decision.reason}")
     return context
 
 
@@ -87,7 +88,7 @@ def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], names: Sequence[st
     """In place; ``cpu_grouped`` is the engine's grouped allreduce, for host staging."""
     targets = list(tensors)
     codes = [check_tensor(t, n) for t, n in zip(targets, names)]
-    context = _context_for(targets[0])
+    context = _context_for(targets[0], names[0])
     if context.decision.route == Route.HOST_STAGING:
         stages = [t.detach().to("cpu", copy=True) for t in targets]
         inner = cpu_grouped(stages, names, op, prescale, postscale)
@@ -126,7 +127,7 @@ def allreduce_async_(tensor: torch.Tensor, name: str | None, op: ReduceOp, presc
 
 def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None, cpu_broadcast: Callable[..., int]) -> int:
     code = check_tensor(tensor, name)
-    context = _context_for(tensor)
+    context = _context_for(tensor, name)
     if context.decision.route == Route.HOST_STAGING:
         stage = tensor.detach().to("cpu", copy=True)
         inner = cpu_broadcast(stage, root_rank, name)
@@ -156,7 +157,7 @@ def allgather_async(tensor: torch.Tensor, name: str | None, cpu_allgather: Calla
     code = check_tensor(tensor, name)
     if tensor.dim() == 0:
         raise InvalidArgumentError(f"allgather {label(name)} needs a tensor with at least one dimension")
-    context = _context_for(tensor)
+    context = _context_for(tensor, name)
     if context.decision.route == Route.HOST_STAGING:
         stage = tensor.detach().to("cpu")
         inner = cpu_allgather(stage, name)
@@ -179,7 +180,7 @@ def allgather_async(tensor: torch.Tensor, name: str | None, cpu_allgather: Calla
 
 def alltoall_async(tensor: torch.Tensor, splits: Any, name: str | None, cpu_alltoall: Callable[..., int]) -> int:
     code = check_tensor(tensor, name)
-    context = _context_for(tensor)
+    context = _context_for(tensor, name)
     size = collective.size()
     if context.decision.route == Route.HOST_STAGING:
         stage = tensor.detach().to("cpu")
@@ -208,7 +209,7 @@ def reducescatter_async(tensor: torch.Tensor, name: str | None, op: ReduceOp, pr
     code = check_tensor(tensor, name)
     if tensor.dim() == 0:
         raise InvalidArgumentError(f"reducescatter {label(name)} needs a tensor with at least one dimension")
-    context = _context_for(tensor)
+    context = _context_for(tensor, name)
     if context.decision.route == Route.HOST_STAGING:
         stage = tensor.detach().to("cpu")
         inner = cpu_reducescatter(stage, name, op, prescale, postscale)
