@@ -34,7 +34,7 @@ test-mpi: build
 	$(PY) -m pytest -q tests/mpi
 
 demo: build
-	$(PY) -m collective.run -np 2 --timeout 300 examples/numpy_sgd.py
+	$(PY) examples/spark_digits.py
 
 bench: build
 	$(PY) bench/allreduce.py

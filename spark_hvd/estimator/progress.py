@@ -49,7 +49,7 @@ class FitProgress:
         from tqdm.auto import tqdm
 
         self._bar = tqdm(total=self.epochs * self.steps_per_epoch, initial=self._done_steps, unit="step",
-                         file=sys.stderr, dynamic_ncols=True, desc=self._description(first_epoch))
+                         file=sys.stderr, dynamic_ncols=True, mininterval=0.5, desc=self._description(first_epoch))
 
     def _step(self, epoch: int, step: int, loss: Any) -> None:
         target = epoch * self.steps_per_epoch + step

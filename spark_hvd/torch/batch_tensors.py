@@ -26,7 +26,8 @@ def model_dtype(model: torch.nn.Module) -> torch.dtype:
 
 
 def column_tensor(array: np.ndarray, float_dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    tensor = torch.from_numpy(np.ascontiguousarray(array))
+    # Arrow hands out read-only arrays; torch wants writable memory (copied only when needed).
+    tensor = torch.from_numpy(np.require(array, requirements=["C", "W"]))
     if tensor.is_floating_point():
         tensor = tensor.to(float_dtype)
     elif tensor.dtype == torch.bool:
