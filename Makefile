@@ -29,6 +29,20 @@ build: $(VENV)/.built
 # bootstrap + native ring and with the MPI data path; `make test-mpi` runs only those.
 test: build
 	$(PY) -m pytest -q tests
+	$(MAKE) petastorm-test
+
+# Petastorm needs an old stack (pyarrow 14, pyspark 4.0, numpy 1): its reader is tested in a venv of its own,
+# with its own build of the extension. The main venv skips those tests (petastorm does not import there).
+PETASTORM_VENV := .venv-petastorm
+$(PETASTORM_VENV)/.built: requirements-petastorm.txt $(NATIVE_SOURCES)
+	test -x $(PETASTORM_VENV)/bin/python || $(PYTHON) -m venv $(PETASTORM_VENV)
+	$(PETASTORM_VENV)/bin/pip install --disable-pip-version-check -q --no-deps -r requirements-petastorm.txt
+	$(PETASTORM_VENV)/bin/pip install --disable-pip-version-check -q --no-build-isolation --no-deps \
+		-C build-dir=build/petastorm -e .
+	touch $@
+
+petastorm-test: $(PETASTORM_VENV)/.built
+	$(PETASTORM_VENV)/bin/python -m pytest -q tests/data/with_petastorm
 
 test-mpi: build
 	$(PY) -m pytest -q tests/mpi

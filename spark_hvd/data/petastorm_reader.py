@@ -7,7 +7,7 @@ the world size, so this rank's row count is known before reading; a pass that re
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
@@ -33,7 +33,8 @@ def petastorm_shard_rows(row_groups: list[int], rank: int, size: int) -> int:
 
 class PetastormShardReader(ShardReader):
     def __init__(self, data: Materialized, split: str, rank: int, size: int, *, columns: list[str],
-                 batch_size: int, shuffle: bool, seed: int, shuffle_buffer_rows: int) -> None:
+                 batch_size: int, shuffle: bool, seed: int, shuffle_buffer_rows: int,
+                 reader_options: Mapping[str, Any] | None = None) -> None:
         self._petastorm = import_petastorm()
         row_groups = data.row_groups(split)
         if len(row_groups) < size:
@@ -46,6 +47,10 @@ class PetastormShardReader(ShardReader):
         self._storage_options = data.store.storage_options or None
         self._columns = columns
         self._size = size
+        self._options = dict(reader_options or {})
+        fixed = {"schema_fields", "reader_pool_type", "num_epochs", "cur_shard", "shard_count"} & set(self._options)
+        if fixed:
+            raise ValueError(f"reader_options may not set {sorted(fixed)}: the reader sets them")
 
     def _read_pass(self, rng: np.random.Generator | None) -> Iterator[Chunk]:
         # 'dummy' reads in this thread: the thread pool is where Petastorm's empty epochs came from.
@@ -53,7 +58,7 @@ class PetastormShardReader(ShardReader):
             self._url, schema_fields=self._columns, reader_pool_type="dummy", num_epochs=1,
             cur_shard=self.rank, shard_count=self._size, shuffle_row_groups=rng is not None,
             seed=int(rng.integers(2**31)) if rng is not None else None,
-            storage_options=self._storage_options)
+            storage_options=self._storage_options, **self._options)
         try:
             for batch in reader:
                 yield {spec.name: _as_array(getattr(batch, spec.name), spec.shape, spec.dtype)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from spark_hvd.data.arrow_reader import ArrowShardReader
 from spark_hvd.data.materialized import Materialized
@@ -15,8 +15,12 @@ DEFAULT_SHUFFLE_BUFFER_ROWS = 16384
 
 def make_reader(data: Materialized, split: str, rank: int, size: int, batch_size: int, shuffle: bool,
                 seed: int, reader: str = "arrow", shuffle_buffer_rows: int = DEFAULT_SHUFFLE_BUFFER_ROWS,
-                inmemory_cache_all: bool = False, columns: Sequence[str] | None = None) -> ShardReader:
-    """This rank's reader of `split` ("train" or "val"); columns default to every materialised column."""
+                inmemory_cache_all: bool = False, columns: Sequence[str] | None = None,
+                reader_options: Mapping[str, Any] | None = None) -> ShardReader:
+    """This rank's reader of `split` ("train" or "val"); columns default to every materialised column.
+
+    reader_options go to petastorm.make_batch_reader (reader="petastorm" only), e.g. a predicate.
+    """
     if size < 1 or not 0 <= rank < size:
         raise ValueError(f"rank {rank} is not in a world of size {size}")
     data.path(split)           # a clear error for an unknown split, or a missing validation split
@@ -27,7 +31,9 @@ def make_reader(data: Materialized, split: str, rank: int, size: int, batch_size
     common = dict(columns=names, batch_size=batch_size, shuffle=shuffle, seed=seed,
                   shuffle_buffer_rows=shuffle_buffer_rows)
     if reader == "arrow":
+        if reader_options:
+            raise ValueError(f"reader_options {sorted(reader_options)} are for reader='petastorm'")
         return ArrowShardReader(data, split, rank, size, inmemory_cache_all=inmemory_cache_all, **common)
     if reader == "petastorm":
-        return PetastormShardReader(data, split, rank, size, **common)
+        return PetastormShardReader(data, split, rank, size, reader_options=reader_options, **common)
     raise ValueError(f"reader must be one of {READERS}, got {reader!r}")
