@@ -106,9 +106,12 @@ def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], names: Sequence[st
             for member in members:
                 if member.device != context.device:
                     raise InvalidArgumentError(f"grouped allreduce mixes {member.device} and {context.device}")
+            if len(members) == 1 and members[0].is_contiguous():
+                # A lone contiguous tensor reduces in place: no fusion buffer, no copies.
+                _reduce(context, members[0].detach().view(-1), code, op, prescale, postscale)
+                continue
             # The fusion buffer on the device: one NCCL call per dtype, whatever the number of tensors.
-            fused = torch.cat([m.detach().reshape(-1) for m in members]) if len(members) > 1 else \
-                members[0].detach().reshape(-1).clone()
+            fused = torch.cat([m.detach().reshape(-1) for m in members])
             _reduce(context, fused, code, op, prescale, postscale)
             offset = 0
             for member in members:
