@@ -1,6 +1,6 @@
 """One rank of the allreduce benchmark (see bench/allreduce.py, which starts it).
 
-    python _allreduce_worker.py --impl {ours-shm,ours-tcp,gloo,mpi} --sizes 4096 ... [--target-s S]
+    python _allreduce_worker.py --impl {ours-shm,ours-tcp,ours-mpi,ours-mpi-engine,gloo,mpi} --sizes 4096 ... [--target-s S]
 
 Every implementation is measured by the same loop; a backend only supplies the in-place
 allreduce, a barrier and a way to agree on a number. Each rank prints one line per size:
@@ -83,6 +83,22 @@ class Ours(Backend):
         self.hvd.shutdown()
 
 
+class OursOverMpi(Ours):
+    """Ours with MPI as the data path (collective.init(backend="mpi") under mpiexec): direct calls, or
+    through the background engine (as collective.torch's calls go)."""
+
+    def __init__(self, engine: bool) -> None:
+        import collective as hvd
+        from collective.runtime import start_engine
+
+        self.hvd = hvd
+        self.name = "ours-mpi-engine" if engine else "ours-mpi"
+        hvd.init(backend="mpi")
+        if engine:
+            start_engine()
+        self.rank, self.size = hvd.rank(), hvd.size()
+
+
 class Gloo(Backend):
     """torch.distributed/gloo; rank, world size and address come from env:// (set by the driver)."""
 
@@ -146,6 +162,8 @@ class Mpi(Backend):
 def make_backend(impl: str) -> Backend:
     if impl in ("ours-shm", "ours-tcp"):
         return Ours(shm=impl == "ours-shm")
+    if impl in ("ours-mpi", "ours-mpi-engine"):
+        return OursOverMpi(engine=impl == "ours-mpi-engine")
     if impl == "gloo":
         return Gloo()
     if impl == "mpi":
@@ -201,7 +219,7 @@ def measure(backend: Backend, nbytes: int, target_s: float, min_iters: int, max_
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--impl", required=True, choices=["ours-shm", "ours-tcp", "gloo", "mpi"])
+    parser.add_argument("--impl", required=True, choices=["ours-shm", "ours-tcp", "ours-mpi", "ours-mpi-engine", "gloo", "mpi"])
     parser.add_argument("--sizes", type=int, nargs="+", required=True, help="message sizes in bytes")
     parser.add_argument("--target-s", type=float, default=1.0, help="aim for this much timed work per size")
     parser.add_argument("--min-iters", type=int, default=5)

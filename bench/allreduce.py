@@ -1,4 +1,4 @@
-"""Allreduce benchmark: spark-hvd (shm and tcp) against torch.distributed/gloo and Open MPI.
+"""Allreduce benchmark: spark-hvd (shm, tcp, and its engine over MPI) against torch.distributed/gloo and Open MPI.
 
     .venv/bin/python bench/allreduce.py [--sizes 4K 1M ...] [--ranks 2 4] [--impls ...]
                                         [--iters N] [--repeat R] [--quick]
@@ -39,9 +39,13 @@ BENCH_DIR = Path(__file__).resolve().parent
 WORKER = BENCH_DIR / "_allreduce_worker.py"
 MARKER = "@@allreduce "
 OURS = ("ours-shm", "ours-tcp")
-IMPLS = ("ours-shm", "ours-tcp", "gloo", "mpi-shm", "mpi-tcp")
+IMPLS = ("ours-shm", "ours-tcp", "ours-mpi", "ours-mpi-engine", "gloo", "mpi-shm", "mpi-tcp")
+# Ours with MPI moving the data (backend="mpi"), directly and through the engine, started by mpiexec
+# on mpi-shm's transport.
+OURS_OVER_MPI = ("ours-mpi", "ours-mpi-engine")
 # (ours, peer) pairs shown as ratios; the first three are what the targets are about.
-RATIOS = (("ours-shm", "mpi-shm"), ("ours-tcp", "gloo"), ("ours-tcp", "mpi-tcp"), ("ours-shm", "gloo"))
+RATIOS = (("ours-shm", "mpi-shm"), ("ours-tcp", "gloo"), ("ours-tcp", "mpi-tcp"), ("ours-shm", "gloo"),
+          ("ours-mpi", "mpi-shm"), ("ours-mpi-engine", "mpi-shm"))
 DEFAULT_SIZES = ("4K", "64K", "1M", "16M", "64M", "256M")
 QUICK_SIZES = ("4K", "64K", "1M", "16M")
 # Open MPI 5 renamed the vader BTL to sm. ob1 is forced in both cases so that neither UCX nor
@@ -115,6 +119,10 @@ def make_job(impl: str, ranks: int, sizes: list[int], worker_args: list[str], ti
                    GLOO_SOCKET_IFNAME="lo")
         envs = [dict(env, RANK=str(r), LOCAL_RANK=str(r)) for r in range(ranks)]
         return Job(impl, ranks, [[py, *work, "--impl", "gloo"] for _ in range(ranks)], envs)
+    if impl in OURS_OVER_MPI:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        argv = [_mpiexec(), "-n", str(ranks), *MPI_COMMON, *MPI_TRANSPORT["mpi-shm"], py, *work, "--impl", impl]
+        return Job(impl, ranks, [argv], [env])
     if impl in MPI_TRANSPORT:
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
         argv = [_mpiexec(), "-n", str(ranks), *MPI_COMMON, *MPI_TRANSPORT[impl],
@@ -326,6 +334,10 @@ def check_targets(results: dict[tuple[str, int], dict[str, Any]], sizes: list[in
         if nbytes >= 64 << 10:
             verdict(f"shm busbw >= mpi-shm at {human_size(nbytes)}",
                     ratio(results, "ours-shm", "mpi-shm", 2, nbytes), 1.0)
+    for impl in OURS_OVER_MPI:
+        for nbytes in sizes:
+            verdict(f"{impl} >= 0.9x raw mpi4py (mpi-shm) at {human_size(nbytes)}",
+                    ratio(results, impl, "mpi-shm", 2, nbytes), 0.9)
     for nbytes in sizes:
         if nbytes >= 1 << 20:
             verdict(f"tcp busbw >= 1.5x gloo at {human_size(nbytes)}",
@@ -447,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
     }, indent=1))
     print(f"raw results: {path}")
 
-    failed = [f"{impl} x{ranks}" for (impl, ranks), r in results.items() if impl in OURS and
+    failed = [f"{impl} x{ranks}" for (impl, ranks), r in results.items() if impl in (*OURS, *OURS_OVER_MPI) and
               (r["exit_problem"] or any("error" in c for c in r["cells"].values()))]
     if failed:
         print(f"our implementation failed: {', '.join(failed)}", file=sys.stderr)

@@ -6,8 +6,12 @@ shape, op, root...) becomes the same MismatchError on every rank instead of a ha
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from dataclasses import dataclass
 from typing import Sequence
+
+import numpy as np
 
 from collective import engine as kinds
 from collective.errors import InvalidArgumentError, MismatchError
@@ -117,3 +121,28 @@ def check_agreement(calls: Sequence[Call], ranks: Sequence[int], call_number: in
         detail = "; ".join(f"rank {', '.join(map(str, who))}: {value}" for value, who in sorted(groups.items()))
         raise MismatchError(f"ranks disagree on the {field} of {mine.kind_name} '{mine.name}' "
                             f"(call #{call_number}): {detail}")
+
+
+def agreement_record(call: Call, size: int) -> np.ndarray:
+    """int64[2 + 1 + size]: a digest of everything ranks must agree on, then what may differ per rank
+    (the first dimension, and alltoall's splits), so one fixed-size Allgather checks a call."""
+    if call.kind in _SAME_TRAILING_SHAPE:
+        agreed = (call.kind, call.name, call.dtype, len(call.shape), call.shape[1:])
+    else:
+        agreed = (call.kind, call.name, call.dtype, call.shape, call.op, call.root, call.prescale, call.postscale)
+    digest = hashlib.blake2b(repr(agreed).encode(), digest_size=16).digest()
+    record = np.zeros(3 + size, np.int64)
+    record[:2] = np.frombuffer(digest, np.int64)
+    record[2] = call.shape[0] if call.shape else 0
+    if call.kind == kinds.ALLTOALL:
+        record[3:] = call.splits
+    return record
+
+
+def calls_from_records(mine: Call, records: np.ndarray) -> list[Call]:
+    """Every rank's call, rebuilt from ``mine`` and the gathered records (whose digests all matched)."""
+    if mine.kind not in _SAME_TRAILING_SHAPE:
+        return [mine] * len(records)
+    return [dataclasses.replace(mine, shape=(int(r[2]), *mine.shape[1:]),
+                                splits=tuple(int(x) for x in r[3:]) if mine.kind == kinds.ALLTOALL else ())
+            for r in records]

@@ -33,7 +33,8 @@ from collective.mpi.negotiation import Table
 logger = logging.getLogger(__name__)
 
 _NOTHING, _CACHED, _FRESH = 0, 1, 2   # what a rank's header says about its announcement
-_SPIN_S = 50e-6                       # busy polling before the first sleep: a peer is usually close
+_SPIN_S = 200e-6                      # busy polling before the first sleep: a peer is usually close
+_LONGEST_PAUSE_S = 200e-6             # then sleeps of at most this, so a late peer costs little extra
 _LARGEST_FUSED_BYTES = 1 << 20        # bigger tensors reduce in place, as the native engine does
 
 
@@ -71,7 +72,7 @@ class MpiEngine:
         self._stopping = False
         self._broken: BaseException | None = None
         self._table = Table(self._size)
-        self._cache_ids: dict[bytes, int] = {}
+        self._cache_ids: dict[tuple[Call, ...], int] = {}
         self._cached_calls: list[list[Call]] = []
         self._call_number = 0
         self._warned: set[str] = set()
@@ -177,9 +178,9 @@ class MpiEngine:
         """Every rank's new calls, in rank order, and the ranks that are stopping."""
         from mpi4py import MPI
 
-        payload = pickle.dumps(calls) if calls else b""
-        cached = self._cache_ids.get(payload) if payload else None
+        cached = self._cache_ids.get(tuple(calls)) if calls else None
         kind = _NOTHING if not calls else (_CACHED if cached is not None else _FRESH)
+        payload = pickle.dumps(calls) if kind == _FRESH else b""
         header = np.array([kind, cached if cached is not None else len(payload), int(stopping)], np.int64)
         headers = np.empty((self._size, 3), np.int64)
         self._await(self._comm.Iallgather(header, headers))
@@ -201,9 +202,10 @@ class MpiEngine:
                 offset += count
                 decoded = pickle.loads(raw)  # from our own job's ranks only
                 gathered.append(decoded)
-                # Every rank inserts the same payloads in the same order, so cache numbers agree.
-                if raw not in self._cache_ids and len(self._cached_calls) < self._cache_capacity:
-                    self._cache_ids[raw] = len(self._cached_calls)
+                # Every rank inserts the same batches in the same order, so cache numbers agree.
+                key = tuple(decoded)
+                if key not in self._cache_ids and len(self._cached_calls) < self._cache_capacity:
+                    self._cache_ids[key] = len(self._cached_calls)
                     self._cached_calls.append(decoded)
         return gathered, [r for r, h in enumerate(headers) if h[2]]
 
@@ -213,7 +215,7 @@ class MpiEngine:
         while not request.Test():
             if time.monotonic() - started > _SPIN_S:
                 time.sleep(pause)
-                pause = min(pause * 2, max(self._cycle_s, 20e-6))
+                pause = min(pause * 2, _LONGEST_PAUSE_S)
 
     def _run_ready(self) -> None:
         fused: list[tuple[_Request | None, Call]] = []
@@ -225,7 +227,9 @@ class MpiEngine:
             ranks = sorted(by_rank)
             base = by_rank[ranks[0]]
             try:
-                check_agreement([by_rank[r] for r in ranks], ranks, number, mine.call if mine else base)
+                calls = [by_rank[r] for r in ranks]
+                if any(c != base for c in calls):
+                    check_agreement(calls, ranks, number, mine.call if mine else base)
             except MismatchError as e:
                 if mine is not None:
                     mine.finish(error=e)
