@@ -90,3 +90,13 @@ def test_torch_training(backend: str, tmp_path: Path) -> None:
         assert len(reports) >= 3, reports
         failed = {case: f for case, f in reports.items() if f}
         assert not failed, f"rank {rank}: {failed}"
+
+
+@pytest.mark.timeout(120)
+def test_rank_size_and_local_rank_come_from_mpi(backend: str) -> None:
+    job = run_mpi_job(str(Path(__file__).resolve().parent / "topology_worker.py"), 3, backend=backend, timeout_s=90)
+    assert_clean(job, 3)
+    for rank in range(3):
+        (record,) = job.records(rank)
+        assert record["mpi"] == [rank, 3, rank, 3]  # one host: one shared-memory domain
+        assert record["ours"] == [rank, 3, rank, 3, 0, 1]
