@@ -45,3 +45,8 @@ VECTOR_DTYPE = "float64"
 def is_vector_type(data_type: Any) -> bool:
     """True for pyspark.ml.linalg.VectorUDT and the older pyspark.mllib.linalg.VectorUDT."""
     return type(data_type).__name__ == "VectorUDT"
+
+
+def column_ref(name: str) -> str:
+    """A column reference for F.col that survives dots and spaces in the name."""
+    return "`" + name.replace("`", "``") + "`"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numbers
 from typing import Any, Sequence
 
-from spark_hvd.data.columns import NUMERIC_TYPES, VECTOR_DTYPE, ColumnSpec, is_vector_type
+from spark_hvd.data.columns import NUMERIC_TYPES, VECTOR_DTYPE, ColumnSpec, column_ref, is_vector_type
 from spark_hvd.errors import InputError
 
 SUPPORTED = "numeric scalars, fixed-length arrays of numbers, or ml Vectors"
@@ -91,14 +91,14 @@ def _aggregate(df: Any, kinds: dict[str, str], validation: float | str | None) -
 
     expressions = [F.count(F.lit(1)).alias("rows")]
     for i, (name, kind) in enumerate(kinds.items()):
-        column = F.col(_quoted(name))
+        column = F.col(column_ref(name))
         expressions.append(F.sum(column.isNull().cast("long")).alias(f"n{i}"))
         if kind != "scalar":
             length = F.size(vector_to_array(column) if kind == "vector" else column)
             valid_length = F.when(column.isNotNull(), length)
             expressions += [F.min(valid_length).alias(f"lo{i}"), F.max(valid_length).alias(f"hi{i}")]
     if isinstance(validation, str):
-        flag = F.col(_quoted(validation))
+        flag = F.col(column_ref(validation))
         expressions += [F.sum(flag.cast("long")).alias("val_rows"),
                         F.sum(flag.isNull().cast("long")).alias("val_nulls")]
     row = df.agg(*expressions).collect()[0].asDict()
@@ -134,7 +134,3 @@ def _check_validation_rows(validation: str, stats: dict[str, int]) -> None:
     if stats["val_rows"] == stats["rows"]:
         raise InputError(f"validation column {validation!r} is true on every row: no training data")
 
-
-def _quoted(name: str) -> str:
-    """A column reference that survives dots and spaces in the name."""
-    return "`" + name.replace("`", "``") + "`"

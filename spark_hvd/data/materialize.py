@@ -13,7 +13,7 @@ import math
 import posixpath
 from typing import Any
 
-from spark_hvd.data.columns import ColumnSpec
+from spark_hvd.data.columns import ColumnSpec, column_ref, is_vector_type
 from spark_hvd.data.materialized import METADATA_NAME, DataFile, Materialized
 from spark_hvd.data.partition_writer import (
     MAX_ROW_GROUP_ROWS, REPORT_DDL, VALIDATION_FLAG, WriteJob, write_partition,
@@ -62,7 +62,8 @@ def materialization_key(df: Any, columns: dict[str, ColumnSpec], validation: flo
     leaves out (the rows of a local relation, the identity of an RDD), so two DataFrames whose plans print
     alike in different sessions do not collide.
     """
-    plan = df._jdf.queryExecution().analyzed().toString()
+    jdf = getattr(df, "_jdf", None)            # absent on Spark Connect, where the semantic hash must do
+    plan = jdf.queryExecution().analyzed().toString() if jdf is not None else df.schema.simpleString()
     identity = {"plan": plan, "semantic_hash": int(df.semanticHash()),
                 "columns": [spec.to_json() for spec in columns.values()],
                 "validation": validation, "seed": seed, "row_group_rows": row_group_rows}
@@ -84,14 +85,15 @@ def _write(df: Any, store: Store, key: str, columns: dict[str, ColumnSpec], vali
            seed: int, row_group_rows: int) -> Materialized:
     from pyspark.sql import functions as F
 
-    selected = [_as_array(df, spec) for spec in columns.values()]
+    # Positional names through Spark: mapInArrow looks its input columns up by name, and dots break that.
+    selected = [_as_array(df, spec).alias(f"c{i}") for i, spec in enumerate(columns.values())]
     split_paths = {"train": store.get_train_data_path(key)}
     if validation is not None:
         split_paths["val"] = store.get_val_data_path(key)
         flag = (F.rand(seed) < float(validation)) if not isinstance(validation, str) \
-            else F.coalesce(F.col(_quoted(validation)), F.lit(False))
+            else F.coalesce(F.col(column_ref(validation)), F.lit(False))
         selected.append(flag.alias(VALIDATION_FLAG))
-    job = WriteJob(store, split_paths, row_group_rows)
+    job = WriteJob(store, split_paths, row_group_rows, tuple(columns))
     reports = df.select(*selected).mapInArrow(functools.partial(write_partition, job), REPORT_DDL).collect()
     files: dict[str, list[DataFile]] = {"train": [], "val": []}
     for report in reports:
@@ -115,12 +117,10 @@ def _as_array(df: Any, spec: ColumnSpec) -> Any:
     from pyspark.ml.functions import vector_to_array
     from pyspark.sql import functions as F
 
-    from spark_hvd.data.columns import is_vector_type
-
-    column = F.col(_quoted(spec.name))
+    column = F.col(column_ref(spec.name))
     if is_vector_type(df.schema[spec.name].dataType):
         column = vector_to_array(column, "float64")
-    return column.alias(spec.name)
+    return column
 
 
 def _remove_unreported(store: Store, directory: str, reported: set[str]) -> None:
@@ -144,6 +144,3 @@ def _with_enough_row_groups(data: Materialized, num_proc: int) -> Materialized:
         changes[f"{split}_files"] = rechunk_split(data.store, data.path(split), data.files(split), group_rows)
     return Materialized(**{**data.__dict__, **changes}) if changes else data
 
-
-def _quoted(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"

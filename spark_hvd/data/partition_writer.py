@@ -30,6 +30,7 @@ class WriteJob:
     store: Store
     split_paths: dict[str, str]        # "train"/"val" -> directory
     row_group_rows: int
+    column_names: tuple[str, ...]      # the Parquet names of the incoming columns, in order
 
 
 class RowGroupWriter:
@@ -92,9 +93,9 @@ def write_partition(job: WriteJob, batches: Iterator[pa.RecordBatch]) -> Iterato
     try:
         for batch in batches:
             table = pa.Table.from_batches([batch])
-            if VALIDATION_FLAG in table.column_names:
-                is_validation = table.column(VALIDATION_FLAG)
-                table = table.drop_columns([VALIDATION_FLAG])
+            is_validation = table.column(VALIDATION_FLAG) if VALIDATION_FLAG in table.column_names else None
+            table = table.select(list(range(len(job.column_names)))).rename_columns(list(job.column_names))
+            if is_validation is not None:
                 if "val" in writers:
                     writers["val"].write(table.filter(is_validation))
                 table = table.filter(pc.invert(is_validation))

@@ -10,15 +10,17 @@ from spark_hvd.data.petastorm_reader import PetastormShardReader
 from spark_hvd.data.shard_reader import ShardReader
 
 READERS = ("arrow", "petastorm")
-DEFAULT_SHUFFLE_BUFFER_ROWS = 16384
+# The default shuffle buffer holds about this much; wide rows (images) get fewer rows than narrow ones.
+DEFAULT_SHUFFLE_BUFFER_BYTES = 64 * 1024 * 1024
 
 
 def make_reader(data: Materialized, split: str, rank: int, size: int, batch_size: int, shuffle: bool,
-                seed: int, reader: str = "arrow", shuffle_buffer_rows: int = DEFAULT_SHUFFLE_BUFFER_ROWS,
+                seed: int, reader: str = "arrow", shuffle_buffer_rows: int | None = None,
                 inmemory_cache_all: bool = False, columns: Sequence[str] | None = None,
                 reader_options: Mapping[str, Any] | None = None) -> ShardReader:
     """This rank's reader of `split` ("train" or "val"); columns default to every materialised column.
 
+    shuffle_buffer_rows: rows held by the shuffle buffer; default as many as fit in 64 MiB (at least a batch).
     reader_options go to petastorm.make_batch_reader (reader="petastorm" only), e.g. a predicate.
     """
     if size < 1 or not 0 <= rank < size:
@@ -28,6 +30,9 @@ def make_reader(data: Materialized, split: str, rank: int, size: int, batch_size
     unknown = [name for name in names if name not in data.columns]
     if unknown:
         raise ValueError(f"column(s) {unknown} were not materialised; there are: {list(data.columns)}")
+    if shuffle_buffer_rows is None:
+        row_bytes = max(1, sum(data.columns[name].row_bytes for name in names))
+        shuffle_buffer_rows = max(batch_size, DEFAULT_SHUFFLE_BUFFER_BYTES // row_bytes)
     common = dict(columns=names, batch_size=batch_size, shuffle=shuffle, seed=seed,
                   shuffle_buffer_rows=shuffle_buffer_rows)
     if reader == "arrow":

@@ -18,6 +18,7 @@ from pyspark.sql import types as T  # noqa: E402
 from spark_hvd.data import check_input, make_reader, materialize, steps_per_epoch  # noqa: E402
 from spark_hvd.data.materialized import METADATA_NAME  # noqa: E402
 from spark_hvd.store import Store  # noqa: E402
+from split_helpers import one_pass  # noqa: E402
 
 pytestmark = pytest.mark.spark
 ROWS = 200
@@ -41,16 +42,9 @@ def df(local_spark):
 
 def read_all(data, split, size=2, columns=None):
     """Every rank's single pass (no shuffle), concatenated per column."""
-    parts = []
-    for rank in range(size):
-        reader = make_reader(data, split, rank, size, batch_size=7, shuffle=False, seed=0, columns=columns)
-        batches, got = reader.batches(0), 0
-        while got < reader.rows:
-            batch = next(batches)
-            take = min(len(batch["id"]), reader.rows - got)
-            parts.append({name: array[:take] for name, array in batch.items()})
-            got += take
-    return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+    passes = [one_pass(make_reader(data, split, rank, size, batch_size=7, shuffle=False, seed=0, columns=columns))
+              for rank in range(size)]
+    return {name: np.concatenate([p[name] for p in passes]) for name in passes[0]}
 
 
 def file_times(store, data):
@@ -179,3 +173,14 @@ def test_materialise_and_read_on_s3(df, s3_endpoint):
     assert sorted(read_all(data, "val")["id"].tolist()) == list(range(0, ROWS, 5))
     again = materialize(df, store, specs, validation="held_out", seed=0, num_proc=2)
     assert again.reused and again == data
+
+
+def test_column_names_with_dots_and_spaces(local_spark, tmp_path):
+    df = local_spark.createDataFrame([(float(i), [i, -i], i % 2 == 0) for i in range(40)],
+                                     "`x.raw` double, `my label` array<int>, `is val` boolean")
+    specs = check_input(df, ["x.raw"], ["my label"], validation="is val")
+    data = materialize(df, Store.create(str(tmp_path)), specs, validation="is val", seed=0, num_proc=2)
+    train = one_pass(make_reader(data, "train", 0, 1, batch_size=4, shuffle=False, seed=0))
+    assert (data.train_rows, data.val_rows) == (20, 20)
+    assert sorted(train["x.raw"].tolist()) == [float(i) for i in range(1, 40, 2)]
+    np.testing.assert_array_equal(train["my label"][:, 0], -train["my label"][:, 1])

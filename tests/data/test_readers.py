@@ -8,7 +8,7 @@ import pickle
 import numpy as np
 import pytest
 
-from parquet_splits import write_split
+from split_helpers import one_pass, write_split
 from spark_hvd.data import make_reader, steps_per_epoch
 from spark_hvd.data.arrow_reader import plan_pieces, shard_range
 from spark_hvd.errors import ShardReadError
@@ -21,12 +21,7 @@ def store(tmp_path) -> Store:
 
 
 def one_pass_ids(reader, epoch=0):
-    """The ids of exactly one pass over the shard (the stream is endless; take reader.rows rows)."""
-    batches = reader.batches(epoch)
-    ids = []
-    while len(ids) < reader.rows:
-        ids.extend(next(batches)["id"].tolist())
-    return ids[:reader.rows]
+    return one_pass(reader, epoch)["id"].tolist()
 
 
 def test_shard_ranges_cover_every_row_once():

@@ -21,6 +21,7 @@ from spark_hvd.data import check_input, make_reader, materialize, steps_per_epoc
 from spark_hvd.data.petastorm_reader import petastorm_shard_rows  # noqa: E402
 from spark_hvd.errors import ShardReadError  # noqa: E402
 from spark_hvd.store import Store  # noqa: E402
+from split_helpers import one_pass  # noqa: E402
 
 # Petastorm 0.13 uses pyarrow APIs that pyarrow 14 warns about on every read.
 pytestmark = [pytest.mark.spark, pytest.mark.filterwarnings("ignore::FutureWarning")]
@@ -39,16 +40,6 @@ def data(local_spark, tmp_path_factory):
     store = Store.create(str(tmp_path_factory.mktemp("store")))
     specs = check_input(df, ["features"], ["label", "id"], validation=0.2)
     return materialize(df, store, specs, validation=0.2, seed=4, num_proc=3)
-
-
-def one_pass(reader):
-    batches, got, parts = reader.batches(0), 0, []
-    while got < reader.rows:
-        batch = next(batches)
-        take = min(len(batch["id"]), reader.rows - got)
-        parts.append({name: array[:take] for name, array in batch.items()})
-        got += take
-    return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
 
 
 @pytest.mark.parametrize("split", ["train", "val"])

@@ -1,4 +1,4 @@
-"""Materialisations written without Spark (through the executor-side writer), for fast reader tests."""
+"""Test helpers: splits written without Spark (through the executor-side writer), and one pass of a reader."""
 
 from __future__ import annotations
 
@@ -35,3 +35,14 @@ def write_split(store: Store, key: str, file_rows: list[int], row_group_rows: in
         start += rows
     return Materialized(key=key, train_path=directory, val_path=None, train_rows=start, val_rows=0,
                         columns=dict(SPECS), store=store, train_files=tuple(files))
+
+
+def one_pass(reader, epoch: int = 0) -> dict[str, np.ndarray]:
+    """Exactly one pass over the reader's shard (the stream is endless: take its first reader.rows rows)."""
+    batches, got, parts = reader.batches(epoch), 0, []
+    while got < reader.rows:
+        batch = next(batches)
+        take = min(len(next(iter(batch.values()))), reader.rows - got)
+        parts.append({name: array[:take] for name, array in batch.items()})
+        got += take
+    return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
