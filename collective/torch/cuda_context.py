@@ -96,3 +96,12 @@ def _make_context(runtime: Any, device: torch.device) -> CudaContext:
             context.comm = _native.NcclComm(library, unique_id, size, rank)
         logger.info("rank %d: NCCL %s from %s on %s", rank, library.version, library.path, device)
     return context
+
+
+def release_cuda_context() -> None:
+    """Destroys the NCCL communicator, if any (collective.torch.shutdown calls this)."""
+    global _context
+    with _lock:
+        context, _context = _context, None
+    if context is not None and context.comm is not None:
+        context.comm.destroy()

@@ -6,6 +6,7 @@ from typing import Any
 
 import collective
 from collective.runtime import current, start_engine
+from collective.torch.cuda_context import release_cuda_context
 from collective.torch.handles import forget_all
 
 
@@ -25,4 +26,5 @@ def init(**kwargs: Any) -> None:
 def shutdown() -> None:
     """Leaves the job; handles not yet synchronized are dropped."""
     forget_all()
+    release_cuda_context()
     collective.shutdown()

@@ -114,9 +114,9 @@ NcclComm::NcclComm(std::shared_ptr<NcclLibrary> lib, const std::array<uint8_t, n
   lib_->check(lib_->fn().comm_init_rank(&comm_, size, uid, rank), "ncclCommInitRank");
 }
 
-NcclComm::~NcclComm() {
-  if (comm_ != nullptr) lib_->fn().comm_destroy(comm_);
-}
+// A communicator never destroyed explicitly is left to the process's exit: at interpreter shutdown the
+// CUDA context may already be gone, and ncclCommDestroy could then fail or wait.
+NcclComm::~NcclComm() = default;
 
 void NcclComm::destroy() {
   if (comm_ == nullptr) return;
