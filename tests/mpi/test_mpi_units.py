@@ -95,3 +95,20 @@ def test_tensor_memory_by_address_is_shared_not_copied() -> None:
     view[0] = 42
     assert source[0, 0] == 42
     assert tensor_array(0, 6, [0, 3])[0].size == 0
+
+
+def test_one_record_per_rank_carries_what_may_differ_and_a_digest_of_the_rest() -> None:
+    from collective.mpi.calls import agreement_record, calls_from_records
+
+    gather = [Call(kinds.ALLGATHER, "g", 6, (rows, 3)) for rows in (2, 0, 5)]
+    records = np.stack([agreement_record(c, 3) for c in gather])
+    assert (records[:, :2] == records[0, :2]).all()  # row counts may differ: same digest
+    assert calls_from_records(gather[0], records) == gather
+    a2a = [Call(kinds.ALLTOALL, "a", 7, (3,), splits=(1, 2)), Call(kinds.ALLTOALL, "a", 7, (1,), splits=(0, 1))]
+    rebuilt = calls_from_records(a2a[1], np.stack([agreement_record(c, 2) for c in a2a]))
+    assert rebuilt == a2a
+    base = Call(kinds.ALLREDUCE, "w", 6, (4,))
+    for other in (Call(kinds.ALLREDUCE, "w", 7, (4,)), Call(kinds.ALLREDUCE, "w", 6, (5,)),
+                  Call(kinds.ALLREDUCE, "w", 6, (4,), op=3), Call(kinds.ALLREDUCE, "w", 6, (4,), postscale=2.0),
+                  Call(kinds.ALLGATHER, "w", 6, (4,))):
+        assert not (agreement_record(other, 2)[:2] == agreement_record(base, 2)[:2]).all(), other
