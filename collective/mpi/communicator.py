@@ -18,10 +18,13 @@ from collective.mpi.calls import Call, agreement_record, calls_from_records, che
 
 
 class MpiCommunicator:
-    """Wraps a duplicate of ``comm`` (so its messages never meet the user's own MPI traffic)."""
+    """Wraps a duplicate of ``comm`` (so its messages never meet the user's own MPI traffic), and holds
+    a second one for the engine: duplicating is collective, so it happens here, in init, on every rank,
+    and starting the engine later needs no communication."""
 
     def __init__(self, comm: Any, host_keys: Sequence[str]) -> None:
         self._comm = comm.Dup()
+        self._engine_comm = comm.Dup()
         self._host_keys = list(host_keys)
         self._calls = 0
         self._lock = threading.Lock()  # callers from several Python threads take turns, as natively
@@ -36,8 +39,9 @@ class MpiCommunicator:
         return int(self._comm.Get_size())
 
     @property
-    def mpi_comm(self) -> Any:
-        return self._comm
+    def engine_comm(self) -> Any:
+        """The communicator reserved for MpiEngine."""
+        return self._engine_comm
 
     def uses_shm(self, peer: int) -> bool:
         """Whether MPI can reach ``peer`` through shared memory: both in one node's shared domain."""
@@ -111,3 +115,4 @@ class MpiCommunicator:
             if not self._closed:
                 self._closed = True
                 self._comm.Free()
+                self._engine_comm.Free()

@@ -54,8 +54,8 @@ class _Request:
 
 class MpiEngine:
     def __init__(self, comm: Any, config: Config) -> None:
-        """``comm`` is the runtime's MpiCommunicator; the engine works on its own duplicate."""
-        self._comm = comm.mpi_comm.Dup()
+        """``comm`` is the runtime's MpiCommunicator; the engine works on the duplicate it reserved."""
+        self._comm = comm.engine_comm
         self._rank, self._size = int(self._comm.Get_rank()), int(self._comm.Get_size())
         self._fusion_bytes = config.fusion_threshold_bytes
         self._cycle_s = config.cycle_time_ms / 1000.0
@@ -139,8 +139,6 @@ class MpiEngine:
             self._stopping = True
             self._cond.notify()
         self._thread.join(self._timeout_s)
-        if not self._thread.is_alive():
-            self._comm.Free()
 
     # ---- the engine thread ---------------------------------------------------------------------
 
