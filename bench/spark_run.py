@@ -14,12 +14,12 @@ Reported: the median and the minimum per launcher over all blocks, and the ratio
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any, Callable
+
+from _local_spark import local_session
 
 TARGET_RATIO = 1.0
 TARGET_OURS_S = 3.0
@@ -34,7 +34,7 @@ def main() -> int:
     parser.add_argument("--blocks", type=int, default=2, help="turns per launcher")
     parser.add_argument("--per-block", type=int, default=3, help="timed launches per turn")
     args = parser.parse_args()
-    spark = _local_session()
+    spark = local_session("bench-spark-run")
     launchers = {"spark_hvd.run": _ours(spark), "TorchDistributor": _torch_distributor(spark)}
     times: dict[str, list[float]] = {name: [] for name in launchers}
     failures: dict[str, int] = {name: 0 for name in launchers}
@@ -85,29 +85,6 @@ def _report(times: dict[str, list[float]], failures: dict[str, int]) -> int:
     print(f"spark_hvd.run median {median:.2f} s (target <= {TARGET_OURS_S} s: "
           f"{'met' if median <= TARGET_OURS_S else 'missed'})")
     return 1 if failures["spark_hvd.run"] else 0
-
-
-def _local_session() -> Any:
-    # Spark needs these on this kind of machine (see ENVIRONMENT.md); set them for this process
-    # before the JVM starts, as the test fixtures do.
-    os.environ.setdefault("JAVA_HOME", _java_home())
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    from pyspark.sql import SparkSession
-
-    return (SparkSession.builder.master("local[2]").appName("bench-spark-run")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", "1")
-            .config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "1s")
-            .getOrCreate())
-
-
-def _java_home() -> str:
-    for candidate in sorted(Path("/usr/lib/jvm").glob("*17*")):
-        if (candidate / "bin" / "java").exists():
-            return str(candidate)
-    raise SystemExit("no Java 17 under /usr/lib/jvm; set JAVA_HOME")
 
 
 if __name__ == "__main__":

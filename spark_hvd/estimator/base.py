@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import secrets
 import tempfile
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -81,6 +82,7 @@ class HorovodEstimator(Estimator):
         from spark_hvd.estimator.sample import read_sample
         from spark_hvd.launch_checks import describe_cluster, resolve_num_proc
 
+        began = time.monotonic()
         feature_cols, label_cols = self._required_columns()
         self._check_common_params(label_cols)
         self._check_framework_params()
@@ -111,6 +113,7 @@ class HorovodEstimator(Estimator):
             backward_passes_per_step=bpps, learning_rate_scaling=self.getLearningRateScaling(),
             num_proc=num_proc)
         progress = FitProgress(plan.epochs, plan.train_steps, enabled=self.getVerbose() >= 1)
+        prepared = time.monotonic()
         try:
             results = run(self._rank_fn(plan), num_proc=num_proc, spark=spark, verbose=self.getVerbose(),
                           start_timeout=self.getStartTimeout(), on_event=progress.on_event)
@@ -118,6 +121,7 @@ class HorovodEstimator(Estimator):
             progress.close()
         output_cols = self.getOutputCols() or default_output_cols(label_cols)
         model = self._create_model(plan, results[0], output_cols)
+        model._fit_timings = _timings(began, prepared, progress, time.monotonic())
         log_fit_to_mlflow(self, model)
         return model
 
@@ -156,6 +160,15 @@ class HorovodEstimator(Estimator):
         store = Store.create(tempfile.mkdtemp(prefix="spark-hvd-store-"))
         self.setStore(store)
         return store
+
+
+def _timings(began: float, prepared: float, progress: FitProgress, ended: float) -> dict[str, float]:
+    """Seconds per phase: checks and materialisation, launch until rank 0 trains, training, and the rest
+    (ranks winding down, results back, the model built)."""
+    started = progress.started_at if progress.started_at is not None else prepared
+    finished = progress.finished_at if progress.finished_at is not None else started
+    return {"materialize": prepared - began, "launch": started - prepared, "train": finished - started,
+            "return": ended - finished, "total": ended - began}
 
 
 def _new_run_id() -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 from typing import Any
 
@@ -14,11 +15,10 @@ _LOGGED_PARAMS = ("num_proc", "batch_size", "val_batch_size", "epochs", "train_s
 
 
 def active_mlflow_run() -> Any:
-    try:
-        import mlflow
-    except ImportError:
-        return None
-    return mlflow.active_run()
+    # A caller with an active run has imported mlflow already; importing it here would cost
+    # seconds on every fit of those who do not use it.
+    mlflow = sys.modules.get("mlflow")
+    return None if mlflow is None else mlflow.active_run()
 
 
 def log_fit_to_mlflow(estimator: Any, model: Any) -> bool:

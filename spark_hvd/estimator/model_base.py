@@ -32,6 +32,12 @@ class HorovodModel(Model, MLWritable, MLReadable):
         self._history: list[dict[str, float]] = []
         self._input_specs: list[InputSpec] = []
         self._output_shapes: list[tuple[int, ...]] = []
+        self._fit_timings: dict[str, float] = {}
+
+    def getFitTimings(self) -> dict[str, float]:
+        """Seconds per phase of the fit that made this model (materialize, launch, train, return,
+        total); empty for a loaded model."""
+        return dict(self._fit_timings)
 
     def getHistory(self) -> list[dict[str, float]]:
         """Metrics per epoch: ``[{"epoch": 0, "loss": ..., "val_loss": ..., ...}, ...]``."""

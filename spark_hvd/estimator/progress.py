@@ -8,6 +8,7 @@ and then, and ``{"type": "epoch", "epoch", "metrics"}`` after each epoch's valid
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any, Callable, Mapping
 
 EVENT_START, EVENT_STEP, EVENT_EPOCH = "start", "step", "epoch"
@@ -23,18 +24,23 @@ class FitProgress:
         self._bar: Any = None
         self._enabled = enabled
         self._done_steps = 0
+        # time.monotonic() when rank 0 started training and when it finished its last epoch.
+        self.started_at: float | None = None
+        self.finished_at: float | None = None
 
     def on_event(self, rank: int, data: Mapping[str, Any]) -> None:
         if rank != 0:
             return
         kind = data.get("type")
         if kind == EVENT_START:
+            self.started_at = time.monotonic()
             self._start(int(data.get("first_epoch", 0)))
         elif kind == EVENT_STEP:
             self._step(int(data["epoch"]), int(data["step"]), data.get("loss"))
         elif kind == EVENT_EPOCH:
             metrics = {str(k): float(v) for k, v in dict(data.get("metrics", {})).items()}
             self.history.append({"epoch": int(data["epoch"]), **metrics})
+            self.finished_at = time.monotonic()
             self._epoch_done(int(data["epoch"]), metrics)
 
     def close(self) -> None:

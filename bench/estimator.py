@@ -1,0 +1,191 @@
+"""TorchEstimator end to end, and TorchModel.transform, against Spark's own tools on a warm local[2].
+
+    .venv/bin/python bench/estimator.py [--rows 200000] [--epochs 2] [--rounds 1]
+
+fit: a synthetic DataFrame (rows x 64 float features, 10 classes), 2 epochs, 2 ranks, batch 128 per
+rank, the same MLP and Adam settings on both sides:
+- ours: ``TorchEstimator(num_proc=2).fit(df)`` with a fresh Store each round (no reuse), split into
+  materialise / launch / train / return from ``model.getFitTimings()``;
+- peer: ``TorchDistributor(num_processes=2, local_mode=False)`` running a hand-written DDP loop (gloo)
+  that reads the data its documented way: the driver writes the DataFrame to Parquet, each process
+  loads it with pandas and iterates a DataLoader with a DistributedSampler.
+transform: rows/s of ``TorchModel.transform`` against ``pyspark.ml.functions.predict_batch_udf``
+with the same module and batch size, both forced by a ``noop`` write of all rows and the predictions.
+Targets: fit ratio (ours / TorchDistributor) <= 1.0; transform ratio (ours / predict_batch_udf) >= 0.8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+from _local_spark import local_session
+
+FEATURES, CLASSES, BATCH, LR = 64, 10, 128, 0.003
+
+
+def make_mlp() -> Any:
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(FEATURES, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, CLASSES))
+
+
+def synthetic(spark: Any, rows: int) -> Any:
+    """Rows of (features array<float>[64], label long), computed in Spark, cached and counted."""
+    from pyspark.sql import functions as F
+
+    df = spark.range(rows).select(
+        F.array(*[F.rand(seed=i).cast("float") for i in range(FEATURES)]).alias("features"),
+        (F.rand(seed=99) * CLASSES).cast("long").alias("label")).repartition(2).cache()
+    df.count()
+    return df
+
+
+def fit_ours(df: Any, epochs: int) -> dict[str, float]:
+    import torch
+    from torch import nn
+
+    from spark_hvd import Store, TorchEstimator
+
+    model = make_mlp()
+    estimator = TorchEstimator(num_proc=2, model=model, optimizer=torch.optim.Adam(model.parameters(), lr=LR),
+                               loss=nn.CrossEntropyLoss(), feature_cols=["features"], label_cols=["label"],
+                               batch_size=BATCH, epochs=epochs, shuffle=True, verbose=0,
+                               store=Store.create(tempfile.mkdtemp(prefix="bench-estimator-store-")))
+    began = time.monotonic()
+    fitted = estimator.fit(df)
+    timings = fitted.getFitTimings()
+    timings["wall"] = time.monotonic() - began
+    fit_ours.last_model = fitted  # type: ignore[attr-defined]
+    return timings
+
+
+def ddp_train(path: str, epochs: int) -> dict[str, Any]:
+    """The TorchDistributor side: runs in each of its processes (env:// rendezvous set up by it)."""
+    import time as clock
+
+    import pandas as pd
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+    began = clock.monotonic()
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    frame = pd.read_parquet(path)
+    features = torch.from_numpy(np.stack(frame["features"].to_numpy()).astype(np.float32))
+    labels = torch.from_numpy(frame["label"].to_numpy())
+    dataset = TensorDataset(features, labels)
+    sampler = DistributedSampler(dataset, shuffle=True, seed=0)
+    loader = DataLoader(dataset, batch_size=BATCH, sampler=sampler)
+    model = nn.parallel.DistributedDataParallel(make_mlp())
+    optimizer = torch.optim.Adam(model.parameters(), lr=LR)
+    loss_fn = nn.CrossEntropyLoss()
+    loaded = clock.monotonic()
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss_fn(model(x), y).backward()
+            optimizer.step()
+    trained = clock.monotonic()
+    state = {k: v.clone() for k, v in model.module.state_dict().items()} if dist.get_rank() == 0 else None
+    dist.destroy_process_group()
+    return {"load": loaded - began, "train": trained - loaded, "state": state}
+
+
+def fit_torch_distributor(df: Any, epochs: int) -> dict[str, float]:
+    from pyspark.ml.torch.distributor import TorchDistributor
+
+    began = time.monotonic()
+    path = tempfile.mkdtemp(prefix="bench-estimator-td-") + "/data"
+    df.write.parquet(path)
+    written = time.monotonic()
+    result = TorchDistributor(num_processes=2, local_mode=False, use_gpu=False).run(ddp_train, path, epochs)
+    ended = time.monotonic()
+    return {"materialize": written - began, "load": result["load"], "train": result["train"],
+            "launch+return": (ended - written) - result["load"] - result["train"], "wall": ended - began}
+
+
+def transform_rates(spark: Any, df: Any, model: Any, rounds: int) -> dict[str, list[float]]:
+    import torch
+    from pyspark.ml.functions import predict_batch_udf
+    from pyspark.sql.types import ArrayType, FloatType
+
+    module = model.getModel()
+    state = {k: v.clone() for k, v in module.state_dict().items()}
+
+    def make_predict_fn():
+        net = make_mlp()
+        net.load_state_dict(state)
+        net.eval()
+
+        def predict(inputs: np.ndarray) -> np.ndarray:
+            with torch.inference_mode():
+                return net(torch.from_numpy(inputs.astype(np.float32))).numpy()
+
+        return predict
+
+    udf = predict_batch_udf(make_predict_fn, return_type=ArrayType(FloatType()), batch_size=1024,
+                            input_tensor_shapes=[[FEATURES]])
+    model.setTransformBatchSize(1024)
+    rows = df.count()
+    runs = {
+        "TorchModel.transform": lambda: model.transform(df),
+        "predict_batch_udf": lambda: df.withColumn("label__output", udf("features")),
+    }
+    rates: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds + 1):           # the first round warms the Python workers up, untimed
+        for name, build in runs.items():
+            began = time.monotonic()
+            build().write.format("noop").mode("overwrite").save()
+            rates[name].append(rows / (time.monotonic() - began))
+    return {name: values[1:] for name, values in rates.items()}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="TorchEstimator fit and TorchModel.transform benchmark")
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args()
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    spark = local_session("bench-estimator")
+    spark.sparkContext.setLogLevel("ERROR")
+    df = synthetic(spark, args.rows)
+    ours, theirs = [], []
+    for _ in range(args.rounds):
+        ours.append(fit_ours(df, args.epochs))
+        theirs.append(fit_torch_distributor(df, args.epochs))
+    print(f"fit: {args.rows} rows x {FEATURES} features, {args.epochs} epochs, 2 ranks, batch {BATCH} per rank, "
+          f"{args.rounds} round(s); medians in seconds")
+    for name, runs in (("TorchEstimator", ours), ("TorchDistributor+DDP", theirs)):
+        phases = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        print(f"  {name:22s} " + "  ".join(f"{k} {v:.2f}" for k, v in phases.items()))
+    fit_ratio = statistics.median(r["wall"] for r in ours) / statistics.median(r["wall"] for r in theirs)
+    print(f"fit ratio TorchEstimator / TorchDistributor: {fit_ratio:.2f} (target <= 1.0: "
+          f"{'met' if fit_ratio <= 1.0 else 'missed'})")
+    rates = transform_rates(spark, df, fit_ours.last_model, rounds=3)  # type: ignore[attr-defined]
+    for name, values in rates.items():
+        print(f"transform {name:22s} median {statistics.median(values):,.0f} rows/s "
+              f"(runs: {', '.join(f'{v:,.0f}' for v in values)})")
+    transform_ratio = statistics.median(rates["TorchModel.transform"]) / statistics.median(rates["predict_batch_udf"])
+    print(f"transform ratio TorchModel / predict_batch_udf: {transform_ratio:.2f} (target >= 0.8: "
+          f"{'met' if transform_ratio >= 0.8 else 'missed'})")
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
