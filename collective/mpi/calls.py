@@ -7,6 +7,7 @@ shape, op, root...) becomes the same MismatchError on every rank instead of a ha
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 from dataclasses import dataclass
 from typing import Sequence
@@ -60,13 +61,12 @@ class Call:
 
 def validate_call(call: Call, size: int) -> None:
     """The checks one rank can make alone, before anything is sent (the native engine's own)."""
-    label = f"{call.kind_name} '{call.name}'"
     if any(d < 0 for d in call.shape):
-        raise InvalidArgumentError(f"{label}: negative dimension in shape {list(call.shape)}")
+        raise InvalidArgumentError(f"{call.kind_name} '{call.name}': negative dimension in shape {list(call.shape)}")
     if call.kind == kinds.BROADCAST and not 0 <= call.root < size:
         raise InvalidArgumentError(f"broadcast '{call.name}': root_rank {call.root} is outside [0, {size})")
     if call.kind in _NEEDS_DIMENSION and not call.shape:
-        raise InvalidArgumentError(f"{label} needs a tensor with at least one dimension")
+        raise InvalidArgumentError(f"{call.kind_name} '{call.name}' needs a tensor with at least one dimension")
     if call.kind == kinds.ALLTOALL:
         if len(call.splits) != size or any(s < 0 for s in call.splits) or sum(call.splits) != call.shape[0]:
             raise InvalidArgumentError(
@@ -123,9 +123,11 @@ def check_agreement(calls: Sequence[Call], ranks: Sequence[int], call_number: in
                             f"(call #{call_number}): {detail}")
 
 
+@functools.lru_cache(maxsize=4096)
 def agreement_record(call: Call, size: int) -> np.ndarray:
     """int64[2 + 1 + size]: a digest of everything ranks must agree on, then what may differ per rank
-    (the first dimension, and alltoall's splits), so one fixed-size Allgather checks a call."""
+    (the first dimension, and alltoall's splits), so one fixed-size Allgather checks a call.
+    Cached, as training repeats the same calls; callers must not write to it."""
     if call.kind in _SAME_TRAILING_SHAPE:
         agreed = (call.kind, call.name, call.dtype, len(call.shape), call.shape[1:])
     else:
@@ -136,6 +138,7 @@ def agreement_record(call: Call, size: int) -> np.ndarray:
     record[2] = call.shape[0] if call.shape else 0
     if call.kind == kinds.ALLTOALL:
         record[3:] = call.splits
+    record.flags.writeable = False
     return record
 
 

@@ -7,6 +7,7 @@ round exactly as on the native ring.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Sequence
 
 import numpy as np
@@ -17,6 +18,7 @@ from collective.mpi.calls import Call
 from collective.reduce_ops import ReduceOp
 
 
+@functools.lru_cache(maxsize=None)
 def mpi_op(op: int) -> Any:
     from mpi4py import MPI
 
