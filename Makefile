@@ -54,6 +54,7 @@ bench: build
 	$(PY) bench/allreduce.py
 	$(PY) bench/torch_step.py
 	$(PY) bench/spark_run.py
+	$(PY) bench/estimator.py
 
 clean:
 	rm -rf build $(VENV)/.built
