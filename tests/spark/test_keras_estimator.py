@@ -1,0 +1,171 @@
+"""KerasEstimator on local[2]: fit, transform, save/load, Pipeline, resume after a failure, bad input."""
+
+from __future__ import annotations
+
+import cloudpickle
+import numpy as np
+import pytest
+
+keras = pytest.importorskip("keras")
+
+import estimator_models  # noqa: E402
+import keras_models  # noqa: E402
+from estimator_data import blobs  # noqa: E402
+from estimator_models import FailOnce  # noqa: E402
+from keras_models import class_accuracy, classifier  # noqa: E402
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ship_test_models_by_value():
+    for module in (keras_models, estimator_models):
+        cloudpickle.register_pickle_by_value(module)
+    yield
+    for module in (keras_models, estimator_models):
+        cloudpickle.unregister_pickle_by_value(module)
+
+
+@pytest.fixture
+def store(tmp_path):
+    from spark_hvd import Store
+
+    return Store.create(str(tmp_path / "store"))
+
+
+def make_estimator(store, **overrides):
+    from spark_hvd import KerasEstimator
+
+    settings = dict(num_proc=2, model=classifier(4, 3), optimizer=keras.optimizers.Adam(0.02),
+                    loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=[class_accuracy],
+                    feature_cols=["features"], label_cols=["label"], batch_size=32, epochs=3, store=store,
+                    verbose=0)
+    settings.update(overrides)
+    return KerasEstimator(**settings)
+
+
+def predictions(df, column="label__output") -> np.ndarray:
+    return np.array([row[0] for row in df.orderBy("id").select(column).collect()])
+
+
+def with_ids(df):
+    from pyspark.sql import functions as F
+
+    return df.withColumn("id", F.monotonically_increasing_id())
+
+
+def features_and_labels(df) -> tuple[np.ndarray, np.ndarray]:
+    rows = df.orderBy("id").collect()
+    return (np.array([r.features.toArray() for r in rows], dtype=np.float32), np.array([r.label for r in rows]))
+
+
+def test_fit_transform_save_load_round_trip(local_spark, store, tmp_path) -> None:
+    from spark_hvd import KerasModel
+
+    model = make_estimator(store, validation=0.2).fit(blobs(local_spark, 600))
+    history = model.getHistory()
+    assert [h["epoch"] for h in history] == [0, 1, 2]
+    assert {"loss", "class_accuracy", "val_loss", "val_class_accuracy"} <= set(history[0])
+    assert history[-1]["loss"] < history[0]["loss"]
+    assert history[-1]["val_class_accuracy"] > 0.9
+
+    test = with_ids(blobs(local_spark, 200, seed=0, partitions=3))
+    out = model.transform(test)
+    assert out.columns == test.columns + ["label__output"]
+    logits = predictions(out)
+    assert logits.shape == (200, 3)
+    features, labels = features_and_labels(test)
+    assert (logits.argmax(axis=1) == labels).mean() > 0.9
+    trained = model.getModel()
+    # The column holds exactly what the model computes; the trained model comes back compiled, with its
+    # optimizer's state and the custom metric (found through custom_objects).
+    np.testing.assert_allclose(logits, trained.predict(features, verbose=0), rtol=1e-5, atol=1e-6)
+    assert trained.optimizer is not None and int(trained.optimizer.iterations.numpy()) > 0
+
+    path = str(tmp_path / "saved")
+    model.save(path)
+    loaded = KerasModel.load(path)
+    assert loaded.uid == model.uid
+    assert loaded.getHistory() == history
+    assert loaded.getFeatureColumns() == ["features"] and loaded.getOutputCols() == ["label__output"]
+    np.testing.assert_array_equal(predictions(loaded.transform(test)), logits)
+    np.testing.assert_array_equal(loaded.getModel().predict(features, verbose=0),
+                                  trained.predict(features, verbose=0))
+    with open(f"{path}/data/model.keras", "rb") as f:
+        assert f.read(2) == b"PK"     # the native .keras format (a zip), not h5
+
+
+def test_pipeline_with_vector_assembler_saves_loads_and_transforms(local_spark, store, tmp_path) -> None:
+    from pyspark.ml import Pipeline, PipelineModel
+    from pyspark.ml.feature import VectorAssembler
+    from pyspark.ml.functions import vector_to_array
+    from pyspark.sql import functions as F
+
+    raw = blobs(local_spark, 400).withColumn("arr", vector_to_array("features"))
+    raw = raw.select(*[F.col("arr")[i].alias(f"x{i}") for i in range(4)], "label")
+    assembler = VectorAssembler(inputCols=[f"x{i}" for i in range(4)], outputCol="features")
+    estimator = make_estimator(store, epochs=2, output_cols=["scores"], optimizer="adam",
+                               learning_rate_scaling="linear")
+    fitted = Pipeline(stages=[assembler, estimator]).fit(raw)
+    path = str(tmp_path / "pipeline")
+    fitted.save(path)
+    loaded = PipelineModel.load(path)
+    test = with_ids(raw)
+    scores = predictions(fitted.transform(test), "scores")
+    np.testing.assert_array_equal(predictions(loaded.transform(test), "scores"), scores)
+    # 'linear' scaling: the ranks trained with Adam's default rate times num_proc.
+    assert float(fitted.stages[-1].getModel().optimizer.learning_rate.numpy()) == pytest.approx(0.002)
+
+
+def test_a_failed_fit_resumes_from_its_last_checkpoint(local_spark, store, tmp_path) -> None:
+    from spark_hvd import RunError
+    from spark_hvd.keras.checkpoint import load_checkpoint
+
+    df = blobs(local_spark, 256)
+    # 256 rows / (2 ranks * 32) = 4 steps an epoch: the 6th batch on rank 1 is in epoch 2.
+    failing = FailOnce(str(tmp_path / "failed-once"), rank=1, after_calls=5)
+    with pytest.raises(RunError, match="injected failure on rank 1") as failure:
+        make_estimator(store, run_id="resumable", epochs=3, transformation_fn=failing).fit(df)
+    assert failure.value.rank == 1
+    checkpoint = load_checkpoint(store, "resumable")
+    assert checkpoint is not None and checkpoint.epoch == 0
+    assert checkpoint.model[:2] == b"PK"
+    first_epoch = checkpoint.history[0]
+
+    model = make_estimator(store, run_id="resumable", epochs=3, transformation_fn=failing).fit(df)
+    history = model.getHistory()
+    assert [h["epoch"] for h in history] == [0, 1, 2]
+    assert history[0] == first_epoch          # carried over, not retrained
+    final = load_checkpoint(store, "resumable")
+    assert final.epoch == 2
+    # The optimizer's state came back with the weights: 3 epochs of 4 steps.
+    assert int(model.getModel().optimizer.iterations.numpy()) == 12
+    assert [p.rsplit("/", 1)[-1] for p in store.list(store.get_checkpoint_path("resumable"))] == \
+        ["checkpoint.json", "epoch-0002.keras"]
+
+
+BAD_INPUTS = [
+    (dict(feature_cols=["nope"]), None, "nope"),
+    (dict(feature_cols=["name"]), None, "name"),
+    (dict(loss="mse"), None, "label column 'label'"),
+    (dict(), "empty", "empty"),
+    (dict(model="not a model"), None, "keras.Model"),
+    (dict(optimizer="no-such-optimizer"), None, "no-such-optimizer"),
+]
+
+
+@pytest.mark.parametrize("overrides, data, message", BAD_INPUTS,
+                         ids=["missing", "dtype", "label-shape", "empty", "model", "optimizer"])
+def test_bad_input_fails_before_launch(local_spark, store, overrides, data, message) -> None:
+    from pyspark.sql import functions as F
+
+    from spark_hvd.errors import InputError
+
+    df = blobs(local_spark, 100).withColumn("name", F.lit("text"))
+    if data == "empty":
+        df = df.limit(0)
+    if overrides.get("loss") is not None:
+        df = df.withColumn("label", F.col("label").cast("double"))
+    with pytest.raises(InputError, match=message):
+        make_estimator(store, **overrides).fit(df)
+    assert not store.exists(store.get_runs_path()) or not store.list(store.get_runs_path())
