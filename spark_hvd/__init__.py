@@ -28,6 +28,8 @@ _LAZY = {
     "HorovodModel": "spark_hvd.estimator.model_base",
     "TorchEstimator": "spark_hvd.torch.estimator",
     "TorchModel": "spark_hvd.torch.model",
+    "KerasEstimator": "spark_hvd.keras.estimator",
+    "KerasModel": "spark_hvd.keras.model",
 }
 
 
