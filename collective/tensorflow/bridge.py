@@ -1,8 +1,10 @@
 """How a collective on tf.Tensors reaches the engine: through numpy, eagerly or from inside a graph.
 
-Eagerly, a tensor's ``.numpy()`` (no copy for CPU tensors) goes straight to ``engine_calls`` and the
-result comes back with ``tf.convert_to_tensor``. Inside ``tf.function`` the same Python function runs
-as a stateful ``tf.numpy_function``; TensorFlow's automatic control dependencies run stateful ops in
+Eagerly, a tensor is viewed as a numpy array through DLPack (no copy), goes straight to
+``engine_calls``, and the result array becomes a tensor through DLPack again (no copy; bfloat16, which
+numpy's DLPack does not carry, goes through ``.numpy()`` and ``tf.convert_to_tensor``). Inside
+``tf.function`` the same Python function runs as a stateful ``tf.numpy_function``, whose inputs are
+private copies and whose outputs TensorFlow takes over; TensorFlow's automatic control dependencies run stateful ops in
 the order they were traced, so every rank submits its collectives in program order, as the engine's
 negotiation requires. No TensorFlow header or custom kernel is involved.
 
@@ -28,6 +30,7 @@ import tensorflow as tf
 from tensorflow.python.ops.control_flow_v2_func_graphs import ControlFlowFuncGraph
 
 from collective.errors import CollectiveError, InvalidArgumentError, MismatchError
+from collective.tensorflow.engine_calls import TENSOR_ALIGNMENT
 
 SUPPORTED_DTYPES = frozenset({tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32,
                               tf.float64})
@@ -82,8 +85,8 @@ def run(fn: Callable[..., Sequence[np.ndarray]], inputs: Sequence[tf.Tensor], ou
         out_shapes: Sequence[tf.TensorShape | list | None]) -> list[tf.Tensor]:
     """Runs ``fn`` (numpy arrays in, a sequence of numpy arrays out) on the tensors' values."""
     if tf.executing_eagerly():
-        results = fn(*[t.numpy() for t in inputs])
-        return [tf.convert_to_tensor(r, dtype=d) for r, d in zip(results, out_dtypes)]
+        results = fn(*[_view(t) for t in inputs])
+        return [_wrap(r, d) for r, d in zip(results, out_dtypes)]
     outputs = tf.numpy_function(_reporting_errors(fn), list(inputs), list(out_dtypes), stateful=True)
     for output, shape in zip(outputs, out_shapes):
         if shape is not None:
@@ -107,6 +110,19 @@ def _reporting_errors(fn: Callable[..., Sequence[np.ndarray]]) -> Callable[..., 
         except CollectiveError as exc:
             raise RuntimeError(f"{type(exc).__name__}: {exc}") from exc
     return call
+
+
+def _view(tensor: tf.Tensor) -> np.ndarray:
+    """A read-only numpy view of an eager CPU tensor's memory."""
+    return tensor.numpy() if tensor.dtype == tf.bfloat16 else np.from_dlpack(tensor)
+
+
+def _wrap(array: np.ndarray, dtype: tf.DType) -> tf.Tensor:
+    """A tensor over the array's memory (which it keeps alive), or a copy where DLPack cannot carry it
+    or the memory is not aligned as TensorFlow's kernels require."""
+    if dtype == tf.bfloat16 or not array.flags.c_contiguous or array.ctypes.data % TENSOR_ALIGNMENT:
+        return tf.convert_to_tensor(array, dtype=dtype)
+    return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
 
 
 def leading_unknown(shape: tf.TensorShape) -> tf.TensorShape:

@@ -19,6 +19,7 @@ from collective.errors import InvalidArgumentError
 from collective.reduce_ops import ReduceOp
 from collective.runtime import size, start_engine
 
+TENSOR_ALIGNMENT = 64
 # Members of one grouped allreduce share an id; ranks make grouped calls in the same order, so a
 # per-process counter gives the same id everywhere.
 _group_ids = itertools.count()
@@ -59,9 +60,21 @@ def _run(arrays: Sequence[np.ndarray], names: Sequence[str | None], submit: Subm
     return results
 
 
+def aligned_copy(array: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy whose data starts on a 64-byte boundary: TensorFlow kernels require that
+    alignment of any buffer a tensor wraps without copying (numpy guarantees only 16)."""
+    raw = np.empty(array.nbytes + TENSOR_ALIGNMENT, np.uint8)
+    offset = -raw.ctypes.data % TENSOR_ALIGNMENT
+    out = raw[offset:offset + array.nbytes].view(array.dtype).reshape(array.shape)
+    out[...] = array
+    return out
+
+
 def _writable_copies(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-    # Arrays handed over by TensorFlow may share its tensors' memory, which must not be written.
-    return [np.array(a, copy=True, order="C") for a in arrays]
+    """Arrays the engine may reduce into. A view of a TensorFlow tensor's memory (a DLPack view, or
+    anything not owning its data) is copied; an array that owns its data (numpy_function's inputs are
+    private copies) is used as it is."""
+    return [a if a.flags.owndata and a.flags.writeable and a.flags.c_contiguous else aligned_copy(a) for a in arrays]
 
 
 def _readable(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -1,0 +1,303 @@
+"""Training-step benchmark: collective.keras's DistributedOptimizer against TensorFlow's
+MultiWorkerMirroredStrategy, on the same Keras 3 model and optimizer.
+
+    .venv/bin/python bench/keras_step.py [--rounds 3] [--steps 30] [--batch 32] [--ranks 2]
+    .venv/bin/python bench/keras_step.py --latency [--steps 500]   # the bridge's per-call cost
+
+An MLP of about 2.6M float32 parameters trains on CPU (one intra-op thread per process) on fixed
+random data. Configurations, each started as its own set of processes from here:
+  ours      DistributedOptimizer.apply_gradients in a tf.function train step, ranks from collective.run
+  ours-fit  the same optimizer through model.fit (the usual Keras path; compiled train step)
+  mwms      tf.distribute.MultiWorkerMirroredStrategy: the same train step under strategy.run, the
+            Keras optimizer all-reducing the gradients; TF_CONFIG names the workers on loopback ports.
+            (Keras 3.15's model.fit fails under MultiWorkerMirroredStrategy while building the model,
+            so the strategy is measured with its documented custom-loop form.)
+  single    one process, plain optimizer, the custom step at the per-rank batch (compute only)
+Each process times every step; a configuration's time is the max over ranks of that rank's median
+step, and the reported figure the median over --rounds interleaved rounds. Target: ours / mwms <= 1.0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+MARKER = "@@keras_step "
+CONFIGS = ("ours", "ours-fit", "mwms", "single")
+ROLES = CONFIGS + ("latency",)
+LAYERS = (1024, 1024, 1024, 512, 10)
+WARMUP_STEPS = 5
+
+
+def build_model() -> Any:
+    import keras
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((LAYERS[0],))] +
+                             [keras.layers.Dense(n, activation="relu") for n in LAYERS[1:-1]] +
+                             [keras.layers.Dense(LAYERS[-1])])
+    return model
+
+
+def data(rank: int, rows: int) -> tuple[Any, Any]:
+    import numpy as np
+    rng = np.random.default_rng(100 + rank)
+    return rng.normal(size=(rows, LAYERS[0])).astype("float32"), rng.integers(0, LAYERS[-1], size=rows)
+
+
+def step_timer() -> Any:
+    import keras
+
+    class StepTimer(keras.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.times: list[float] = []
+            self._start = 0.0
+
+        def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+            self._start = time.perf_counter()
+
+        def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+            self.times.append(time.perf_counter() - self._start)
+    return StepTimer()
+
+
+def loss_fn(labels: Any, logits: Any) -> Any:
+    import keras
+    return keras.ops.mean(keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True))
+
+
+def custom_loop(model: Any, optimizer: Any, rank: int, batch: int, steps: int, run: Any = None,
+                loss_scale: float = 1.0) -> list[float]:
+    """Times ``steps`` calls of a compiled train step after the warm-up; ``run`` wraps the step
+    (strategy.run), ``loss_scale`` divides the loss among replicas where the strategy sums gradients."""
+    import tensorflow as tf
+
+    def step(x: Any, y: Any) -> Any:
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True)) * loss_scale
+        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+        return loss
+
+    compiled = tf.function(lambda x, y: run(step, args=(x, y))) if run else tf.function(step)
+    x, y = data(rank, batch)
+    x, y = tf.constant(x), tf.constant(y)
+    times = []
+    for i in range(WARMUP_STEPS + steps):
+        start = time.perf_counter()
+        compiled(x, y)
+        if i >= WARMUP_STEPS:
+            times.append(time.perf_counter() - start)
+    return times
+
+
+def fit_loop(model: Any, optimizer: Any, rank: int, batch: int, steps: int, callbacks: list[Any]) -> list[float]:
+    x, y = data(rank, batch * (WARMUP_STEPS + steps))
+    model.compile(optimizer=optimizer, loss=loss_fn)
+    timer = step_timer()
+    model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0, callbacks=callbacks + [timer])
+    return timer.times[WARMUP_STEPS:]
+
+
+def emit(config: str, rank: int, times: list[float]) -> None:
+    print(MARKER + json.dumps({"config": config, "rank": rank, "median_s": statistics.median(times)}), flush=True)
+
+
+def limit_threads() -> None:
+    import tensorflow as tf
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(2)
+
+
+# ---- the roles each process plays ------------------------------------------------------------
+
+def run_ours(config: str, batch: int, steps: int) -> None:
+    limit_threads()
+    import keras
+
+    import collective.keras as hvd
+    hvd.init()
+    model = build_model()
+    optimizer = hvd.DistributedOptimizer(keras.optimizers.SGD(0.01))
+    if config == "ours":
+        hvd.broadcast_variables(model.variables, root_rank=0)
+        times = custom_loop(model, optimizer, hvd.rank(), batch, steps)
+    else:
+        times = fit_loop(model, optimizer, hvd.rank(), batch, steps, [hvd.BroadcastGlobalVariablesCallback(0)])
+    emit(config, hvd.rank(), times)
+    hvd.shutdown()
+
+
+def run_mwms(batch: int, steps: int, ranks: int) -> None:
+    limit_threads()
+    import keras
+    import tensorflow as tf
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    rank = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+    with strategy.scope():
+        model = build_model()
+        optimizer = keras.optimizers.SGD(0.01)
+        times = custom_loop(model, optimizer, rank, batch, steps, run=strategy.run,
+                            loss_scale=1.0 / strategy.num_replicas_in_sync)
+    emit("mwms", rank, times)
+
+
+def run_single(batch: int, steps: int) -> None:
+    limit_threads()
+    import keras
+    emit("single", 0, custom_loop(build_model(), keras.optimizers.SGD(0.01), 0, batch, steps))
+
+
+def run_latency(repeats: int) -> None:
+    """Per-call cost of the bridge: one allreduce through numpy (the engine directly), torch, TF eager
+    and a tf.function, each on 2 ranks, for a tiny and a 1 MiB float32 tensor."""
+    limit_threads()
+    import numpy as np
+    import tensorflow as tf
+    import torch
+
+    import collective
+    import collective.tensorflow as hvd_tf
+    import collective.torch as hvd_torch
+    hvd_torch.init()
+    hvd_tf.init()
+    graph_allreduce = tf.function(lambda t: hvd_tf.allreduce(t, op=hvd_tf.Sum))
+    for elements in (4, 1 << 18):
+        base = np.ones(elements, np.float32)
+        tf_tensor, torch_tensor = tf.constant(base), torch.from_numpy(base.copy())
+        calls = {
+            "numpy (engine)": lambda: collective.allreduce(base, op=collective.Sum),
+            "torch": lambda: hvd_torch.allreduce(torch_tensor, op=hvd_torch.Sum),
+            "tf eager": lambda: hvd_tf.allreduce(tf_tensor, op=hvd_tf.Sum),
+            "tf.function": lambda: graph_allreduce(tf_tensor),
+        }
+        for label, call in calls.items():
+            for _ in range(20):
+                call()
+            times = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                call()
+                times.append(time.perf_counter() - start)
+            print(MARKER + json.dumps({"latency": label, "elements": elements, "rank": hvd_tf.rank(),
+                                       "median_us": statistics.median(times) * 1e6}), flush=True)
+    hvd_tf.shutdown()
+
+
+def latency(args: argparse.Namespace) -> None:
+    cmd = [sys.executable, "-m", "collective.run", "-np", "2", "--timeout", "600", str(Path(__file__).resolve()),
+           "--role", "latency", "--steps", str(args.steps)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=True).stdout
+    rows: dict[tuple[str, int], float] = {}
+    for line in out.splitlines():
+        if MARKER in line:
+            record = json.loads(line.split(MARKER, 1)[1])
+            key = (record["latency"], record["elements"])
+            rows[key] = max(rows.get(key, 0.0), record["median_us"])
+    print("\n| allreduce (Sum, float32, 2 ranks) | 16 B (us) | 1 MiB (us) |")
+    print("|---|---:|---:|")
+    for label in dict.fromkeys(k[0] for k in rows):
+        print(f"| {label} | {rows[label, 4]:.0f} | {rows[label, 1 << 18]:.0f} |")
+
+
+# ---- the driver ------------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def commands(config: str, args: argparse.Namespace) -> list[tuple[list[str], dict[str, str]]]:
+    me = [sys.executable, str(Path(__file__).resolve())]
+    role = ["--role", config, "--batch", str(args.batch), "--steps", str(args.steps), "--ranks", str(args.ranks)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    if config.startswith("ours"):
+        launcher = [sys.executable, "-m", "collective.run", "-np", str(args.ranks), "--timeout", "600"]
+        return [(launcher + me[1:] + role, env)]
+    if config == "mwms":
+        workers = [f"127.0.0.1:{free_port()}" for _ in range(args.ranks)]
+        return [(me + role, {**env, "TF_CONFIG": json.dumps({"cluster": {"worker": workers},
+                                                             "task": {"type": "worker", "index": r}})})
+                for r in range(args.ranks)]
+    return [(me + role, env)]
+
+
+def run_config(config: str, args: argparse.Namespace) -> float:
+    """Starts one configuration's processes; returns the max over ranks of the median step time."""
+    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for cmd, env in commands(config, args)]
+    medians, outputs = [], []
+    try:
+        for proc in procs:
+            out, _ = proc.communicate(timeout=900)
+            outputs.append(out)
+            medians += [json.loads(line.split(MARKER, 1)[1])["median_s"] for line in out.splitlines() if MARKER in line]
+            if proc.returncode != 0:
+                raise RuntimeError(f"{config} failed (exit {proc.returncode}):\n{out[-3000:]}")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    expected = 1 if config == "single" else args.ranks
+    if len(medians) != expected:
+        raise RuntimeError(f"{config}: {len(medians)} of {expected} ranks reported:\n" + "\n".join(outputs)[-3000:])
+    return max(medians)
+
+
+def drive(args: argparse.Namespace) -> None:
+    params = sum(a * b + b for a, b in zip(LAYERS[:-1], LAYERS[1:]))
+    print(f"MLP {LAYERS}, {params / 1e6:.2f}M parameters (float32), batch {args.batch} per rank, {args.ranks} ranks, "
+          f"1 intra-op thread each, {args.steps} timed steps after {WARMUP_STEPS} warm-up, {args.rounds} "
+          "interleaved rounds", flush=True)
+    samples: dict[str, list[float]] = {c: [] for c in CONFIGS}
+    for round_index in range(args.rounds):
+        for config in CONFIGS:
+            samples[config].append(run_config(config, args))
+        print(f"round {round_index + 1}: " + ", ".join(f"{c} {samples[c][-1] * 1e3:.1f} ms" for c in CONFIGS),
+              flush=True)
+    step = {c: statistics.median(v) for c, v in samples.items()}
+    print("\n| configuration | step time (ms) | communication overhead (ms) |")
+    print("|---|---:|---:|")
+    for config in CONFIGS:
+        overhead = "" if config == "single" else f"{(step[config] - step['single']) * 1e3:.1f}"
+        print(f"| {config} | {step[config] * 1e3:.1f} | {overhead} |")
+    print(f"ours / mwms step-time ratio: {step['ours'] / step['mwms']:.3f} (target <= 1.0)")
+    print(f"ours-fit / mwms step-time ratio: {step['ours-fit'] / step['mwms']:.3f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--batch", type=int, default=32, help="samples per rank per step")
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--latency", action="store_true",
+                        help="instead: per-call cost of one allreduce through numpy, torch, TF eager and tf.function "
+                             "(--steps calls each)")
+    parser.add_argument("--role", choices=ROLES, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.role is None:
+        latency(args) if args.latency else drive(args)
+    elif args.role == "latency":
+        run_latency(args.steps)
+    elif args.role.startswith("ours"):
+        run_ours(args.role, args.batch, args.steps)
+    elif args.role == "mwms":
+        run_mwms(args.batch, args.steps, args.ranks)
+    else:
+        run_single(args.batch, args.steps)
+
+
+if __name__ == "__main__":
+    main()
