@@ -59,6 +59,12 @@ class Call:
         return total
 
 
+def astuple_call(call: Call) -> tuple:
+    """The call's fields in order (``Call(*astuple_call(c)) == c``), for compact pickling."""
+    return (call.kind, call.name, call.dtype, call.shape, call.op, call.root, call.prescale, call.postscale,
+            call.splits)
+
+
 def validate_call(call: Call, size: int) -> None:
     """The checks one rank can make alone, before anything is sent (the native engine's own)."""
     if any(d < 0 for d in call.shape):

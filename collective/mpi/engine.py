@@ -27,7 +27,7 @@ from collective.errors import CollectiveError, CollectiveTimeoutError, InvalidAr
     PeerFailureError
 from collective.mpi import transfers
 from collective.mpi.buffers import STORAGE, tensor_array
-from collective.mpi.calls import Call, check_agreement, validate_call
+from collective.mpi.calls import Call, astuple_call, check_agreement, validate_call
 from collective.mpi.negotiation import Table
 
 logger = logging.getLogger(__name__)
@@ -178,7 +178,8 @@ class MpiEngine:
 
         cached = self._cache_ids.get(tuple(calls)) if calls else None
         kind = _NOTHING if not calls else (_CACHED if cached is not None else _FRESH)
-        payload = pickle.dumps(calls) if kind == _FRESH else b""
+        # Plain tuples pickle several times faster than the dataclass.
+        payload = pickle.dumps([astuple_call(c) for c in calls]) if kind == _FRESH else b""
         header = np.array([kind, cached if cached is not None else len(payload), int(stopping)], np.int64)
         headers = np.empty((self._size, 3), np.int64)
         self._await(self._comm.Iallgather(header, headers))
@@ -186,7 +187,7 @@ class MpiEngine:
         blob = np.empty(sum(fresh_counts), np.uint8)
         if any(fresh_counts):
             send = np.frombuffer(payload, np.uint8) if kind == _FRESH else np.empty(0, np.uint8)
-            displs = [int(x) for x in np.cumsum([0, *fresh_counts[:-1]])]
+            displs = list(itertools.accumulate(fresh_counts[:-1], initial=0))
             self._comm.Allgatherv([send, MPI.BYTE], [blob, fresh_counts, displs, MPI.BYTE])
         gathered: list[list[Call]] = []
         offset = 0
@@ -198,7 +199,7 @@ class MpiEngine:
             else:
                 raw = blob[offset:offset + count].tobytes()
                 offset += count
-                decoded = pickle.loads(raw)  # from our own job's ranks only
+                decoded = [Call(*t) for t in pickle.loads(raw)]  # from our own job's ranks only
                 gathered.append(decoded)
                 # Every rank inserts the same batches in the same order, so cache numbers agree.
                 key = tuple(decoded)
