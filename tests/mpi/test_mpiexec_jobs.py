@@ -100,3 +100,12 @@ def test_rank_size_and_local_rank_come_from_mpi(backend: str) -> None:
         (record,) = job.records(rank)
         assert record["mpi"] == [rank, 3, rank, 3]  # one host: one shared-memory domain
         assert record["ours"] == [rank, 3, rank, 3, 0, 1]
+
+
+@pytest.mark.timeout(150)
+def test_a_dying_rank_ends_the_job(backend: str) -> None:
+    """mpiexec takes the job down with rank 1's exit code (on the ring, rank 0 would also name the dead
+    peer, but mpiexec usually stops it first). Either way nothing hangs."""
+    job = run_mpi_job(str(Path(__file__).resolve().parent / "dying_worker.py"), 2, backend=backend, timeout_s=120)
+    assert job.returncode != 0, job.output[-3000:]
+    assert "Exit code:    3" in job.output or "PeerFailureError" in job.output, job.output[-3000:]
