@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +29,23 @@ def run_mpi_job(worker: str, num_proc: int, *args: str, backend: str, timeout_s:
            "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
     cmd = [launcher, "-n", str(num_proc), "--oversubscribe", "--bind-to", "none", "-x", "COLLECTIVE_BACKEND",
            "-x", "PYTHONUNBUFFERED", sys.executable, str(PREFIXER), str(WORKERS / worker), *args]
-    # mpiexec kills every rank when it is killed, so the subprocess deadline cleans up the whole job.
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
-    return JobResult(proc.returncode, proc.stdout + proc.stderr, parse_results(proc.stdout))
+    # Its own session, so a stuck job can be stopped as a group: SIGTERM lets mpiexec take its ranks
+    # down; SIGKILL follows for anything left.
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                proc.wait(timeout=10)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        out, err = proc.communicate()
+        raise AssertionError(f"mpiexec job {worker} ran past {timeout_s:g}s:\n{(out + err)[-3000:]}") from None
+    return JobResult(proc.returncode, out + err, parse_results(out))
