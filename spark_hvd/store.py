@@ -118,13 +118,28 @@ class Store:
         if self._fs is None:
             import fsspec
 
-            options = dict(self.storage_options)
-            if self.protocol in _OBJECT_STORES:
-                # Executors add files behind the driver's back; a cached listing would hide them.
-                options.setdefault("use_listings_cache", False)
-            # Our own instance: fsspec's shared one would carry other users' settings and state.
-            self._fs = fsspec.filesystem(self.protocol, skip_instance_cache=True, **options)
+            try:
+                # Our own instance: fsspec's shared one would carry other users' settings and state.
+                self._fs = fsspec.filesystem(self.protocol, skip_instance_cache=True, **self.filesystem_options())
+            except OSError as error:
+                if self.protocol != "hdfs":
+                    raise
+                first_line = (str(error).splitlines() or [type(error).__name__])[0]
+                raise StoreError(f"Store {self._prefix!r}: HDFS could not be reached ({first_line}); pyarrow's HDFS "
+                                 "client needs Java and Hadoop's libhdfs: set JAVA_HOME, HADOOP_HOME (or "
+                                 "ARROW_LIBHDFS_DIR) and CLASSPATH=$(hadoop classpath --glob)") from error
         return self._fs
+
+    def filesystem_options(self) -> dict[str, Any]:
+        """What the filesystem is created with: the URL's own (HDFS host and port...), then storage_options."""
+        import fsspec
+
+        options = dict(fsspec.get_filesystem_class(self.protocol)._get_kwargs_from_urls(self._prefix))
+        options.update(self.storage_options)
+        if self.protocol in _OBJECT_STORES:
+            # Executors add files behind the driver's back; a cached listing would hide them.
+            options.setdefault("use_listings_cache", False)
+        return options
 
     def arrow_filesystem(self) -> tuple[Any, str]:
         """(pyarrow.fs.FileSystem, the prefix as a path inside it), for pyarrow.dataset and pyarrow.parquet."""

@@ -42,6 +42,13 @@ def test_object_store_urls_route_to_their_fsspec_filesystems():
     hdfs = Store.create("hdfs://namenode:8020/user/me/hvd")
     assert hdfs.protocol == "hdfs"
     assert fsspec.get_filesystem_class(hdfs.protocol).__name__ == "HadoopFileSystem"
+    assert hdfs.filesystem_options() == {"host": "namenode", "port": 8020}
+
+
+def test_unreachable_hdfs_says_what_it_needs():
+    store = Store.create("hdfs://127.0.0.1:1/hvd")            # no namenode there (nor, here, libhdfs)
+    with pytest.raises(StoreError, match=r"'hdfs://127.0.0.1:1/hvd': HDFS could not be reached .*HADOOP_HOME"):
+        store.filesystem()
 
 
 @pytest.mark.parametrize("prefix, package, extra, class_name", [
