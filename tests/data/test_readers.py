@@ -160,3 +160,4 @@ def test_steps_per_epoch(total, size, batch, requested, expected):
 def test_steps_per_epoch_rejects_bad_arguments(args):
     with pytest.raises(ValueError):
         steps_per_epoch(*args)
+
