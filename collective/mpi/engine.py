@@ -170,7 +170,8 @@ class MpiEngine:
             logger.exception("MPI engine failed")
             with self._cond:
                 self._broken = e
-            self._fail_all(CollectiveError(f"the MPI engine failed: {type(e).__name__}: {e}"))
+            self._fail_all(e if isinstance(e, CollectiveError) else
+                           CollectiveError(f"the MPI engine failed: {type(e).__name__}: {e}"))
 
     def _exchange(self, calls: list[Call], stopping: bool) -> tuple[list[list[Call]], list[int]]:
         """Every rank's new calls, in rank order, and the ranks that are stopping."""
@@ -209,10 +210,17 @@ class MpiEngine:
         return gathered, [r for r, h in enumerate(headers) if h[2]]
 
     def _await(self, request: Any) -> None:
+        """Polls ``request``; a peer whose engine stopped cycling is an error after ``timeout_s``, not a hang
+        (MPI cannot say which peer; a dead process makes mpiexec end the job sooner)."""
         started = time.monotonic()
         pause = 20e-6
         while not request.Test():
-            if time.monotonic() - started > _SPIN_S:
+            waited = time.monotonic() - started
+            if waited > _SPIN_S:
+                if waited > self._timeout_s:
+                    raise CollectiveTimeoutError(
+                        f"rank {self._rank}: the MPI engine's negotiation round did not complete within "
+                        f"{self._timeout_s:g}s; a peer's engine has stopped or hangs")
                 time.sleep(pause)
                 pause = min(pause * 2, _LONGEST_PAUSE_S)
 

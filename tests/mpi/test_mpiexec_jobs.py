@@ -109,3 +109,14 @@ def test_a_dying_rank_ends_the_job(backend: str) -> None:
     job = run_mpi_job(str(Path(__file__).resolve().parent / "dying_worker.py"), 2, backend=backend, timeout_s=120)
     assert job.returncode != 0, job.output[-3000:]
     assert "Exit code:    3" in job.output or "PeerFailureError" in job.output, job.output[-3000:]
+
+
+@pytest.mark.timeout(120)
+def test_an_mpi_engine_whose_peer_never_cycles_times_out() -> None:
+    job = run_mpi_job(str(Path(__file__).resolve().parent / "stuck_peer_worker.py"), 2, backend="mpi", timeout_s=90)
+    # Both ranks leave without MPI_Finalize (a request is still pending), which mpiexec reports as rc 1.
+    assert sorted(job.results) == [0, 1], job.output[-3000:]
+    (verdict,) = job.records(0)
+    assert job.records(1) == [{"saw": verdict}]
+    assert verdict["error"] == "CollectiveTimeoutError", verdict
+    assert "did not complete within 3s" in verdict["message"]
