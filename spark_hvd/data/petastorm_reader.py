@@ -48,6 +48,7 @@ class PetastormShardReader(ShardReader):
         self._columns = columns
         self._size = size
         self._options = dict(reader_options or {})
+        self._open_readers: set[Any] = set()      # of passes still running, stopped by close()
         fixed = {"schema_fields", "reader_pool_type", "num_epochs", "cur_shard", "shard_count"} & set(self._options)
         if fixed:
             raise ValueError(f"reader_options may not set {sorted(fixed)}: the reader sets them")
@@ -59,11 +60,21 @@ class PetastormShardReader(ShardReader):
             cur_shard=self.rank, shard_count=self._size, shuffle_row_groups=rng is not None,
             seed=int(rng.integers(2**31)) if rng is not None else None,
             storage_options=self._storage_options, **self._options)
+        self._open_readers.add(reader)
         try:
             for batch in reader:
                 yield {spec.name: _as_array(getattr(batch, spec.name), spec.shape, spec.dtype)
                        for spec in self.specs}
         finally:
+            self._stop(reader)
+
+    def close(self) -> None:
+        for reader in list(self._open_readers):
+            self._stop(reader)
+
+    def _stop(self, reader: Any) -> None:
+        if reader in self._open_readers:
+            self._open_readers.discard(reader)
             reader.stop()
             reader.join()
 

@@ -96,3 +96,13 @@ def test_too_few_row_groups_for_petastorm_is_a_clear_error(data):
     groups = len(data.row_groups("val"))
     with pytest.raises(InputError, match=rf"val split has {groups} row group\(s\) for {groups + 1} ranks"):
         make_reader(data, "val", 0, groups + 1, batch_size=8, shuffle=False, seed=0, reader="petastorm")
+
+
+def test_close_stops_a_pass_left_half_read(data):
+    reader = make_reader(data, "train", 0, 2, batch_size=8, shuffle=False, seed=0, reader="petastorm")
+    batches = reader.batches(0)
+    next(batches)
+    assert len(reader._open_readers) == 1
+    reader.close()
+    assert not reader._open_readers
+    assert next(reader.batches(1))["id"].shape == (8,)                # still usable for the next epoch
