@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from jobs import JobResult
 from mpi_jobs import run_mpi_job
 
 
@@ -27,7 +28,7 @@ def _torch_cases() -> list[str]:
 TORCH_CASES = _torch_cases()
 
 
-def assert_clean(job, num_proc: int) -> None:  # type: ignore[no-untyped-def]
+def assert_clean(job: JobResult, num_proc: int) -> None:
     assert job.returncode == 0, job.output[-4000:]
     assert sorted(job.results) == list(range(num_proc)), job.output[-4000:]
 
