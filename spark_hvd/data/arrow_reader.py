@@ -45,7 +45,7 @@ def plan_pieces(row_groups_per_file: list[tuple[int, ...]], start: int, stop: in
 
 class ArrowShardReader(ShardReader):
     def __init__(self, data: Materialized, split: str, rank: int, size: int, *, columns: list[str],
-                 batch_size: int, shuffle: bool, seed: int, shuffle_buffer_rows: int,
+                 batch_size: int, shuffle: bool, seed: int | None, shuffle_buffer_rows: int,
                  inmemory_cache_all: bool) -> None:
         start, stop = shard_range(data.rows(split), rank, size)
         super().__init__([data.columns[name] for name in columns], stop - start, rank=rank, split=split,

@@ -66,7 +66,9 @@ def materialization_key(df: Any, columns: dict[str, ColumnSpec], validation: flo
     plan = jdf.queryExecution().analyzed().toString() if jdf is not None else df.schema.simpleString()
     identity = {"plan": plan, "semantic_hash": int(df.semanticHash()),
                 "columns": [spec.to_json() for spec in columns.values()],
-                "validation": validation, "seed": seed, "row_group_rows": row_group_rows}
+                "validation": validation, "row_group_rows": row_group_rows,
+                # The seed only picks the rows of a validation fraction.
+                "seed": seed if isinstance(validation, float) else None}
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
 
 

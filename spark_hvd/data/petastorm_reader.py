@@ -33,7 +33,7 @@ def petastorm_shard_rows(row_groups: list[int], rank: int, size: int) -> int:
 
 class PetastormShardReader(ShardReader):
     def __init__(self, data: Materialized, split: str, rank: int, size: int, *, columns: list[str],
-                 batch_size: int, shuffle: bool, seed: int, shuffle_buffer_rows: int,
+                 batch_size: int, shuffle: bool, seed: int | None, shuffle_buffer_rows: int,
                  reader_options: Mapping[str, Any] | None = None) -> None:
         self._petastorm = import_petastorm()
         row_groups = data.row_groups(split)

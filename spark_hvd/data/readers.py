@@ -15,7 +15,7 @@ DEFAULT_SHUFFLE_BUFFER_BYTES = 64 * 1024 * 1024
 
 
 def make_reader(data: Materialized, split: str, rank: int, size: int, batch_size: int, shuffle: bool,
-                seed: int, reader: str = "arrow", shuffle_buffer_rows: int | None = None,
+                seed: int | None, reader: str = "arrow", shuffle_buffer_rows: int | None = None,
                 inmemory_cache_all: bool = False, columns: Sequence[str] | None = None,
                 reader_options: Mapping[str, Any] | None = None) -> ShardReader:
     """This rank's reader of `split` ("train" or "val"); columns default to every materialised column.

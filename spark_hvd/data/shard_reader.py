@@ -16,7 +16,7 @@ class ShardReader:
     """Base of the Arrow and Petastorm readers; subclasses read one pass over the shard in _read_pass."""
 
     def __init__(self, specs: list[ColumnSpec], rows: int, *, rank: int, split: str, batch_size: int,
-                 shuffle: bool, seed: int, shuffle_buffer_rows: int) -> None:
+                 shuffle: bool, seed: int | None, shuffle_buffer_rows: int) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         if shuffle and shuffle_buffer_rows < 1:
@@ -40,7 +40,7 @@ class ShardReader:
         """
         queue = RowQueue()
         for pass_index in itertools.count():
-            rng = np.random.default_rng([self.seed & 0xFFFFFFFF, epoch, pass_index])
+            rng = np.random.default_rng(None if self.seed is None else [self.seed & 0xFFFFFFFF, epoch, pass_index])
             chunks = self._read_pass(rng if self.shuffle else None)
             if self.shuffle:
                 chunks = shuffled(chunks, rng, self.shuffle_buffer_rows)

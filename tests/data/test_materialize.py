@@ -94,6 +94,8 @@ def test_validation_by_column_is_not_written(df, tmp_path):
     assert pq.read_schema(data.file_paths("val")[0]).names == ["features", "id"]
     assert sorted(read_all(data, "val")["id"].tolist()) == list(range(0, ROWS, 5))
     assert all(i % 5 for i in read_all(data, "train")["id"].tolist())
+    # The seed picks no rows here, so another seed reuses the same materialisation.
+    assert materialize(df, store, specs, validation="held_out", seed=5, num_proc=2).reused
 
 
 def test_second_materialisation_reuses_the_first(df, tmp_path):

@@ -84,6 +84,12 @@ def test_shuffle_changes_order_keeps_the_multiset_and_is_seeded(store):
     assert sorted(second_pass.tolist()) == list(range(100)) and second_pass.tolist() != first
 
 
+def test_unseeded_shuffle_still_reads_every_row(store):
+    data = write_split(store, "k", file_rows=[30], row_group_rows=7)
+    reader = make_reader(data, "train", 0, 1, batch_size=5, shuffle=True, seed=None, shuffle_buffer_rows=10)
+    assert sorted(one_pass_ids(reader)) == list(range(30))
+
+
 def test_inmemory_cache_reads_each_row_group_once(store, monkeypatch):
     data = write_split(store, "k", file_rows=[30], row_group_rows=10)
     reader = make_reader(data, "train", 0, 1, batch_size=6, shuffle=True, seed=1, inmemory_cache_all=True)
