@@ -125,9 +125,10 @@ class MpiEngine:
                     missing = self._table.missing(request.call.name)
                 except RuntimeError:  # the engine thread changed the table meanwhile
                     missing = []
+            who = f"rank(s) {missing} have not submitted it" if missing else "every rank has submitted it"
             raise CollectiveTimeoutError(
                 f"{request.call.kind_name} '{request.call.name}' did not complete within {self._timeout_s * 4:g}s; "
-                f"rank(s) {missing} have not submitted it")
+                f"{who}")
         with self._cond:
             self._handles.pop(handle, None)
         if request.error is not None:
@@ -163,8 +164,12 @@ class MpiEngine:
                 self._finish_join()
                 self._warn_stalls()
                 if stopped:
-                    self._fail_all(CollectiveError("the MPI engine was shut down") if stopping else PeerFailureError(
-                        f"rank(s) {stopped} shut down while requests were outstanding"))
+                    # Once one rank leaves, no further round can complete: later submits fail at once.
+                    error = CollectiveError("the MPI engine was shut down") if stopping else PeerFailureError(
+                        f"rank(s) {stopped} shut down their engine; no more collectives can run")
+                    with self._cond:
+                        self._broken = error
+                    self._fail_all(error)
                     return
         except BaseException as e:  # noqa: BLE001 - every waiter must hear about it
             logger.exception("MPI engine failed")
