@@ -2,7 +2,8 @@
 
     import collective.torch as hvd   # was: import horovod.torch as hvd
 
-and run it with ``python -m collective.run -np 2 train.py``. Only CPU tensors are supported for now.
+and run it with ``python -m collective.run -np 2 train.py`` (or under mpirun). CPU tensors go through the
+background engine; CUDA tensors through NCCL (collective/torch/cuda_ops.py).
 """
 
 from collective.errors import (
