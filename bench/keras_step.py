@@ -1,7 +1,7 @@
 """Training-step benchmark: collective.keras's DistributedOptimizer against TensorFlow's
 MultiWorkerMirroredStrategy, on the same Keras 3 model and optimizer.
 
-    .venv/bin/python bench/keras_step.py [--rounds 3] [--steps 30] [--batch 32] [--ranks 2]
+    .venv/bin/python bench/keras_step.py [--rounds 3] [--steps 40] [--batch 32] [--ranks 2]
     .venv/bin/python bench/keras_step.py --latency [--steps 500]   # the bridge's per-call cost
 
 An MLP of about 2.6M float32 parameters trains on CPU (one intra-op thread per process) on fixed
@@ -13,8 +13,9 @@ random data. Configurations, each started as its own set of processes from here:
             (Keras 3.15's model.fit fails under MultiWorkerMirroredStrategy while building the model,
             so the strategy is measured with its documented custom-loop form.)
   single    one process, plain optimizer, the custom step at the per-rank batch (compute only)
-Each process times every step; a configuration's time is the max over ranks of that rank's median
-step, and the reported figure the median over --rounds interleaved rounds. Target: ours / mwms <= 1.0.
+Each process times every step after a warm-up; a configuration's time is the max over ranks of that
+rank's median step, and the reported figure the median over --rounds rounds, whose order of
+configurations rotates. Target: ours / mwms <= 1.0.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ MARKER = "@@keras_step "
 CONFIGS = ("ours", "ours-fit", "mwms", "single")
 ROLES = CONFIGS + ("latency",)
 LAYERS = (1024, 1024, 1024, 512, 10)
-WARMUP_STEPS = 5
+WARMUP_STEPS = 10
 
 
 def build_model() -> Any:
@@ -56,16 +57,18 @@ def step_timer() -> Any:
     import keras
 
     class StepTimer(keras.callbacks.Callback):
+        """Step time = interval between consecutive batch ends, so everything fit does per step counts."""
+
         def __init__(self) -> None:
             super().__init__()
             self.times: list[float] = []
-            self._start = 0.0
-
-        def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
-            self._start = time.perf_counter()
+            self._last: float | None = None
 
         def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-            self.times.append(time.perf_counter() - self._start)
+            now = time.perf_counter()
+            if self._last is not None:
+                self.times.append(now - self._last)
+            self._last = now
     return StepTimer()
 
 
@@ -103,7 +106,7 @@ def fit_loop(model: Any, optimizer: Any, rank: int, batch: int, steps: int, call
     model.compile(optimizer=optimizer, loss=loss_fn)
     timer = step_timer()
     model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0, callbacks=callbacks + [timer])
-    return timer.times[WARMUP_STEPS:]
+    return timer.times[WARMUP_STEPS - 1:]
 
 
 def emit(config: str, rank: int, times: list[float]) -> None:
@@ -262,7 +265,8 @@ def drive(args: argparse.Namespace) -> None:
           "interleaved rounds", flush=True)
     samples: dict[str, list[float]] = {c: [] for c in CONFIGS}
     for round_index in range(args.rounds):
-        for config in CONFIGS:
+        # Rotated each round, so no configuration always runs first (or right after another).
+        for config in CONFIGS[round_index % len(CONFIGS):] + CONFIGS[:round_index % len(CONFIGS)]:
             samples[config].append(run_config(config, args))
         print(f"round {round_index + 1}: " + ", ".join(f"{c} {samples[c][-1] * 1e3:.1f} ms" for c in CONFIGS),
               flush=True)
@@ -279,7 +283,7 @@ def drive(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--batch", type=int, default=32, help="samples per rank per step")
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--latency", action="store_true",
