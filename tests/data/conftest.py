@@ -28,8 +28,19 @@ except ImportError:
     pass
 else:
     _fixtures = _spark_fixtures()
-    spark_environment = _fixtures.spark_environment
     local_spark = _fixtures.local_spark
+
+
+@pytest.fixture(scope="session")
+def spark_environment() -> Iterator[None]:
+    """What tests/spark's fixture of this name sets, without its registration of rank functions (which it
+    undoes at the end of the session, and twice would fail)."""
+    env = {"JAVA_HOME": _fixtures._java_home(), "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        yield
 
 
 def pytest_configure(config: pytest.Config) -> None:
