@@ -17,6 +17,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
+import estimator_models  # noqa: E402
 import rank_functions  # noqa: E402  (tests/spark is on sys.path, like tests/ for jobs.py)
 from standalone_cluster import StandaloneCluster, WorkerSpec  # noqa: E402
 
@@ -56,13 +57,16 @@ def spark_environment() -> Iterator[dict[str, str]]:
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "SPARK_LOCAL_IP": "127.0.0.1",             # else tasks advertise a non-loopback address
     }
-    # Functions in rank_functions are pickled by value, so ranks need not import the tests.
-    cloudpickle.register_pickle_by_value(rank_functions)
+    # Functions in these modules are pickled by value, so ranks need not import the tests.
+    shipped = (rank_functions, estimator_models)
+    for module in shipped:
+        cloudpickle.register_pickle_by_value(module)
     with pytest.MonkeyPatch.context() as patch:
         for name, value in env.items():
             patch.setenv(name, value)
         yield env
-    cloudpickle.unregister_pickle_by_value(rank_functions)
+    for module in shipped:
+        cloudpickle.unregister_pickle_by_value(module)
 
 
 @contextlib.contextmanager

@@ -4,24 +4,15 @@ from __future__ import annotations
 
 import os
 
-import cloudpickle
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
-import estimator_models
 from estimator_data import blobs, in_two_partitions
 from estimator_models import FailOnce, Slope, accuracy, classifier
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ship_test_models_by_value():
-    cloudpickle.register_pickle_by_value(estimator_models)
-    yield
-    cloudpickle.unregister_pickle_by_value(estimator_models)
 
 
 @pytest.fixture

@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-import cloudpickle
 import numpy as np
 import pytest
 
-import estimator_models
 from estimator_data import blobs
 from test_torch_estimator import make_estimator, predictions, with_ids
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ship_test_models_by_value():
-    cloudpickle.register_pickle_by_value(estimator_models)
-    yield
-    cloudpickle.unregister_pickle_by_value(estimator_models)
 
 
 def test_fit_transform_save_load_on_a_standalone_cluster(standalone_spark, tmp_path) -> None:
