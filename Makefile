@@ -53,6 +53,7 @@ demo: build
 bench: build
 	$(PY) bench/allreduce.py
 	$(PY) bench/torch_step.py
+	$(PY) bench/keras_step.py
 	$(PY) bench/spark_run.py
 	$(PY) bench/estimator.py
 

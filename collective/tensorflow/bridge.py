@@ -27,6 +27,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.ops.control_flow_util import GraphOrParentsInXlaContext
 from tensorflow.python.ops.control_flow_v2_func_graphs import ControlFlowFuncGraph
 
 from collective.errors import CollectiveError, InvalidArgumentError, MismatchError
@@ -43,6 +44,14 @@ not_converted = tf.autograph.experimental.do_not_convert
 _graph_counters: "weakref.WeakKeyDictionary[Any, itertools.count]" = weakref.WeakKeyDictionary()
 
 
+def invalid_argument(message: str) -> InvalidArgumentError:
+    """The error for bad input found while tracing: marked so that AutoGraph lets it reach the caller
+    as it is, instead of rewrapping it as a StagingError."""
+    error = InvalidArgumentError(message)
+    error.ag_pass_through = True
+    return error
+
+
 def label(name: str | None) -> str:
     """How error messages refer to a tensor."""
     return repr(name) if name else "(unnamed)"
@@ -51,10 +60,10 @@ def label(name: str | None) -> str:
 def as_tensor(value: Any, name: str | None) -> tf.Tensor:
     """``value`` as a dense tensor of a dtype the engine supports; raises naming the tensor otherwise."""
     if isinstance(value, tf.IndexedSlices):
-        raise InvalidArgumentError(f"tensor {label(name)} is an IndexedSlices; this op needs a dense tensor")
+        raise invalid_argument(f"tensor {label(name)} is an IndexedSlices; this op needs a dense tensor")
     tensor = tf.convert_to_tensor(value)
     if tensor.dtype not in SUPPORTED_DTYPES:
-        raise InvalidArgumentError(
+        raise invalid_argument(
             f"tensor {label(name)} has dtype {tensor.dtype.name}, which collectives do not support; "
             f"use one of {_SUPPORTED_TEXT}")
     return tensor
@@ -87,6 +96,10 @@ def run(fn: Callable[..., Sequence[np.ndarray]], inputs: Sequence[tf.Tensor], ou
     if tf.executing_eagerly():
         results = fn(*[_view(t) for t in inputs])
         return [_wrap(r, d) for r, d in zip(results, out_dtypes)]
+    if GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
+        raise invalid_argument(
+            "collectives cannot run inside an XLA-compiled function (jit_compile=True); Keras 3 turns XLA on by "
+            "default when a GPU is present, so compile the model with jit_compile=False")
     outputs = tf.numpy_function(_reporting_errors(fn), list(inputs), list(out_dtypes), stateful=True)
     for output, shape in zip(outputs, out_shapes):
         if shape is not None:

@@ -17,11 +17,19 @@ from typing import Any, Sequence
 import numpy as np
 import tensorflow as tf
 
-from collective.errors import InvalidArgumentError
 from collective.reduce_ops import Average, ReduceOp, Sum, resolve_op as _resolve_op
 from collective.runtime import rank, size
 from collective.tensorflow import engine_calls
-from collective.tensorflow.bridge import as_tensor, label, leading_unknown, not_converted, op_name, run, sub_names
+from collective.tensorflow.bridge import (
+    as_tensor,
+    invalid_argument,
+    label,
+    leading_unknown,
+    not_converted,
+    op_name,
+    run,
+    sub_names,
+)
 from collective.tensorflow.compression import Compression, Compressor
 
 
@@ -64,7 +72,7 @@ def _allreduce_sparse(slices: tf.IndexedSlices, name: str | None, op: ReduceOp, 
                       postscale: float) -> tf.IndexedSlices:
     """Horovod's allreduce of sparse gradients: every rank's rows, gathered (duplicates add up when applied)."""
     if op not in (Sum, Average):
-        raise InvalidArgumentError(f"allreduce of IndexedSlices {label(name)} supports only Sum and Average, "
+        raise invalid_argument(f"allreduce of IndexedSlices {label(name)} supports only Sum and Average, "
                                    f"not {op.name.capitalize()}")
     base = op_name("allreduce_sparse", name)
     values = allgather(slices.values, name=f"{base}.values" if base else None)
@@ -119,7 +127,7 @@ def allgather(tensor: Any, name: str | None = None, ignore_name_scope: bool = Fa
     dimensions may differ)."""
     x = as_tensor(tensor, name)
     if x.shape.rank == 0:
-        raise InvalidArgumentError(f"allgather {label(name)} needs a tensor with at least one dimension")
+        raise invalid_argument(f"allgather {label(name)} needs a tensor with at least one dimension")
     submitted = op_name("allgather", name)
 
     @tf.custom_gradient
@@ -182,7 +190,7 @@ def broadcast(tensor: Any, root_rank: int, name: str | None = None, ignore_name_
 def _check_root(root_rank: int, name: str | None) -> int:
     root = int(root_rank)
     if not 0 <= root < size():
-        raise InvalidArgumentError(f"broadcast {label(name)}: root_rank {root} is outside [0, {size()})")
+        raise invalid_argument(f"broadcast {label(name)}: root_rank {root} is outside [0, {size()})")
     return root
 
 
@@ -210,7 +218,7 @@ def alltoall(tensor: Any, splits: Any = None, name: str | None = None,
     """
     x = as_tensor(tensor, name)
     if x.shape.rank == 0:
-        raise InvalidArgumentError(f"alltoall {label(name)} needs a tensor with at least one dimension")
+        raise invalid_argument(f"alltoall {label(name)} needs a tensor with at least one dimension")
     split_tensor = None if splits is None else tf.reshape(tf.cast(tf.convert_to_tensor(splits), tf.int64), [-1])
     submitted = op_name("alltoall", name)
 
@@ -239,7 +247,7 @@ def reducescatter(tensor: Any, device_dense: str = "", compression: type[Compres
     reduce_op = resolve_op(op, None)
     x = as_tensor(tensor, name)
     if x.shape.rank == 0:
-        raise InvalidArgumentError(f"reducescatter {label(name)} needs a tensor with at least one dimension")
+        raise invalid_argument(f"reducescatter {label(name)} needs a tensor with at least one dimension")
     compressed, ctx = compression.compress(x)
     submitted = op_name("reducescatter", name)
 
@@ -252,7 +260,7 @@ def reducescatter(tensor: Any, device_dense: str = "", compression: type[Compres
 
         def backward(dy: tf.Tensor) -> tf.Tensor:
             if reduce_op not in (Sum, Average):
-                raise InvalidArgumentError(f"reducescatter with op={reduce_op.name.capitalize()} has no gradient; use Sum or Average")
+                raise invalid_argument(f"reducescatter with op={reduce_op.name.capitalize()} has no gradient; use Sum or Average")
             gathered = allgather(dy, name=_grad_name(submitted))
             scale = prescale_factor * postscale_factor / (size() if reduce_op == Average else 1)
             return gathered * tf.cast(scale, gathered.dtype) if scale != 1 else gathered

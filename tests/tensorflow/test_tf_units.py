@@ -68,3 +68,8 @@ def test_graph_names_repeat_when_a_function_is_traced_again() -> None:
     assert first == ["step.allreduce.0", "step.allgather.1", "mine", "step.allreduce.2"], first
     assert seen[1] == first
     assert op_name("allreduce", None) is None  # eager
+
+
+def test_xla_compiled_functions_are_refused_clearly() -> None:
+    with pytest.raises(hvd.InvalidArgumentError, match="jit_compile=False"):
+        tf.function(lambda x: hvd.allreduce(x, name="x"), jit_compile=True)(tf.ones(2))
