@@ -16,6 +16,7 @@ from collective.dtypes import dtype_code
 FLOAT16, BFLOAT16 = 4, 5
 # Storage dtype per native code; bfloat16 is carried as its uint16 bit pattern.
 STORAGE = (np.uint8, np.int8, np.int32, np.int64, np.float16, np.uint16, np.float32, np.float64)
+_STORAGE_DTYPES = tuple(np.dtype(t) for t in STORAGE)
 
 
 def tensor_array(tensor: Any, dtype: int, shape: Sequence[int] | None) -> tuple[np.ndarray, int, tuple[int, ...]]:
@@ -24,6 +25,12 @@ def tensor_array(tensor: Any, dtype: int, shape: Sequence[int] | None) -> tuple[
     ``tensor`` is an object with the buffer protocol, or an address (then ``dtype`` and ``shape`` say
     what lies there).
     """
+    if type(tensor) is np.ndarray and dtype >= 0:  # the numpy API's calls: no conversion, no new view
+        if not tensor.flags.c_contiguous:
+            raise ValueError("tensor memory must be C-contiguous")
+        flat = tensor if tensor.ndim == 1 else tensor.reshape(-1)
+        storage = _STORAGE_DTYPES[dtype]
+        return (flat if flat.dtype == storage else flat.view(storage)), dtype, tensor.shape
     if isinstance(tensor, int):
         dims = tuple(int(d) for d in (shape or ()))
         count = int(np.prod(dims, dtype=np.int64)) if dims else 1

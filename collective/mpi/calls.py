@@ -130,28 +130,38 @@ def check_agreement(calls: Sequence[Call], ranks: Sequence[int], call_number: in
 
 
 @functools.lru_cache(maxsize=4096)
-def agreement_record(call: Call, size: int) -> np.ndarray:
-    """int64[2 + 1 + size]: a digest of everything ranks must agree on, then what may differ per rank
-    (the first dimension, and alltoall's splits), so one fixed-size Allgather checks a call.
-    Cached, as training repeats the same calls; callers must not write to it."""
+def agreement_words(call: Call) -> np.ndarray:
+    """int64[4]: a 124-bit digest of everything ranks must agree on, then its negation.
+
+    The elementwise MIN of these over ranks equals a rank's own words exactly when every rank's digest
+    is the same (min(d) == d == max(d) == -min(-d)), so ONE tiny Allreduce checks a call, and every
+    rank reaches the same verdict. The digest is kept to 62 bits per word so its negation cannot
+    overflow. Cached, as training repeats the same calls; callers must not write to it."""
     if call.kind in _SAME_TRAILING_SHAPE:
         agreed = (call.kind, call.name, call.dtype, len(call.shape), call.shape[1:])
     else:
         agreed = (call.kind, call.name, call.dtype, call.shape, call.op, call.root, call.prescale, call.postscale)
-    digest = hashlib.blake2b(repr(agreed).encode(), digest_size=16).digest()
-    record = np.zeros(3 + size, np.int64)
-    record[:2] = np.frombuffer(digest, np.int64)
-    record[2] = call.shape[0] if call.shape else 0
+    digest = np.frombuffer(hashlib.blake2b(repr(agreed).encode(), digest_size=16).digest(), np.int64)
+    digest = digest & np.int64((1 << 62) - 1)
+    words = np.concatenate([digest, -digest])
+    words.flags.writeable = False
+    return words
+
+
+def rows_record(call: Call, size: int) -> np.ndarray:
+    """int64[1 + size]: what may differ per rank once the digests agree (the first dimension, and
+    alltoall's splits), for the Allgather that allgather and alltoall need anyway."""
+    record = np.zeros(1 + size, np.int64)
+    record[0] = call.shape[0] if call.shape else 0
     if call.kind == kinds.ALLTOALL:
-        record[3:] = call.splits
-    record.flags.writeable = False
+        record[1:] = call.splits
     return record
 
 
 def calls_from_records(mine: Call, records: np.ndarray) -> list[Call]:
-    """Every rank's call, rebuilt from ``mine`` and the gathered records (whose digests all matched)."""
+    """Every rank's call, rebuilt from ``mine`` and the gathered rows records (whose digests all matched)."""
     if mine.kind not in _SAME_TRAILING_SHAPE:
         return [mine] * len(records)
-    return [dataclasses.replace(mine, shape=(int(r[2]), *mine.shape[1:]),
-                                splits=tuple(int(x) for x in r[3:]) if mine.kind == kinds.ALLTOALL else ())
+    return [dataclasses.replace(mine, shape=(int(r[0]), *mine.shape[1:]),
+                                splits=tuple(int(x) for x in r[1:]) if mine.kind == kinds.ALLTOALL else ())
             for r in records]

@@ -1,20 +1,26 @@
 """Synchronous collectives over MPI, with the native communicator's methods and signatures.
 
-Each call first swaps its descriptor with every rank (a small pickled allgather), so a disagreement
-is a MismatchError naming the tensor on every rank; then the data moves with one buffer-based call.
+Each call first checks that every rank asked for the same (one Allreduce of a 32-byte digest), so a
+disagreement is a MismatchError naming the tensor on every rank; then the data moves with one
+buffer-based call. What a repeated call needs (its descriptor, digest, MPI op) is worked out once and
+kept, as training repeats the same calls.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
 import numpy as np
 
 from collective import engine as kinds
+from collective.errors import MismatchError
 from collective.mpi import transfers
 from collective.mpi.buffers import tensor_array
-from collective.mpi.calls import Call, agreement_record, calls_from_records, check_agreement, validate_call
+from collective.mpi.calls import Call, agreement_words, calls_from_records, check_agreement, rows_record, \
+    validate_call
+
+_PLAN_CAPACITY = 4096  # distinct calls remembered; past it the memory starts over
 
 
 class MpiCommunicator:
@@ -23,20 +29,27 @@ class MpiCommunicator:
     and starting the engine later needs no communication."""
 
     def __init__(self, comm: Any, host_keys: Sequence[str]) -> None:
+        from mpi4py import MPI
+
         self._comm = comm.Dup()
         self._engine_comm = comm.Dup()
         self._host_keys = list(host_keys)
+        self._rank, self._size = int(self._comm.Get_rank()), int(self._comm.Get_size())
         self._calls = 0
         self._lock = threading.Lock()  # callers from several Python threads take turns, as natively
         self._closed = False
+        self._min, self._in_place = MPI.MIN, MPI.IN_PLACE
+        self._verdict = np.empty(4, np.int64)  # scratch for the agreement Allreduce (used under the lock)
+        # Call fields -> (Call, its agreement words as bytes and as an array, MPI op of a plain allreduce).
+        self._plans: dict[tuple, tuple[Call, np.ndarray, bytes, Any]] = {}
 
     @property
     def rank(self) -> int:
-        return int(self._comm.Get_rank())
+        return self._rank
 
     @property
     def size(self) -> int:
-        return int(self._comm.Get_size())
+        return self._size
 
     @property
     def engine_comm(self) -> Any:
@@ -47,39 +60,67 @@ class MpiCommunicator:
         """Whether MPI can reach ``peer`` through shared memory: both in one node's shared domain."""
         return self._host_keys[peer] == self._host_keys[self.rank]
 
-    def _agree(self, call: Call) -> list[Call]:
-        """Every rank's call; one fixed-size Allgather when they agree (the common case), and a full
-        exchange of the calls only to word the MismatchError when they do not."""
-        validate_call(call, self.size)
+    def _plan(self, fields: tuple) -> tuple[Call, np.ndarray, bytes, Any]:
+        """The call with these fields (validated) and what checking and running it needs, cached."""
+        plan = self._plans.get(fields)
+        if plan is None:
+            kind, name, code, dims, op, root, prescale, postscale, splits = fields
+            call = Call(kind, name, code, dims, int(op), int(root), float(prescale), float(postscale), splits)
+            validate_call(call, self._size)
+            words = agreement_words(call)
+            plain = transfers.plain_op(call) if kind == kinds.ALLREDUCE else None
+            plan = (call, words, words.tobytes(), plain)
+            if len(self._plans) >= _PLAN_CAPACITY:
+                self._plans.clear()
+            self._plans[fields] = plan
+        return plan
+
+    def _agree(self, call: Call, words: np.ndarray, expected: bytes) -> None:
+        """Returns once every rank has made the same call (one Allreduce MIN of the digest words, the
+        same for every kind, so even a kind mismatch meets the same MPI call); raises MismatchError on
+        every rank otherwise."""
         number = self._calls
         self._calls += 1
-        mine = agreement_record(call, self.size)
-        records = np.empty((self.size, mine.size), np.int64)
-        self._comm.Allgather(mine, records)
-        if records[:, :2].tobytes() != mine[:2].tobytes() * self.size:
-            calls = self._comm.allgather(call)
-            check_agreement(calls, range(self.size), number, call)
+        self._comm.Allreduce(words, self._verdict, op=self._min)
+        if self._verdict.tobytes() != expected:
+            self._explain_mismatch(call, number)
+
+    def _explain_mismatch(self, call: Call, number: int) -> NoReturn:
+        calls = self._comm.allgather(call)  # only to word the error: every rank saw the digests differ
+        check_agreement(calls, range(self._size), number, call)
+        raise MismatchError(f"ranks disagree on {call.kind_name} '{call.name}' (call #{number}): {calls}")
+
+    def _agree_rows(self, fields: tuple) -> list[Call]:
+        """Every rank's call for allgather/alltoall, whose first dimension (and splits) may differ."""
+        call, words, expected, _ = self._plan(fields)
+        self._agree(call, words, expected)
+        records = np.empty((self._size, 1 + self._size), np.int64)
+        self._comm.Allgather(rows_record(call, self._size), records)
         return calls_from_records(call, records)
 
     def allreduce(self, tensor: Any, op: int, prescale: float, postscale: float, name: str, dtype: int = -1,
                   shape: Sequence[int] | None = None) -> None:
         data, code, dims = tensor_array(tensor, dtype, shape)
-        call = Call(kinds.ALLREDUCE, name, code, dims, int(op), -1, float(prescale), float(postscale))
         with self._lock:
-            self._agree(call)
-            transfers.allreduce(self._comm, data, call)
+            call, words, expected, plain = self._plan(
+                (kinds.ALLREDUCE, name, code, dims, op, -1, prescale, postscale, ()))
+            self._agree(call, words, expected)
+            if plain is None:
+                transfers.allreduce(self._comm, data, call)
+            elif data.size:
+                self._comm.Allreduce(self._in_place, data, op=plain)
 
     def allgather(self, tensor: Any, name: str, dtype: int = -1,
                   shape: Sequence[int] | None = None) -> tuple[np.ndarray, list[int]]:
         data, code, dims = tensor_array(tensor, dtype, shape)
         with self._lock:
-            calls = self._agree(Call(kinds.ALLGATHER, name, code, dims))
+            calls = self._agree_rows((kinds.ALLGATHER, name, code, dims, 0, -1, 1.0, 1.0, ()))
             return transfers.allgather(self._comm, data, calls)
 
     def broadcast(self, tensor: Any, root: int, name: str, dtype: int = -1, shape: Sequence[int] | None = None) -> None:
         data, code, dims = tensor_array(tensor, dtype, shape)
         with self._lock:
-            self._agree(Call(kinds.BROADCAST, name, code, dims, root=int(root)))
+            self._agree(*self._plan((kinds.BROADCAST, name, code, dims, 0, root, 1.0, 1.0, ()))[:3])
             transfers.broadcast(self._comm, data, int(root))
 
     def alltoall(self, tensor: Any, splits: Sequence[int], name: str, dtype: int = -1,
@@ -94,21 +135,22 @@ class MpiCommunicator:
                                            f"by {self.size} ranks; pass splits=")
             split_rows = (dims[0] // self.size,) * self.size
         with self._lock:
-            calls = self._agree(Call(kinds.ALLTOALL, name, code, dims, splits=split_rows))
+            calls = self._agree_rows((kinds.ALLTOALL, name, code, dims, 0, -1, 1.0, 1.0, split_rows))
             return transfers.alltoall(self._comm, data, calls, self.rank)
 
     def reducescatter(self, tensor: Any, op: int, prescale: float, postscale: float, name: str, dtype: int = -1,
                       shape: Sequence[int] | None = None) -> tuple[np.ndarray, list[int]]:
         data, code, dims = tensor_array(tensor, dtype, shape)
-        call = Call(kinds.REDUCESCATTER, name, code, dims, int(op), -1, float(prescale), float(postscale))
         with self._lock:
-            self._agree(call)
+            call, words, expected, _ = self._plan(
+                (kinds.REDUCESCATTER, name, code, dims, op, -1, prescale, postscale, ()))
+            self._agree(call, words, expected)
             return transfers.reducescatter(self._comm, data, call)
 
     def barrier(self) -> None:
         with self._lock:
-            self._agree(Call(kinds.BARRIER, "barrier"))
-            self._comm.Barrier()
+            # The agreement Allreduce is itself the barrier: no rank leaves it before all have entered.
+            self._agree(*self._plan((kinds.BARRIER, "barrier", -1, (), 0, -1, 1.0, 1.0, ()))[:3])
 
     def shutdown(self) -> None:
         with self._lock:

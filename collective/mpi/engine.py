@@ -1,11 +1,16 @@
 """The background engine for the MPI backend: ``collective.engine.Engine``'s interface over mpi4py.
 
-One Python thread owns all MPI traffic. Each cycle it announces the requests submitted since the
-last one (an Iallgather of a 3-int header, then the pickled calls only when some rank has new ones:
-a batch announced before is sent as its cache number), and runs, in the same order on every rank,
-the requests every rank has submitted. Small allreduces that agree on dtype, op and scaling are
-fused into one buffer. The thread waits on MPI by polling with short sleeps, so an idle job does
-not spin the CPU the way a blocking MPI call does.
+Work happens in cycles, collective on every rank: each announces the requests submitted since its
+last cycle (an Iallgather of a 4-int header; the pickled calls follow only when some rank has a
+batch not seen before, so a repeated step costs that one tiny exchange: unnamed calls are cached by
+their position, not their numbered names), then every rank runs, in the same order, the requests
+all ranks have submitted. Small allreduces that agree on dtype, op and scaling are fused.
+
+Cycles run under one lock, by whichever thread needs them: a caller that waits on its request runs
+them itself (no hand-off to another thread and back, the main cost of a small collective here), and
+the background thread runs them for requests nobody waits on yet, and an idle one every cycle time,
+as peers may need this rank to take part. MPI is polled (Test) while a round is open, so a peer whose
+engine stopped is a timeout, not a hang.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from collective.mpi.negotiation import Table
 logger = logging.getLogger(__name__)
 
 _NOTHING, _CACHED, _FRESH = 0, 1, 2   # what a rank's header says about its announcement
+_KIND, _VALUE, _STOPPING, _AUTO_BASE = range(4)  # the header's fields
 _SPIN_S = 200e-6                      # busy polling before the first sleep: a peer is usually close
 _LONGEST_PAUSE_S = 200e-6             # then sleeps of at most this, so a late peer costs little extra
 _LARGEST_FUSED_BYTES = 1 << 20        # bigger tensors reduce in place, as the native engine does
@@ -43,6 +49,8 @@ class _Request:
     handle: int
     call: Call
     data: np.ndarray | None
+    # What is announced: the call's fields, with an unnamed call's number in place of its name.
+    fields: tuple
     done: threading.Event = dataclasses.field(default_factory=threading.Event)
     result: Any = None
     error: BaseException | None = None
@@ -63,6 +71,8 @@ class MpiEngine:
         self._stall_check_s = config.stall_check_s
         self._cache_capacity = config.cache_capacity
         self._cond = threading.Condition()
+        self._cycle_lock = threading.Lock()         # cycles are collective: one at a time, whoever runs them
+        self._last_cycle = time.monotonic()
         self._queue: list[_Request] = []            # submitted, not announced yet
         self._in_flight: dict[str, _Request] = {}   # by name, until it ran
         self._joins: list[_Request] = []
@@ -72,8 +82,9 @@ class MpiEngine:
         self._stopping = False
         self._broken: BaseException | None = None
         self._table = Table(self._size)
-        self._cache_ids: dict[tuple[Call, ...], int] = {}
-        self._cached_calls: list[list[Call]] = []
+        self._cache_ids: dict[tuple, int] = {}      # announced batch (fields) -> cache number
+        self._cached_batches: list[tuple] = []
+        self._named_calls: dict[tuple, list[Call]] = {}  # decoded batches without unnamed calls
         self._call_number = 0
         self._warned: set[str] = set()
         self._thread = threading.Thread(target=self._run, name="collective-mpi-engine", daemon=True)
@@ -82,13 +93,17 @@ class MpiEngine:
     # ---- the interface of collective.engine.Engine -------------------------------------------
 
     def auto_name(self, kind: int) -> str:
-        return f"{Call(kind, '').kind_name}.noname.{next(self._unnamed)}"
+        return _auto_name(kind, next(self._unnamed))
 
     def submit(self, kind: int, name: str | None, tensor: Any, dtype: int = -1, shape: Sequence[int] | None = None,
                op: int = 0, root: int = -1, prescale: float = 1.0, postscale: float = 1.0,
                splits: Sequence[int] = (), group: int = -1, group_size: int = 0) -> int:
-        """Enqueues a request (see Engine.submit). Groups need no special handling: members fuse anyway."""
-        name = name or self.auto_name(kind)
+        """Enqueues a request (see Engine.submit). Groups need no special handling: members fuse anyway.
+
+        The background thread is not woken: it picks the request up within a cycle time (gathering
+        what else is submitted meanwhile, for fusion), or the caller's wait runs the cycle at once."""
+        number = None if name else next(self._unnamed)
+        name = name or _auto_name(kind, number)
         data = None
         call = Call(kind, name)
         if tensor is not None:
@@ -96,6 +111,7 @@ class MpiEngine:
             call = Call(kind, name, code, dims, int(op), int(root), float(prescale), float(postscale),
                         tuple(int(s) for s in splits))
         validate_call(call, self._size)
+        fields = astuple_call(call) if number is None else (call.kind, number, *astuple_call(call)[2:])
         with self._cond:
             if self._broken is not None:
                 raise CollectiveError(f"the MPI engine has stopped: {self._broken}")
@@ -104,31 +120,37 @@ class MpiEngine:
             if kind != kinds.JOIN and name in self._in_flight:
                 raise InvalidArgumentError(f"{call.kind_name} '{name}' is already in flight on this rank; "
                                            "names must be unique among outstanding requests")
-            request = _Request(next(self._next_handle), call, data)
+            request = _Request(next(self._next_handle), call, data, fields)
             self._handles[request.handle] = request
             self._queue.append(request)
             if kind == kinds.JOIN:
                 self._joins.append(request)
             else:
                 self._in_flight[name] = request
-            self._cond.notify()
         return request.handle
 
     def poll(self, handle: int) -> bool:
         return self._request(handle).done.is_set()
 
     def wait(self, handle: int, dtype: int = 0) -> Any:
+        """Runs cycles in this thread until the request is done (or waits while another thread runs one)."""
         request = self._request(handle)
-        if not request.done.wait(self._timeout_s * 4):
-            with self._cond:
-                try:
-                    missing = self._table.missing(request.call.name)
-                except RuntimeError:  # the engine thread changed the table meanwhile
-                    missing = []
-            who = f"rank(s) {missing} have not submitted it" if missing else "every rank has submitted it"
-            raise CollectiveTimeoutError(
-                f"{request.call.kind_name} '{request.call.name}' did not complete within {self._timeout_s * 4:g}s; "
-                f"{who}")
+        deadline = time.monotonic() + self._timeout_s * 4
+        while not request.done.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._raise_timeout(request)
+            if not self._cycle_lock.acquire(timeout=left):
+                continue
+            try:
+                quiet = not request.done.is_set() and not self._cycle()
+            finally:
+                self._cycle_lock.release()
+            if quiet and not request.done.is_set():
+                # No rank announced anything: a peer is late or stalled. Go on at the idle pace, not
+                # round after round at full speed.
+                with self._cond:
+                    self._cond.wait(min(self._cycle_s, max(deadline - time.monotonic(), 0.0)))
         with self._cond:
             self._handles.pop(handle, None)
         if request.error is not None:
@@ -141,7 +163,7 @@ class MpiEngine:
             self._cond.notify()
         self._thread.join(self._timeout_s)
 
-    # ---- the engine thread ---------------------------------------------------------------------
+    # ---- cycles ----------------------------------------------------------------------------------
 
     def _request(self, handle: int) -> _Request:
         request = self._handles.get(handle)
@@ -149,74 +171,114 @@ class MpiEngine:
             raise InvalidArgumentError(f"unknown engine handle {handle}")
         return request
 
+    def _raise_timeout(self, request: _Request) -> None:
+        with self._cond:
+            try:
+                missing = self._table.missing(request.call.name)
+            except RuntimeError:  # a cycle changed the table meanwhile
+                missing = []
+        who = f"rank(s) {missing} have not submitted it" if missing else "every rank has submitted it"
+        raise CollectiveTimeoutError(
+            f"{request.call.kind_name} '{request.call.name}' did not complete within {self._timeout_s * 4:g}s; {who}")
+
     def _run(self) -> None:
+        """The background thread: a cycle whenever requests wait that no caller is driving, and an idle
+        one every cycle time."""
+        while self._broken is None:
+            with self._cond:
+                if not self._stopping:
+                    self._cond.wait(self._cycle_s)
+            with self._cycle_lock:
+                if self._broken is None and (self._queue or self._in_flight or self._joins or self._stopping or
+                                             time.monotonic() - self._last_cycle >= self._cycle_s):
+                    self._cycle()
+
+    def _cycle(self) -> bool:
+        """One collective round (the caller holds the cycle lock); whether any rank announced anything.
+        On failure every request fails."""
+        if self._broken is not None:
+            return True
         try:
-            while True:
-                with self._cond:
-                    if not self._queue and not self._stopping:
-                        self._cond.wait(self._cycle_s)  # peers may need us even when we have nothing
-                    announced, self._queue = self._queue, []
-                    stopping = self._stopping
-                gathered, stopped = self._exchange([r.call for r in announced], stopping)
-                for rank, calls in enumerate(gathered):
-                    self._table.announce(rank, calls)
-                self._run_ready()
-                self._finish_join()
-                self._warn_stalls()
-                if stopped:
-                    # Once one rank leaves, no further round can complete: later submits fail at once.
-                    error = CollectiveError("the MPI engine was shut down") if stopping else PeerFailureError(
-                        f"rank(s) {stopped} shut down their engine; no more collectives can run")
-                    with self._cond:
-                        self._broken = error
-                    self._fail_all(error)
-                    return
+            with self._cond:
+                announced, self._queue = self._queue, []
+                stopping = self._stopping
+            gathered, stopped = self._exchange([r.fields for r in announced], stopping)
+            self._last_cycle = time.monotonic()
+            for rank, calls in enumerate(gathered):
+                self._table.announce(rank, calls)
+            self._run_ready()
+            self._finish_join()
+            self._warn_stalls()
+            if stopped:
+                # Once one rank leaves, no further round can complete: later submits fail at once.
+                self._break(CollectiveError("the MPI engine was shut down") if stopping else PeerFailureError(
+                    f"rank(s) {stopped} shut down their engine; no more collectives can run"))
+            return any(gathered)
         except BaseException as e:  # noqa: BLE001 - every waiter must hear about it
             logger.exception("MPI engine failed")
-            with self._cond:
-                self._broken = e
-            self._fail_all(e if isinstance(e, CollectiveError) else
-                           CollectiveError(f"the MPI engine failed: {type(e).__name__}: {e}"))
+            self._break(e if isinstance(e, CollectiveError) else
+                        CollectiveError(f"the MPI engine failed: {type(e).__name__}: {e}"))
+            return True
 
-    def _exchange(self, calls: list[Call], stopping: bool) -> tuple[list[list[Call]], list[int]]:
-        """Every rank's new calls, in rank order, and the ranks that are stopping."""
+    def _break(self, error: BaseException) -> None:
+        with self._cond:
+            self._broken = error
+            self._cond.notify()
+        self._fail_all(error)
+
+    def _exchange(self, batch: list[tuple], stopping: bool) -> tuple[list[list[Call]], list[int]]:
+        """Every rank's new calls, in rank order, and the ranks that are stopping. ``batch`` holds the
+        announced fields; unnamed calls travel as their number minus the batch's first, so a step
+        that repeats the same unnamed calls is a cache hit."""
         from mpi4py import MPI
 
-        cached = self._cache_ids.get(tuple(calls)) if calls else None
-        kind = _NOTHING if not calls else (_CACHED if cached is not None else _FRESH)
-        # Plain tuples pickle several times faster than the dataclass.
-        payload = pickle.dumps([astuple_call(c) for c in calls]) if kind == _FRESH else b""
-        header = np.array([kind, cached if cached is not None else len(payload), int(stopping)], np.int64)
-        headers = np.empty((self._size, 3), np.int64)
+        base = next((f[1] for f in batch if type(f[1]) is int), 0)
+        key = tuple(f if type(f[1]) is str else (f[0], f[1] - base, *f[2:]) for f in batch)
+        cached = self._cache_ids.get(key) if batch else None
+        kind = _NOTHING if not batch else (_CACHED if cached is not None else _FRESH)
+        payload = pickle.dumps(key) if kind == _FRESH else b""
+        header = np.array([kind, cached if cached is not None else len(payload), int(stopping), base], np.int64)
+        headers = np.empty((self._size, 4), np.int64)
         self._await(self._comm.Iallgather(header, headers))
-        fresh_counts = [int(h[1]) if h[0] == _FRESH else 0 for h in headers]
+        fresh_counts = [int(h[_VALUE]) if h[_KIND] == _FRESH else 0 for h in headers]
         blob = np.empty(sum(fresh_counts), np.uint8)
         if any(fresh_counts):
             send = np.frombuffer(payload, np.uint8) if kind == _FRESH else np.empty(0, np.uint8)
             displs = list(itertools.accumulate(fresh_counts[:-1], initial=0))
-            self._comm.Allgatherv([send, MPI.BYTE], [blob, fresh_counts, displs, MPI.BYTE])
+            self._await(self._comm.Iallgatherv([send, MPI.BYTE], [blob, fresh_counts, displs, MPI.BYTE]))
         gathered: list[list[Call]] = []
         offset = 0
-        for (what, value, _), count in zip(headers, fresh_counts):
+        for header_row, count in zip(headers.tolist(), fresh_counts):
+            what, value, _, their_base = header_row
             if what == _NOTHING:
                 gathered.append([])
-            elif what == _CACHED:
-                gathered.append(self._cached_calls[int(value)])
+                continue
+            if what == _CACHED:
+                their_key = self._cached_batches[value]
             else:
-                raw = blob[offset:offset + count].tobytes()
+                their_key = pickle.loads(blob[offset:offset + count].tobytes())  # from our own job's ranks only
                 offset += count
-                decoded = [Call(*t) for t in pickle.loads(raw)]  # from our own job's ranks only
-                gathered.append(decoded)
                 # Every rank inserts the same batches in the same order, so cache numbers agree.
-                key = tuple(decoded)
-                if key not in self._cache_ids and len(self._cached_calls) < self._cache_capacity:
-                    self._cache_ids[key] = len(self._cached_calls)
-                    self._cached_calls.append(decoded)
-        return gathered, [r for r, h in enumerate(headers) if h[2]]
+                if their_key not in self._cache_ids and len(self._cached_batches) < self._cache_capacity:
+                    self._cache_ids[their_key] = len(self._cached_batches)
+                    self._cached_batches.append(their_key)
+            gathered.append(self._decode(their_key, their_base))
+        return gathered, [r for r, h in enumerate(headers) if h[_STOPPING]]
+
+    def _decode(self, key: tuple, base: int) -> list[Call]:
+        named = self._named_calls.get(key)
+        if named is not None:
+            return named
+        calls = [Call(f[0], f[1] if type(f[1]) is str else _auto_name(f[0], base + f[1]), *f[2:]) for f in key]
+        if all(type(f[1]) is str for f in key) and len(self._named_calls) < self._cache_capacity:
+            self._named_calls[key] = calls
+        return calls
 
     def _await(self, request: Any) -> None:
         """Polls ``request``; a peer whose engine stopped cycling is an error after ``timeout_s``, not a hang
         (MPI cannot say which peer; a dead process makes mpiexec end the job sooner)."""
+        if request.Test():
+            return
         started = time.monotonic()
         pause = 20e-6
         while not request.Test():
@@ -343,3 +405,7 @@ class MpiEngine:
             self._joins.clear()
         for request in waiting:
             request.finish(error=error)
+
+
+def _auto_name(kind: int, number: int) -> str:
+    return f"{Call(kind, '').kind_name}.noname.{number}"

@@ -62,6 +62,16 @@ def allreduce(comm: Any, data: np.ndarray, call: Call) -> None:
     _finish(data, call.dtype, call.op, comm.Get_size(), call.postscale)
 
 
+def plain_op(call: Call) -> Any:
+    """The MPI op when an allreduce of ``call`` is exactly one in-place ``Allreduce`` (no widening, no
+    scaling, no Average to finish), so callers can issue it without the general path; else None."""
+    if is_half(call.dtype) or _saturates(call) or call.op == ReduceOp.AVERAGE:
+        return None
+    if call.prescale != 1.0 or call.postscale != 1.0:
+        return None
+    return mpi_op(call.op)
+
+
 def _saturates(call: Call) -> bool:
     """Open MPI's vectorised 8-bit MPI_SUM saturates instead of wrapping; such sums go as int32."""
     return call.dtype in (0, 1) and call.op in (ReduceOp.SUM, ReduceOp.AVERAGE)

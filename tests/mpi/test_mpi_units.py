@@ -97,18 +97,30 @@ def test_tensor_memory_by_address_is_shared_not_copied() -> None:
     assert tensor_array(0, 6, [0, 3])[0].size == 0
 
 
-def test_one_record_per_rank_carries_what_may_differ_and_a_digest_of_the_rest() -> None:
-    from collective.mpi.calls import agreement_record, calls_from_records
+def test_rows_records_carry_what_may_differ_and_the_digest_covers_the_rest() -> None:
+    from collective.mpi.calls import agreement_words, calls_from_records, rows_record
 
     gather = [Call(kinds.ALLGATHER, "g", 6, (rows, 3)) for rows in (2, 0, 5)]
-    records = np.stack([agreement_record(c, 3) for c in gather])
-    assert (records[:, :2] == records[0, :2]).all()  # row counts may differ: same digest
-    assert calls_from_records(gather[0], records) == gather
+    assert len({agreement_words(c).tobytes() for c in gather}) == 1  # row counts may differ: same digest
+    assert calls_from_records(gather[0], np.stack([rows_record(c, 3) for c in gather])) == gather
     a2a = [Call(kinds.ALLTOALL, "a", 7, (3,), splits=(1, 2)), Call(kinds.ALLTOALL, "a", 7, (1,), splits=(0, 1))]
-    rebuilt = calls_from_records(a2a[1], np.stack([agreement_record(c, 2) for c in a2a]))
+    rebuilt = calls_from_records(a2a[1], np.stack([rows_record(c, 2) for c in a2a]))
     assert rebuilt == a2a
     base = Call(kinds.ALLREDUCE, "w", 6, (4,))
     for other in (Call(kinds.ALLREDUCE, "w", 7, (4,)), Call(kinds.ALLREDUCE, "w", 6, (5,)),
                   Call(kinds.ALLREDUCE, "w", 6, (4,), op=3), Call(kinds.ALLREDUCE, "w", 6, (4,), postscale=2.0),
-                  Call(kinds.ALLGATHER, "w", 6, (4,))):
-        assert not (agreement_record(other, 2)[:2] == agreement_record(base, 2)[:2]).all(), other
+                  Call(kinds.ALLGATHER, "w", 6, (4,)), Call(kinds.ALLGATHER, "w", 6, (4, 1))):
+        assert agreement_words(other).tobytes() != agreement_words(base).tobytes(), other
+
+
+def test_the_min_of_the_agreement_words_equals_every_ranks_own_only_when_all_digests_match() -> None:
+    """What the single agreement Allreduce (MPI.MIN) decides, computed here with numpy's minimum."""
+    from collective.mpi.calls import agreement_words
+
+    same = [agreement_words(Call(kinds.ALLREDUCE, "w", 6, (4,))) for _ in range(3)]
+    assert all(np.minimum.reduce(same).tobytes() == w.tobytes() for w in same)
+    for odd in (Call(kinds.ALLREDUCE, "w", 7, (4,)), Call(kinds.BROADCAST, "w", 6, (4,), root=0)):
+        mixed = [same[0], agreement_words(odd), same[0]]
+        verdict = np.minimum.reduce(mixed).tobytes()
+        assert not any(verdict == w.tobytes() for w in mixed)  # every rank sees the mismatch
+        assert (agreement_words(odd)[:2] >= 0).all()  # 62-bit digests: their negation cannot overflow
