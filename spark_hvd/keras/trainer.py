@@ -89,11 +89,14 @@ def train_rank(spec: KerasRankSpec) -> dict[str, Any] | None:
                   initial_epoch=first_epoch, callbacks=callbacks, verbose=0,
                   validation_data=feeds["val"].batches() if "val" in feeds else None,
                   validation_steps=plan.val_steps or None)
-    except Exception:
+    except Exception as e:
         # An error in transformation_fn reaches fit wrapped by tf.data; the user's own is clearer.
         for feed in feeds.values():
             if feed.error is not None:
                 raise feed.error from None
+        peer_failure = _as_peer_failure(e)
+        if peer_failure is not None:
+            raise peer_failure from e
         raise
     finally:
         for feed in feeds.values():
@@ -103,6 +106,21 @@ def train_rank(spec: KerasRankSpec) -> dict[str, Any] | None:
     if rank != 0:
         return None
     return {"model": model_to_bytes(model), "history": recorder.history}
+
+
+def _as_peer_failure(error: BaseException) -> BaseException | None:
+    """model.fit runs the allreduce inside tf.function, where a collective error reaches Python as a
+    tf.errors.OpError whose message names the collective error's class (collective.tensorflow.bridge).
+    A peer's failure must stay recognisable as one, or the driver would blame this rank for it."""
+    import collective
+
+    if isinstance(error, collective.PeerFailureError):
+        return None
+    message = str(error)
+    marker = f"{collective.PeerFailureError.__name__}: "
+    if marker not in message:
+        return None
+    return collective.PeerFailureError(message[message.index(marker) + len(marker):].splitlines()[0])
 
 
 def _configure_tensorflow(use_gpu: bool, local_size: int) -> None:
