@@ -5,13 +5,13 @@
 and run it with ``python -m collective.run -np 2 train.py``. Ops work eagerly and inside
 ``tf.function``.
 
-The bridge. Tensors reach the engine as numpy arrays: eagerly as DLPack views (no copy either way),
-in graphs through a stateful ``tf.numpy_function`` whose ops TensorFlow runs in traced order (see
-``collective.tensorflow.bridge``). It needs no TensorFlow headers and no custom kernels, so one
-build serves every TensorFlow version. Its cost: the copy an out-of-place allreduce or broadcast
-needs anyway (eager), or the copies numpy_function makes of its inputs and outputs (graph), plus tens
-of microseconds of Python per bridge call; bench/RESULTS.md has the figures. Gradient reduction makes
-one bridge call for all of a step's gradients, so the per-call cost is paid once per step. CPU only.
+The bridge. Tensors reach the engine as numpy arrays viewed through DLPack (no copy either way):
+directly when eager, and inside ``tf.function`` from a ``tf.py_function`` op, which TensorFlow runs
+in traced order (see ``collective.tensorflow.bridge``). It needs no TensorFlow headers and no custom
+kernels, so one build serves every TensorFlow version. Its cost: the one copy an out-of-place
+allreduce or broadcast needs anyway, plus some tens of microseconds of Python per call
+(bench/RESULTS.md has the figures against collective.torch). Gradient reduction makes one call for
+all of a step's gradients, so that cost is paid once per step. CPU only; not inside XLA.
 """
 
 from collective.errors import (

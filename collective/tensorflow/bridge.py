@@ -1,12 +1,14 @@
 """How a collective on tf.Tensors reaches the engine: through numpy, eagerly or from inside a graph.
 
-Eagerly, a tensor is viewed as a numpy array through DLPack (no copy), goes straight to
-``engine_calls``, and the result array becomes a tensor through DLPack again (no copy; bfloat16, which
-numpy's DLPack does not carry, goes through ``.numpy()`` and ``tf.convert_to_tensor``). Inside
-``tf.function`` the same Python function runs as a stateful ``tf.numpy_function``, whose inputs are
-private copies and whose outputs TensorFlow takes over; TensorFlow's automatic control dependencies run stateful ops in
-the order they were traced, so every rank submits its collectives in program order, as the engine's
-negotiation requires. No TensorFlow header or custom kernel is involved.
+A tensor is viewed as a numpy array through DLPack (no copy), goes to ``engine_calls``, and the result
+array becomes a tensor through DLPack again (no copy; bfloat16, which numpy's DLPack does not carry,
+goes through ``.numpy()`` and ``tf.convert_to_tensor``). Eagerly that happens directly. Inside
+``tf.function`` the same Python runs as a ``tf.py_function`` op, which hands it eager tensors, so the
+DLPack path holds there too; ``tf.numpy_function`` was measured first and copies each tensor on the
+way in and again on the way out (twice the time for a 1 MiB allreduce). A py_function op is stateful,
+and TensorFlow's automatic control dependencies run stateful ops in the order they were traced, so
+every rank submits its collectives in program order, as the engine's negotiation requires. No
+TensorFlow header or custom kernel is involved; ops cannot be XLA-compiled (a clear error says so).
 
 Errors. Eagerly, the collective's own exceptions (MismatchError, PeerFailureError...) reach the caller.
 From a graph they arrive as tf.errors (MismatchError and InvalidArgumentError as
@@ -38,7 +40,7 @@ SUPPORTED_DTYPES = frozenset({tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16,
 _SUPPORTED_TEXT = "uint8, int8, int32, int64, float16, bfloat16, float32, float64"
 
 # Library functions called from a user's tf.function are kept out of AutoGraph's conversion: the
-# Python that runs inside numpy_function at every step must stay plain Python.
+# Python that runs inside py_function at every step must stay plain Python.
 not_converted = tf.autograph.experimental.do_not_convert
 
 _graph_counters: "weakref.WeakKeyDictionary[Any, itertools.count]" = weakref.WeakKeyDictionary()
@@ -94,13 +96,12 @@ def run(fn: Callable[..., Sequence[np.ndarray]], inputs: Sequence[tf.Tensor], ou
         out_shapes: Sequence[tf.TensorShape | list | None]) -> list[tf.Tensor]:
     """Runs ``fn`` (numpy arrays in, a sequence of numpy arrays out) on the tensors' values."""
     if tf.executing_eagerly():
-        results = fn(*[_view(t) for t in inputs])
-        return [_wrap(r, d) for r, d in zip(results, out_dtypes)]
+        return _through_numpy(fn, inputs, out_dtypes)
     if GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
         raise invalid_argument(
             "collectives cannot run inside an XLA-compiled function (jit_compile=True); Keras 3 turns XLA on by "
             "default when a GPU is present, so compile the model with jit_compile=False")
-    outputs = tf.numpy_function(_reporting_errors(fn), list(inputs), list(out_dtypes), stateful=True)
+    outputs = tf.py_function(_reporting_errors(fn, out_dtypes), list(inputs), list(out_dtypes))
     for output, shape in zip(outputs, out_shapes):
         if shape is not None:
             output.set_shape(shape)
@@ -108,21 +109,27 @@ def run(fn: Callable[..., Sequence[np.ndarray]], inputs: Sequence[tf.Tensor], ou
 
 
 # A graph op's Python exception reaches the caller as a tf.errors.OpError rebuilt from a status code
-# that numpy_function derives from the exception's type: ValueError gives InvalidArgumentError, any
+# that py_function derives from the exception's type: ValueError gives InvalidArgumentError, any
 # other type UnknownError. The collective error's class name leads the message either way.
 _INVALID_INPUT = (MismatchError, InvalidArgumentError)
 
 
-def _reporting_errors(fn: Callable[..., Sequence[np.ndarray]]) -> Callable[..., list[np.ndarray]]:
+def _reporting_errors(fn: Callable[..., Sequence[np.ndarray]],
+                      out_dtypes: Sequence[tf.DType]) -> Callable[..., list[tf.Tensor]]:
     @not_converted
-    def call(*arrays: np.ndarray) -> list[np.ndarray]:
+    def call(*tensors: tf.Tensor) -> list[tf.Tensor]:
         try:
-            return list(fn(*arrays))
+            return _through_numpy(fn, tensors, out_dtypes)
         except _INVALID_INPUT as exc:
             raise ValueError(f"{type(exc).__name__}: {exc}") from exc
         except CollectiveError as exc:
             raise RuntimeError(f"{type(exc).__name__}: {exc}") from exc
     return call
+
+
+def _through_numpy(fn: Callable[..., Sequence[np.ndarray]], tensors: Sequence[tf.Tensor],
+                   out_dtypes: Sequence[tf.DType]) -> list[tf.Tensor]:
+    return [_wrap(r, d) for r, d in zip(fn(*[_view(t) for t in tensors]), out_dtypes)]
 
 
 def _view(tensor: tf.Tensor) -> np.ndarray:

@@ -72,8 +72,8 @@ def aligned_copy(array: np.ndarray) -> np.ndarray:
 
 def _writable_copies(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Arrays the engine may reduce into. A view of a TensorFlow tensor's memory (a DLPack view, or
-    anything not owning its data) is copied; an array that owns its data (numpy_function's inputs are
-    private copies) is used as it is."""
+    anything not owning its data) is copied; an array that owns its data (a bfloat16 tensor's
+    ``.numpy()`` is a private copy) is used as it is."""
     return [a if a.flags.owndata and a.flags.writeable and a.flags.c_contiguous else aligned_copy(a) for a in arrays]
 
 
