@@ -17,6 +17,7 @@ FLOAT16, BFLOAT16 = 4, 5
 # Storage dtype per native code; bfloat16 is carried as its uint16 bit pattern.
 STORAGE = (np.uint8, np.int8, np.int32, np.int64, np.float16, np.uint16, np.float32, np.float64)
 _STORAGE_DTYPES = tuple(np.dtype(t) for t in STORAGE)
+ITEMSIZE = tuple(d.itemsize for d in _STORAGE_DTYPES)
 
 
 def tensor_array(tensor: Any, dtype: int, shape: Sequence[int] | None) -> tuple[np.ndarray, int, tuple[int, ...]]:

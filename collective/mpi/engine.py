@@ -15,7 +15,6 @@ engine stopped is a timeout, not a hang.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import logging
 import pickle
@@ -31,7 +30,7 @@ from collective.config import Config
 from collective.errors import CollectiveError, CollectiveTimeoutError, InvalidArgumentError, MismatchError, \
     PeerFailureError
 from collective.mpi import transfers
-from collective.mpi.buffers import STORAGE, tensor_array
+from collective.mpi.buffers import ITEMSIZE, STORAGE, tensor_array
 from collective.mpi.calls import Call, astuple_call, check_agreement, validate_call
 from collective.mpi.negotiation import Table
 
@@ -51,13 +50,13 @@ class _Request:
     data: np.ndarray | None
     # What is announced: the call's fields, with an unnamed call's number in place of its name.
     fields: tuple
-    done: threading.Event = dataclasses.field(default_factory=threading.Event)
+    done: bool = False  # set last, by the thread that ran the cycle; waiters hear of it as below
     result: Any = None
     error: BaseException | None = None
 
     def finish(self, result: Any = None, error: BaseException | None = None) -> None:
         self.result, self.error = result, error
-        self.done.set()
+        self.done = True
 
 
 class MpiEngine:
@@ -65,12 +64,21 @@ class MpiEngine:
         """``comm`` is the runtime's MpiCommunicator; the engine works on the duplicate it reserved."""
         self._comm = comm.engine_comm
         self._rank, self._size = int(self._comm.Get_rank()), int(self._comm.Get_size())
+        from mpi4py import MPI
+
+        self._byte = MPI.BYTE
+        self._header = np.empty(4, np.int64)
+        self._headers = np.empty((self._size, 4), np.int64)
         self._fusion_bytes = config.fusion_threshold_bytes
         self._cycle_s = config.cycle_time_ms / 1000.0
         self._timeout_s = config.timeout_s
         self._stall_check_s = config.stall_check_s
         self._cache_capacity = config.cache_capacity
-        self._cond = threading.Condition()
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)      # wakes the background thread (submits do not)
+        self._progress = threading.Condition(lock)  # wakes callers waiting for another thread's cycle
+        self._pacing = 0                            # callers waiting on _progress
+        self._waiters = 0                           # callers in wait(), driving cycles
         self._cycle_lock = threading.Lock()         # cycles are collective: one at a time, whoever runs them
         self._last_cycle = time.monotonic()
         self._queue: list[_Request] = []            # submitted, not announced yet
@@ -86,6 +94,7 @@ class MpiEngine:
         self._cached_batches: list[tuple] = []
         self._named_calls: dict[tuple, list[Call]] = {}  # decoded batches without unnamed calls
         self._call_number = 0
+        self._templates: dict[tuple, Call] = {}
         self._warned: set[str] = set()
         self._thread = threading.Thread(target=self._run, name="collective-mpi-engine", daemon=True)
         self._thread.start()
@@ -102,16 +111,14 @@ class MpiEngine:
 
         The background thread is not woken: it picks the request up within a cycle time (gathering
         what else is submitted meanwhile, for fusion), or the caller's wait runs the cycle at once."""
-        number = None if name else next(self._unnamed)
-        name = name or _auto_name(kind, number)
-        data = None
-        call = Call(kind, name)
-        if tensor is not None:
-            data, code, dims = tensor_array(tensor, dtype, shape)
-            call = Call(kind, name, code, dims, int(op), int(root), float(prescale), float(postscale),
-                        tuple(int(s) for s in splits))
-        validate_call(call, self._size)
-        fields = astuple_call(call) if number is None else (call.kind, number, *astuple_call(call)[2:])
+        data, code, dims = tensor_array(tensor, dtype, shape) if tensor is not None else (None, -1, ())
+        template = self._template(kind, name or None, code, dims, op, root, prescale, postscale, splits)
+        if name:
+            call, fields = template, tuple(template)
+        else:
+            number = next(self._unnamed)
+            name = _auto_name(kind, number)
+            call, fields = template._replace(name=name), (kind, number, *template[2:])
         with self._cond:
             if self._broken is not None:
                 raise CollectiveError(f"the MPI engine has stopped: {self._broken}")
@@ -129,33 +136,62 @@ class MpiEngine:
                 self._in_flight[name] = request
         return request.handle
 
+    def _template(self, kind: int, name: str | None, code: int, dims: tuple, op: int, root: int, prescale: float,
+                  postscale: float, splits: Sequence[int]) -> Call:
+        """The validated call (name "" when unnamed), remembered: training submits the same ones each step."""
+        key = (kind, name, code, dims, op, root, prescale, postscale, tuple(splits))
+        call = self._templates.get(key)
+        if call is None:
+            if code < 0:  # no tensor (join, barrier)
+                call = Call(kind, name or "")
+            else:
+                call = Call(kind, name or "", code, dims, int(op), int(root), float(prescale), float(postscale),
+                            tuple(map(int, splits)))
+            validate_call(call, self._size)
+            if len(self._templates) >= self._cache_capacity:
+                self._templates.clear()
+            self._templates[key] = call
+        return call
+
     def poll(self, handle: int) -> bool:
-        return self._request(handle).done.is_set()
+        return self._request(handle).done
 
     def wait(self, handle: int, dtype: int = 0) -> Any:
         """Runs cycles in this thread until the request is done (or waits while another thread runs one)."""
         request = self._request(handle)
         deadline = time.monotonic() + self._timeout_s * 4
-        while not request.done.is_set():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self._raise_timeout(request)
-            if not self._cycle_lock.acquire(timeout=left):
-                continue
-            try:
-                quiet = not request.done.is_set() and not self._cycle()
-            finally:
-                self._cycle_lock.release()
-            if quiet and not request.done.is_set():
-                # No rank announced anything: a peer is late or stalled. Go on at the idle pace, not
-                # round after round at full speed.
-                with self._cond:
-                    self._cond.wait(min(self._cycle_s, max(deadline - time.monotonic(), 0.0)))
         with self._cond:
-            self._handles.pop(handle, None)
+            self._waiters += 1
+        try:
+            self._drive(request, deadline)
+        finally:
+            with self._cond:
+                self._waiters -= 1
+                if request.done:
+                    self._handles.pop(handle, None)
         if request.error is not None:
             raise request.error
         return request.result
+
+    def _drive(self, request: _Request, deadline: float) -> None:
+        while not request.done:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._raise_timeout(request)
+            if not (self._cycle_lock.acquire(blocking=False) or self._cycle_lock.acquire(timeout=left)):
+                continue
+            try:
+                quiet = not request.done and not self._cycle()
+            finally:
+                self._cycle_lock.release()
+            if quiet:
+                # No rank announced anything: a peer is late or stalled. Go on at the idle pace, not
+                # round after round at full speed (another thread's cycle may finish it meanwhile).
+                with self._progress:
+                    if not request.done:
+                        self._pacing += 1
+                        self._progress.wait(min(self._cycle_s, max(deadline - time.monotonic(), 0.0)))
+                        self._pacing -= 1
 
     def shutdown(self) -> None:
         with self._cond:
@@ -188,10 +224,17 @@ class MpiEngine:
             with self._cond:
                 if not self._stopping:
                     self._cond.wait(self._cycle_s)
-            with self._cycle_lock:
-                if self._broken is None and (self._queue or self._in_flight or self._joins or self._stopping or
-                                             time.monotonic() - self._last_cycle >= self._cycle_s):
+                stopping = self._stopping
+                # Requests somebody waits on are that caller's to drive.
+                undriven = not self._waiters and bool(self._queue or self._in_flight or self._joins)
+            if not (stopping or undriven or time.monotonic() - self._last_cycle >= self._cycle_s):
+                continue
+            # Never queue behind a caller's cycles (that cycle serves the peers too), except to stop.
+            if self._cycle_lock.acquire(blocking=stopping):
+                try:
                     self._cycle()
+                finally:
+                    self._cycle_lock.release()
 
     def _cycle(self) -> bool:
         """One collective round (the caller holds the cycle lock); whether any rank announced anything.
@@ -202,18 +245,30 @@ class MpiEngine:
             with self._cond:
                 announced, self._queue = self._queue, []
                 stopping = self._stopping
-            gathered, stopped = self._exchange([r.fields for r in announced], stopping)
+            rows, key, payload = self._swap_headers([r.fields for r in announced], stopping)
             self._last_cycle = time.monotonic()
-            for rank, calls in enumerate(gathered):
-                self._table.announce(rank, calls)
-            self._run_ready()
+            stopped = [r for r, row in enumerate(rows) if row[_STOPPING]]
+            if self._same_cached_batch(rows, announced):
+                # Every rank announced the same remembered batch and nothing older waits: the batch is
+                # ready as it stands, in its order, and the ranks' calls agree (the steady state).
+                self._run_ready([(r.call.name, None) for r in announced])
+                anything = True
+            else:
+                gathered = self._gather_batches(rows, key, payload)
+                for rank, calls in enumerate(gathered):
+                    self._table.announce(rank, calls)
+                self._run_ready(self._table.take_ready())
+                anything = any(gathered)
             self._finish_join()
+            with self._progress:
+                if self._pacing:
+                    self._progress.notify_all()
             self._warn_stalls()
             if stopped:
                 # Once one rank leaves, no further round can complete: later submits fail at once.
                 self._break(CollectiveError("the MPI engine was shut down") if stopping else PeerFailureError(
                     f"rank(s) {stopped} shut down their engine; no more collectives can run"))
-            return any(gathered)
+            return anything
         except BaseException as e:  # noqa: BLE001 - every waiter must hear about it
             logger.exception("MPI engine failed")
             self._break(e if isinstance(e, CollectiveError) else
@@ -225,45 +280,56 @@ class MpiEngine:
             self._broken = error
             self._cond.notify()
         self._fail_all(error)
+        with self._progress:
+            self._progress.notify_all()
 
-    def _exchange(self, batch: list[tuple], stopping: bool) -> tuple[list[list[Call]], list[int]]:
-        """Every rank's new calls, in rank order, and the ranks that are stopping. ``batch`` holds the
-        announced fields; unnamed calls travel as their number minus the batch's first, so a step
-        that repeats the same unnamed calls is a cache hit."""
-        from mpi4py import MPI
-
+    def _swap_headers(self, batch: list[tuple], stopping: bool) -> tuple[list[list[int]], tuple, bytes]:
+        """Every rank's header (what it announces, whether it stops, its first unnamed number), and this
+        rank's batch key and pickled batch (empty unless fresh). ``batch`` holds the announced fields;
+        unnamed calls travel as their number minus the batch's first, so a step that repeats the same
+        unnamed calls is a cache hit."""
         base = next((f[1] for f in batch if type(f[1]) is int), 0)
         key = tuple(f if type(f[1]) is str else (f[0], f[1] - base, *f[2:]) for f in batch)
         cached = self._cache_ids.get(key) if batch else None
         kind = _NOTHING if not batch else (_CACHED if cached is not None else _FRESH)
         payload = pickle.dumps(key) if kind == _FRESH else b""
-        header = np.array([kind, cached if cached is not None else len(payload), int(stopping), base], np.int64)
-        headers = np.empty((self._size, 4), np.int64)
+        header, headers = self._header, self._headers  # reused: only the cycle lock's holder touches them
+        header[:] = (kind, cached if cached is not None else len(payload), int(stopping), base)
         self._await(self._comm.Iallgather(header, headers))
-        fresh_counts = [int(h[_VALUE]) if h[_KIND] == _FRESH else 0 for h in headers]
-        blob = np.empty(sum(fresh_counts), np.uint8)
+        return headers.tolist(), key, payload
+
+    def _same_cached_batch(self, rows: list[list[int]], announced: list[_Request]) -> bool:
+        return (rows[0][_KIND] == _CACHED and rows.count(rows[0]) == self._size and not self._table.pending
+                and not self._table.joined and all(r.call.kind != kinds.JOIN for r in announced))
+
+    def _gather_batches(self, rows: list[list[int]], key: tuple, payload: bytes) -> list[list[Call]]:
+        """Every rank's new calls, in rank order: remembered batches from the cache, fresh ones through
+        one Allgatherv of their pickles."""
+        fresh_counts = [row[_VALUE] if row[_KIND] == _FRESH else 0 for row in rows]
+        blob = b""
         if any(fresh_counts):
-            send = np.frombuffer(payload, np.uint8) if kind == _FRESH else np.empty(0, np.uint8)
+            received = np.empty(sum(fresh_counts), np.uint8)
+            send = np.frombuffer(payload, np.uint8)
             displs = list(itertools.accumulate(fresh_counts[:-1], initial=0))
-            self._await(self._comm.Iallgatherv([send, MPI.BYTE], [blob, fresh_counts, displs, MPI.BYTE]))
+            self._await(self._comm.Iallgatherv([send, self._byte], [received, fresh_counts, displs, self._byte]))
+            blob = received.tobytes()
         gathered: list[list[Call]] = []
         offset = 0
-        for header_row, count in zip(headers.tolist(), fresh_counts):
-            what, value, _, their_base = header_row
+        for (what, value, _, their_base), count in zip(rows, fresh_counts):
             if what == _NOTHING:
                 gathered.append([])
                 continue
             if what == _CACHED:
                 their_key = self._cached_batches[value]
             else:
-                their_key = pickle.loads(blob[offset:offset + count].tobytes())  # from our own job's ranks only
+                their_key = pickle.loads(blob[offset:offset + count])  # from our own job's ranks only
                 offset += count
                 # Every rank inserts the same batches in the same order, so cache numbers agree.
                 if their_key not in self._cache_ids and len(self._cached_batches) < self._cache_capacity:
                     self._cache_ids[their_key] = len(self._cached_batches)
                     self._cached_batches.append(their_key)
             gathered.append(self._decode(their_key, their_base))
-        return gathered, [r for r, h in enumerate(headers) if h[_STOPPING]]
+        return gathered
 
     def _decode(self, key: tuple, base: int) -> list[Call]:
         named = self._named_calls.get(key)
@@ -291,23 +357,30 @@ class MpiEngine:
                 time.sleep(pause)
                 pause = min(pause * 2, _LONGEST_PAUSE_S)
 
-    def _run_ready(self) -> None:
+    def _run_ready(self, ready: list[tuple[str, dict[int, Call] | None]]) -> None:
+        """Runs ``ready`` in order: (name, every rank's call), or (name, None) for one of this rank's own
+        requests that every rank made identically."""
         fused: list[tuple[_Request | None, Call]] = []
-        for name, by_rank in self._table.take_ready():
+        for name, by_rank in ready:
             with self._cond:
                 mine = self._in_flight.pop(name, None)
             number = self._call_number
             self._call_number += 1
-            ranks = sorted(by_rank)
-            base = by_rank[ranks[0]]
-            try:
+            if by_rank is None:
+                if mine is None:  # failed meanwhile, with every other request
+                    continue
+                base = mine.call
+            else:
+                ranks = sorted(by_rank)
+                base = by_rank[ranks[0]]
                 calls = [by_rank[r] for r in ranks]
                 if any(c != base for c in calls):
-                    check_agreement(calls, ranks, number, mine.call if mine else base)
-            except MismatchError as e:
-                if mine is not None:
-                    mine.finish(error=e)
-                continue
+                    try:
+                        check_agreement(calls, ranks, number, mine.call if mine else base)
+                    except MismatchError as e:
+                        if mine is not None:
+                            mine.finish(error=e)
+                        continue
             if self._fusible(base) and (not fused or self._fits(fused, base)):
                 fused.append((mine, base))
                 continue
@@ -320,14 +393,14 @@ class MpiEngine:
     def _fusible(self, call: Call) -> bool:
         if call.kind != kinds.ALLREDUCE:
             return False
-        nbytes = call.count() * np.dtype(STORAGE[call.dtype]).itemsize
+        nbytes = call.count() * ITEMSIZE[call.dtype]
         return 0 < nbytes <= min(self._fusion_bytes, _LARGEST_FUSED_BYTES)
 
     def _fits(self, fused: list[tuple[_Request | None, Call]], call: Call) -> bool:
         first = fused[0][1]
         same = (first.dtype, first.op, first.prescale, first.postscale) == (
             call.dtype, call.op, call.prescale, call.postscale)
-        itemsize = np.dtype(STORAGE[call.dtype]).itemsize
+        itemsize = ITEMSIZE[call.dtype]
         return same and (sum(c.count() for _, c in fused) + call.count()) * itemsize <= self._fusion_bytes
 
     def _run_fused(self, fused: list[tuple[_Request | None, Call]]) -> None:
@@ -341,7 +414,7 @@ class MpiEngine:
         parts = [mine.data if mine is not None else np.zeros(call.count(), storage) for mine, call in fused]
         buffer = np.concatenate(parts)
         first = fused[0][1]
-        transfers.allreduce(self._comm, buffer, dataclasses.replace(first, name="fused", shape=(buffer.size,)))
+        transfers.allreduce(self._comm, buffer, first._replace(name="fused", shape=(buffer.size,)))
         offset = 0
         for (mine, call), part in zip(fused, parts):
             if mine is not None:
@@ -349,7 +422,7 @@ class MpiEngine:
                 mine.finish()
             offset += part.size
 
-    def _run_one(self, mine: _Request | None, base: Call, by_rank: dict[int, Call]) -> None:
+    def _run_one(self, mine: _Request | None, base: Call, by_rank: dict[int, Call] | None) -> None:
         """One collective; a rank that has joined (``mine`` None) takes part with an empty tensor."""
         storage = STORAGE[base.dtype] if base.dtype >= 0 else np.uint8
         data = mine.data if mine is not None else None
@@ -364,8 +437,8 @@ class MpiEngine:
             result = tuple(transfers.reducescatter(
                 self._comm, data if data is not None else np.zeros(base.count(), storage), base))
         elif kind in (kinds.ALLGATHER, kinds.ALLTOALL):
-            empty = dataclasses.replace(base, shape=(0, *base.shape[1:]), splits=(0,) * self._size)
-            calls = [by_rank.get(r, empty) for r in range(self._size)]
+            empty = base._replace(shape=(0, *base.shape[1:]), splits=(0,) * self._size)
+            calls = [base] * self._size if by_rank is None else [by_rank.get(r, empty) for r in range(self._size)]
             data = data if data is not None else np.empty(0, storage)
             if kind == kinds.ALLGATHER:
                 result = transfers.allgather(self._comm, data, calls)
@@ -400,7 +473,7 @@ class MpiEngine:
 
     def _fail_all(self, error: BaseException) -> None:
         with self._cond:
-            waiting = [r for r in self._handles.values() if not r.done.is_set()]
+            waiting = [r for r in self._handles.values() if not r.done]
             self._in_flight.clear()
             self._joins.clear()
         for request in waiting:

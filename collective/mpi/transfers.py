@@ -48,6 +48,10 @@ def allreduce(comm: Any, data: np.ndarray, call: Call) -> None:
 
     if data.size == 0:
         return
+    plain = plain_op(call)
+    if plain is not None:
+        comm.Allreduce(MPI.IN_PLACE, data, op=plain)
+        return
     _scale(data, call.dtype, call.prescale)
     if is_half(call.dtype):
         wide = to_float32(data, call.dtype)
