@@ -43,7 +43,7 @@ class Call(NamedTuple):
 
     @property
     def kind_name(self) -> str:
-        return _KIND_NAMES.get(self.kind, f"kind {self.kind}")
+        return kind_name(self.kind)
 
     def count(self) -> int:
         total = 1
@@ -59,9 +59,8 @@ class Call(NamedTuple):
         return total
 
 
-def astuple_call(call: Call) -> tuple:
-    """The call's fields in order as a plain tuple (``Call(*astuple_call(c)) == c``), for compact pickling."""
-    return tuple(call)
+def kind_name(kind: int) -> str:
+    return _KIND_NAMES.get(kind, f"kind {kind}")
 
 
 def validate_call(call: Call, size: int) -> None:

@@ -4,7 +4,9 @@ Work happens in cycles, collective on every rank: each announces the requests su
 last cycle (an Iallgather of a 4-int header; the pickled calls follow only when some rank has a
 batch not seen before, so a repeated step costs that one tiny exchange: unnamed calls are cached by
 their position, not their numbered names), then every rank runs, in the same order, the requests
-all ranks have submitted. Small allreduces that agree on dtype, op and scaling are fused.
+all ranks have submitted. When every rank announced the same cached batch and nothing older waits
+(a training step repeating itself), that batch runs as it stands, without the per-name bookkeeping.
+Small allreduces that agree on dtype, op and scaling are fused.
 
 Cycles run under one lock, by whichever thread needs them: a caller that waits on its request runs
 them itself (no hand-off to another thread and back, the main cost of a small collective here), and
@@ -31,13 +33,13 @@ from collective.errors import CollectiveError, CollectiveTimeoutError, InvalidAr
     PeerFailureError
 from collective.mpi import transfers
 from collective.mpi.buffers import ITEMSIZE, STORAGE, tensor_array
-from collective.mpi.calls import Call, astuple_call, check_agreement, validate_call
+from collective.mpi.calls import Call, check_agreement, kind_name, validate_call
 from collective.mpi.negotiation import Table
 
 logger = logging.getLogger(__name__)
 
 _NOTHING, _CACHED, _FRESH = 0, 1, 2   # what a rank's header says about its announcement
-_KIND, _VALUE, _STOPPING, _AUTO_BASE = range(4)  # the header's fields
+_KIND, _VALUE, _STOPPING = range(3)   # header fields; the 4th is the batch's first unnamed number
 _SPIN_S = 200e-6                      # busy polling before the first sleep: a peer is usually close
 _LONGEST_PAUSE_S = 200e-6             # then sleeps of at most this, so a late peer costs little extra
 _LARGEST_FUSED_BYTES = 1 << 20        # bigger tensors reduce in place, as the native engine does
@@ -50,7 +52,7 @@ class _Request:
     data: np.ndarray | None
     # What is announced: the call's fields, with an unnamed call's number in place of its name.
     fields: tuple
-    done: bool = False  # set last, by the thread that ran the cycle; waiters hear of it as below
+    done: bool = False  # set last, by the thread that ran the cycle; see MpiEngine._drive
     result: Any = None
     error: BaseException | None = None
 
@@ -74,9 +76,11 @@ class MpiEngine:
         self._timeout_s = config.timeout_s
         self._stall_check_s = config.stall_check_s
         self._cache_capacity = config.cache_capacity
-        lock = threading.Lock()
-        self._cond = threading.Condition(lock)      # wakes the background thread (submits do not)
-        self._progress = threading.Condition(lock)  # wakes callers waiting for another thread's cycle
+        # One lock guards the engine's state; plain ``with self._lock`` where nobody is woken, as a
+        # Condition's own enter/exit run in Python and a small collective takes the lock several times.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)      # wakes the background thread (submits do not)
+        self._progress = threading.Condition(self._lock)  # wakes callers waiting for another thread's cycle
         self._pacing = 0                            # callers waiting on _progress
         self._waiters = 0                           # callers in wait(), driving cycles
         self._cycle_lock = threading.Lock()         # cycles are collective: one at a time, whoever runs them
@@ -119,7 +123,7 @@ class MpiEngine:
             number = next(self._unnamed)
             name = _auto_name(kind, number)
             call, fields = template._replace(name=name), (kind, number, *template[2:])
-        with self._cond:
+        with self._lock:
             if self._broken is not None:
                 raise CollectiveError(f"the MPI engine has stopped: {self._broken}")
             if self._stopping:
@@ -160,12 +164,12 @@ class MpiEngine:
         """Runs cycles in this thread until the request is done (or waits while another thread runs one)."""
         request = self._request(handle)
         deadline = time.monotonic() + self._timeout_s * 4
-        with self._cond:
+        with self._lock:
             self._waiters += 1
         try:
             self._drive(request, deadline)
         finally:
-            with self._cond:
+            with self._lock:
                 self._waiters -= 1
                 if request.done:
                     self._handles.pop(handle, None)
@@ -242,7 +246,7 @@ class MpiEngine:
         if self._broken is not None:
             return True
         try:
-            with self._cond:
+            with self._lock:
                 announced, self._queue = self._queue, []
                 stopping = self._stopping
             rows, key, payload = self._swap_headers([r.fields for r in announced], stopping)
@@ -260,7 +264,7 @@ class MpiEngine:
                 self._run_ready(self._table.take_ready())
                 anything = any(gathered)
             self._finish_join()
-            with self._progress:
+            with self._lock:
                 if self._pacing:
                     self._progress.notify_all()
             self._warn_stalls()
@@ -362,7 +366,7 @@ class MpiEngine:
         requests that every rank made identically."""
         fused: list[tuple[_Request | None, Call]] = []
         for name, by_rank in ready:
-            with self._cond:
+            with self._lock:
                 mine = self._in_flight.pop(name, None)
             number = self._call_number
             self._call_number += 1
@@ -481,4 +485,4 @@ class MpiEngine:
 
 
 def _auto_name(kind: int, number: int) -> str:
-    return f"{Call(kind, '').kind_name}.noname.{number}"
+    return f"{kind_name(kind)}.noname.{number}"
