@@ -119,6 +119,30 @@ def tape_sparse_gradients(c: Checks, mode: str) -> None:
         close_weights(c, [table.numpy()], [reference.numpy()], f"sparse_as_dense={sparse_as_dense}")
 
 
+def tape_options(c: Checks, mode: str) -> None:
+    """op=Sum, fp16 compression, gradient_predivide_factor and None gradients, against the per-rank
+    gradients (rank r's gradient of sum(w * (r + 1) * k) is (r + 1) * k)."""
+    rank, size = hvd.rank(), hvd.size()
+    w = tf.Variable(np.ones(3))
+    unused = tf.Variable(np.ones(2))
+    k = tf.constant([1.0, 2.0, 3.0], tf.float64)
+    mean_grad = np.mean([(r + 1) * k.numpy() for r in range(size)], axis=0)
+
+    def grads(**options: Any) -> Any:
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(w * (rank + 1) * k)
+        return hvd_tf.DistributedGradientTape(tape, **options).gradient(loss, [w, unused])
+    run = tf.function(grads) if mode == "graph" else grads
+    got, none = run(op=hvd.Sum)
+    c.close(got, mean_grad * size, "op=Sum")
+    c.check(none is None, f"a variable the loss does not use gets {none}")
+    got, _ = run(compression=hvd.Compression.fp16)
+    c.check(got.dtype == tf.float64, f"fp16 compression returns {got.dtype}")
+    c.close(got, mean_grad, "fp16 compression", tol=1e-3)
+    got, _ = run(gradient_predivide_factor=2.0)
+    c.close(got, mean_grad, "gradient_predivide_factor=2")
+
+
 # ---- Keras -------------------------------------------------------------------------------------
 
 class Recorder(keras.callbacks.Callback):
@@ -265,7 +289,7 @@ def bad_input(c: Checks, mode: str) -> None:
 def main() -> None:
     SCRATCH.append(Path(sys.argv[1]))
     hvd.init()
-    run_cases([tape_matches_single_process, tape_sparse_gradients, fit_matches_single_process,
+    run_cases([tape_matches_single_process, tape_sparse_gradients, tape_options, fit_matches_single_process,
                fit_backward_passes_per_step, learning_rate_warmup, learning_rate_schedule,
                load_model_round_trip])
     run_cases([bad_input], modes=("eager",))
