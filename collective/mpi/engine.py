@@ -122,7 +122,7 @@ class MpiEngine:
         else:
             number = next(self._unnamed)
             name = _auto_name(kind, number)
-            call, fields = template._replace(name=name), (kind, number, *template[2:])
+            call, fields = Call(kind, name, *template[2:]), (kind, number, *template[2:])
         with self._lock:
             if self._broken is not None:
                 raise CollectiveError(f"the MPI engine has stopped: {self._broken}")

@@ -69,16 +69,25 @@ def allreduce(comm: Any, data: np.ndarray, call: Call) -> None:
 def plain_op(call: Call) -> Any:
     """The MPI op when an allreduce of ``call`` is exactly one in-place ``Allreduce`` (no widening, no
     scaling, no Average to finish), so callers can issue it without the general path; else None."""
-    if is_half(call.dtype) or _saturates(call) or call.op == ReduceOp.AVERAGE:
+    return _plain_op(call.dtype, call.op, call.prescale, call.postscale)
+
+
+@functools.lru_cache(maxsize=256)
+def _plain_op(dtype: int, op: int, prescale: float, postscale: float) -> Any:
+    if is_half(dtype) or _sum_saturates(dtype, op) or op == ReduceOp.AVERAGE:
         return None
-    if call.prescale != 1.0 or call.postscale != 1.0:
+    if prescale != 1.0 or postscale != 1.0:
         return None
-    return mpi_op(call.op)
+    return mpi_op(op)
 
 
 def _saturates(call: Call) -> bool:
+    return _sum_saturates(call.dtype, call.op)
+
+
+def _sum_saturates(dtype: int, op: int) -> bool:
     """Open MPI's vectorised 8-bit MPI_SUM saturates instead of wrapping; such sums go as int32."""
-    return call.dtype in (0, 1) and call.op in (ReduceOp.SUM, ReduceOp.AVERAGE)
+    return dtype in (0, 1) and op in (ReduceOp.SUM, ReduceOp.AVERAGE)
 
 
 def allgather(comm: Any, data: np.ndarray, calls: Sequence[Call]) -> tuple[np.ndarray, list[int]]:
