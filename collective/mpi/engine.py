@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import pickle
 import threading
 import time
@@ -40,8 +41,10 @@ logger = logging.getLogger(__name__)
 
 _NOTHING, _CACHED, _FRESH = 0, 1, 2   # what a rank's header says about its announcement
 _KIND, _VALUE, _STOPPING = range(3)   # header fields; the 4th is the batch's first unnamed number
-_SPIN_S = 200e-6                      # busy polling before the first sleep: a peer is usually close
+_SPIN_S = 20e-6                       # busy polling first: a peer already on its way arrives within this
+_YIELD_S = 2e-3                       # then yield the CPU between polls (a peer may need the core we hold)
 _LONGEST_PAUSE_S = 200e-6             # then sleeps of at most this, so a late peer costs little extra
+_STALLED_AFTER_CYCLES = 10            # quiet rounds for this many cycle times: a waiting caller slows down
 _LARGEST_FUSED_BYTES = 1 << 20        # bigger tensors reduce in place, as the native engine does
 
 
@@ -84,7 +87,7 @@ class MpiEngine:
         self._pacing = 0                            # callers waiting on _progress
         self._waiters = 0                           # callers in wait(), driving cycles
         self._cycle_lock = threading.Lock()         # cycles are collective: one at a time, whoever runs them
-        self._last_cycle = time.monotonic()
+        self._last_cycle = self._last_news = time.monotonic()  # last round; last one where a rank announced
         self._queue: list[_Request] = []            # submitted, not announced yet
         self._in_flight: dict[str, _Request] = {}   # by name, until it ran
         self._joins: list[_Request] = []
@@ -188,9 +191,10 @@ class MpiEngine:
                 quiet = not request.done and not self._cycle()
             finally:
                 self._cycle_lock.release()
-            if quiet:
-                # No rank announced anything: a peer is late or stalled. Go on at the idle pace, not
-                # round after round at full speed (another thread's cycle may finish it meanwhile).
+            if quiet and time.monotonic() - self._last_news >= _STALLED_AFTER_CYCLES * self._cycle_s:
+                # No rank has announced anything for a while: a stall, not a late peer (those announce
+                # soon, and each round already waits for them). Go on at the idle pace, not round after
+                # round at full speed (another thread's cycle may finish it meanwhile).
                 with self._progress:
                     if not request.done:
                         self._pacing += 1
@@ -263,6 +267,8 @@ class MpiEngine:
                     self._table.announce(rank, calls)
                 self._run_ready(self._table.take_ready())
                 anything = any(gathered)
+            if anything:
+                self._last_news = self._last_cycle
             self._finish_join()
             with self._lock:
                 if self._pacing:
@@ -353,13 +359,17 @@ class MpiEngine:
         pause = 20e-6
         while not request.Test():
             waited = time.monotonic() - started
-            if waited > _SPIN_S:
-                if waited > self._timeout_s:
-                    raise CollectiveTimeoutError(
-                        f"rank {self._rank}: the MPI engine's negotiation round did not complete within "
-                        f"{self._timeout_s:g}s; a peer's engine has stopped or hangs")
-                time.sleep(pause)
-                pause = min(pause * 2, _LONGEST_PAUSE_S)
+            if waited < _SPIN_S:
+                continue
+            if waited < _YIELD_S:
+                os.sched_yield()
+                continue
+            if waited > self._timeout_s:
+                raise CollectiveTimeoutError(
+                    f"rank {self._rank}: the MPI engine's negotiation round did not complete within "
+                    f"{self._timeout_s:g}s; a peer's engine has stopped or hangs")
+            time.sleep(pause)  # a long wait (an idle peer ticks once per cycle time): stop using the CPU
+            pause = min(pause * 2, _LONGEST_PAUSE_S)
 
     def _run_ready(self, ready: list[tuple[str, dict[int, Call] | None]]) -> None:
         """Runs ``ready`` in order: (name, every rank's call), or (name, None) for one of this rank's own
