@@ -86,7 +86,7 @@ def train_rank(spec: KerasRankSpec) -> dict[str, Any] | None:
     callbacks = [hvd.BroadcastGlobalVariablesCallback(0), hvd.MetricAverageCallback(), recorder]
     try:
         model.fit(feeds["train"].batches(), steps_per_epoch=plan.train_steps, epochs=plan.epochs,
-                  initial_epoch=first_epoch, callbacks=callbacks, verbose=0,
+                  initial_epoch=first_epoch, callbacks=callbacks, verbose=0, shuffle=False,  # the readers shuffle
                   validation_data=feeds["val"].batches() if "val" in feeds else None,
                   validation_steps=plan.val_steps or None)
     except Exception as e:

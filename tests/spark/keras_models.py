@@ -17,3 +17,9 @@ def class_accuracy(label: object, output: object) -> object:
     predicted = keras.ops.cast(keras.ops.argmax(output, axis=-1), "int32")
     expected = keras.ops.cast(keras.ops.reshape(label, (-1,)), "int32")
     return keras.ops.mean(keras.ops.cast(predicted == expected, "float32"))
+
+
+def slope() -> keras.Model:
+    """y = w * x: one weight, starting at 0, so a test can read what was learned."""
+    return keras.Sequential([keras.Input(()), keras.layers.Reshape((1,)),
+                             keras.layers.Dense(1, use_bias=False, kernel_initializer="zeros")])

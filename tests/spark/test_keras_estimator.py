@@ -8,10 +8,9 @@ import pytest
 
 keras = pytest.importorskip("keras")
 
-import estimator_models  # noqa: E402
 import keras_models  # noqa: E402
 from estimator_data import blobs  # noqa: E402
-from estimator_models import FailOnce  # noqa: E402
+from estimator_models import FailOnce  # noqa: E402  (shipped by value by conftest)
 from keras_models import class_accuracy, classifier  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]
@@ -19,11 +18,9 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]
 
 @pytest.fixture(scope="module", autouse=True)
 def ship_test_models_by_value():
-    for module in (keras_models, estimator_models):
-        cloudpickle.register_pickle_by_value(module)
+    cloudpickle.register_pickle_by_value(keras_models)
     yield
-    for module in (keras_models, estimator_models):
-        cloudpickle.unregister_pickle_by_value(module)
+    cloudpickle.unregister_pickle_by_value(keras_models)
 
 
 @pytest.fixture
@@ -49,14 +46,18 @@ def predictions(df, column="label__output") -> np.ndarray:
 
 
 def with_ids(df):
+    """Rows with an id that stays theirs in every job (materialised once, so no recomputation can
+    hand the ids out in another order)."""
     from pyspark.sql import functions as F
 
-    return df.withColumn("id", F.monotonically_increasing_id())
+    return df.withColumn("id", F.monotonically_increasing_id()).localCheckpoint()
 
 
-def features_and_labels(df) -> tuple[np.ndarray, np.ndarray]:
-    rows = df.orderBy("id").collect()
-    return (np.array([r.features.toArray() for r in rows], dtype=np.float32), np.array([r.label for r in rows]))
+def features_labels_predictions(out, column="label__output") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """From one collect of transform's output, so the three line up row by row."""
+    rows = out.orderBy("id").collect()
+    return (np.array([r.features.toArray() for r in rows], dtype=np.float32), np.array([r.label for r in rows]),
+            np.array([r[column] for r in rows]))
 
 
 def test_fit_transform_save_load_round_trip(local_spark, store, tmp_path) -> None:
@@ -72,9 +73,8 @@ def test_fit_transform_save_load_round_trip(local_spark, store, tmp_path) -> Non
     test = with_ids(blobs(local_spark, 200, seed=0, partitions=3))
     out = model.transform(test)
     assert out.columns == test.columns + ["label__output"]
-    logits = predictions(out)
+    features, labels, logits = features_labels_predictions(out)
     assert logits.shape == (200, 3)
-    features, labels = features_and_labels(test)
     assert (logits.argmax(axis=1) == labels).mean() > 0.9
     trained = model.getModel()
     # The column holds exactly what the model computes; the trained model comes back compiled, with its
@@ -145,6 +145,20 @@ def test_a_failed_fit_resumes_from_its_last_checkpoint(local_spark, store, tmp_p
     assert int(model.getModel().optimizer.iterations.numpy()) == 12
     assert [p.rsplit("/", 1)[-1] for p in store.list(store.get_checkpoint_path("resumable"))] == \
         ["checkpoint.json", "epoch-0002.keras"]
+
+
+def test_sample_weights_decide_which_rows_count(local_spark, store) -> None:
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-1, 1, size=400)
+    clean = np.arange(400) % 2 == 0
+    # Half the rows carry a wrong slope; weight 0 must make them irrelevant (unweighted: about -0.5).
+    y = np.where(clean, 2.0 * x, -3.0 * x)
+    df = local_spark.createDataFrame(
+        [(float(a), float(b), float(c)) for a, b, c in zip(x, y, clean)], "x double, y double, w double")
+    model = make_estimator(store, model=keras_models.slope(), optimizer=keras.optimizers.SGD(0.5), loss="mse",
+                           metrics=None, feature_cols=["x"], label_cols=["y"], sample_weight_col="w", batch_size=20,
+                           epochs=4).fit(df)
+    assert model.getModel().layers[-1].kernel.numpy().item() == pytest.approx(2.0, abs=0.05)
 
 
 BAD_INPUTS = [

@@ -10,7 +10,7 @@ pytest.importorskip("keras")
 
 import keras_models  # noqa: E402
 from estimator_data import blobs  # noqa: E402
-from test_keras_estimator import features_and_labels, make_estimator, predictions, with_ids  # noqa: E402
+from test_keras_estimator import features_labels_predictions, make_estimator, predictions, with_ids  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]
 
@@ -29,8 +29,7 @@ def test_fit_transform_save_load_on_a_standalone_cluster(standalone_spark, tmp_p
     model = make_estimator(Store.create(str(tmp_path / "store")), epochs=3, validation=0.25).fit(df)
     assert model.getHistory()[-1]["val_class_accuracy"] > 0.9
     test = with_ids(blobs(standalone_spark, 100, partitions=2))
-    scores = predictions(model.transform(test))
-    features, labels = features_and_labels(test)
+    features, labels, scores = features_labels_predictions(model.transform(test))
     assert (scores.argmax(axis=1) == labels).mean() > 0.9
     np.testing.assert_allclose(scores, model.getModel().predict(features, verbose=0), rtol=1e-5, atol=1e-6)
     model.save(str(tmp_path / "model"))
