@@ -121,3 +121,17 @@ def test_an_mpi_engine_whose_peer_never_cycles_times_out() -> None:
     assert job.records(1) == [{"saw": verdict}]
     assert verdict["error"] == "CollectiveTimeoutError", verdict
     assert "did not complete within 3s" in verdict["message"]
+
+
+@pytest.mark.timeout(120)
+def test_repeated_steps_are_announced_from_the_engine_cache() -> None:
+    """Unnamed calls are auto-named anew each step, yet a repeated step is a cache hit: after the first
+    step's batches (the unnamed allreduce, the named pair, the allgather whose rows differ per rank)
+    nothing new is cached, and every result stays right."""
+    job = run_mpi_job(str(Path(__file__).resolve().parent / "steady_state_worker.py"), 2, backend="mpi",
+                      timeout_s=90)
+    assert_clean(job, 2)
+    for rank in range(2):
+        (record,) = job.records(rank)
+        assert record["wrong"] == [], record["wrong"]
+        assert 1 <= record["cached_batches"] <= 6, record  # a step's batches, far fewer than 12 steps' worth
