@@ -161,5 +161,5 @@ def calls_from_records(mine: Call, records: np.ndarray) -> list[Call]:
     if mine.kind not in _SAME_TRAILING_SHAPE:
         return [mine] * len(records)
     return [mine._replace(shape=(int(r[0]), *mine.shape[1:]),
-                                splits=tuple(int(x) for x in r[1:]) if mine.kind == kinds.ALLTOALL else ())
+                          splits=tuple(int(x) for x in r[1:]) if mine.kind == kinds.ALLTOALL else ())
             for r in records]

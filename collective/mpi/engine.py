@@ -253,7 +253,7 @@ class MpiEngine:
             with self._lock:
                 announced, self._queue = self._queue, []
                 stopping = self._stopping
-            rows, key, payload = self._swap_headers([r.fields for r in announced], stopping)
+            rows, payload = self._swap_headers([r.fields for r in announced], stopping)
             self._last_cycle = time.monotonic()
             stopped = [r for r, row in enumerate(rows) if row[_STOPPING]]
             if self._same_cached_batch(rows, announced):
@@ -262,7 +262,7 @@ class MpiEngine:
                 self._run_ready([(r.call.name, None) for r in announced])
                 anything = True
             else:
-                gathered = self._gather_batches(rows, key, payload)
+                gathered = self._gather_batches(rows, payload)
                 for rank, calls in enumerate(gathered):
                     self._table.announce(rank, calls)
                 self._run_ready(self._table.take_ready())
@@ -293,9 +293,9 @@ class MpiEngine:
         with self._progress:
             self._progress.notify_all()
 
-    def _swap_headers(self, batch: list[tuple], stopping: bool) -> tuple[list[list[int]], tuple, bytes]:
+    def _swap_headers(self, batch: list[tuple], stopping: bool) -> tuple[list[list[int]], bytes]:
         """Every rank's header (what it announces, whether it stops, its first unnamed number), and this
-        rank's batch key and pickled batch (empty unless fresh). ``batch`` holds the announced fields;
+        rank's pickled batch (empty unless fresh). ``batch`` holds the announced fields;
         unnamed calls travel as their number minus the batch's first, so a step that repeats the same
         unnamed calls is a cache hit."""
         base = next((f[1] for f in batch if type(f[1]) is int), 0)
@@ -306,13 +306,13 @@ class MpiEngine:
         header, headers = self._header, self._headers  # reused: only the cycle lock's holder touches them
         header[:] = (kind, cached if cached is not None else len(payload), int(stopping), base)
         self._await(self._comm.Iallgather(header, headers))
-        return headers.tolist(), key, payload
+        return headers.tolist(), payload
 
     def _same_cached_batch(self, rows: list[list[int]], announced: list[_Request]) -> bool:
         return (rows[0][_KIND] == _CACHED and rows.count(rows[0]) == self._size and not self._table.pending
                 and not self._table.joined and all(r.call.kind != kinds.JOIN for r in announced))
 
-    def _gather_batches(self, rows: list[list[int]], key: tuple, payload: bytes) -> list[list[Call]]:
+    def _gather_batches(self, rows: list[list[int]], payload: bytes) -> list[list[Call]]:
         """Every rank's new calls, in rank order: remembered batches from the cache, fresh ones through
         one Allgatherv of their pickles."""
         fresh_counts = [row[_VALUE] if row[_KIND] == _FRESH else 0 for row in rows]
