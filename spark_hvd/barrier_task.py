@@ -79,7 +79,7 @@ def run_rank(spec: TaskSpec) -> tuple[int, bytes]:
             if driver_gone.is_set():
                 child.kill()
             child.send_payload_in_background(spec.payload)
-            outcome = _meet_and_wait(ctx, spec, rank, child, gpu_addresses)
+            outcome = _meet_and_wait(ctx, spec, rank, child, gpu_addresses, sender)
         except Exception as e:
             # The task itself failed (not fn): report it like a rank failure, then let Spark know.
             if not driver_gone.is_set():
@@ -95,7 +95,7 @@ def run_rank(spec: TaskSpec) -> tuple[int, bytes]:
 
 
 def _meet_and_wait(ctx: Any, spec: TaskSpec, rank: int, child: RankChild,
-                   gpu_addresses: tuple[str, ...]) -> ChildOutcome:
+                   gpu_addresses: tuple[str, ...], sender: OutputSender) -> ChildOutcome:
     task_addresses = tuple(info.address for info in ctx.getTaskInfos())
     server = None
     try:
@@ -120,7 +120,7 @@ def _meet_and_wait(ctx: Any, spec: TaskSpec, rank: int, child: RankChild,
                        context.to_json())
         # Rank 0 keeps serving the rendezvous until its own fn is done: that covers every
         # init() that fn's peers can still make while rank 0 is alive to join them.
-        return child.wait_outcome(spec.exit_grace_s)
+        return child.wait_outcome(spec.exit_grace_s, on_failure_report=sender.send_failure)
     finally:
         if server is not None:
             server.stop()
@@ -135,7 +135,9 @@ def _result_or_raise(outcome: ChildOutcome, sender: OutputSender, driver_gone: b
         raise RuntimeError(f"spark_hvd rank {outcome.rank} stopped: the driver ended the job")
     failure = outcome.failure
     assert failure is not None
-    sender.send_failure(failure)
+    if not outcome.reported:
+        # It died without a report; reports were sent as soon as they were read (wait_outcome).
+        sender.send_failure(failure)
     raise RuntimeError(f"spark_hvd rank {failure.rank} failed: {failure.summary}")
 
 

@@ -31,6 +31,7 @@ class ChildOutcome:
     returncode: int
     result: bytes | None = None          # cloudpickled return value of fn, when it returned
     failure: RankFailure | None = None   # otherwise, why not
+    reported: bool = False               # the failure came from the child's own report (not just its exit)
 
 
 class RankChild:
@@ -45,6 +46,7 @@ class RankChild:
                  on_event: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.rank = rank
         self._on_event = on_event
+        self._on_failure_report: Callable[[RankFailure], None] | None = None
         launch_read, launch_write = os.pipe()
         result_read, result_write = os.pipe()
         try:
@@ -94,12 +96,17 @@ class RankChild:
         except OSError:
             pass
 
-    def wait_outcome(self, exit_grace_s: float) -> ChildOutcome:
+    def wait_outcome(self, exit_grace_s: float,
+                     on_failure_report: Callable[[RankFailure], None] | None = None) -> ChildOutcome:
         """Blocks until the child reports and exits (or just dies); reaps it, drains its output.
 
         The report and the exit are awaited side by side: a grandchild that inherited the report
         pipe (a forked data-loader worker, say) can keep it open long after the child died.
+        A failure report goes to ``on_failure_report`` as soon as it is read, before the child has
+        exited: the interpreter's exit can take seconds (torch, TensorFlow), and meanwhile the
+        peers' reports of this rank's departure must not be the first the driver hears.
         """
+        self._on_failure_report = on_failure_report
         endings: "queue.SimpleQueue[str]" = queue.SimpleQueue()
         report: list[tuple[dict[str, Any], bytes] | None] = [None]
         reader = threading.Thread(target=self._read_report, args=(report, endings),
@@ -133,6 +140,10 @@ class RankChild:
                 frame = read_frame(self._results)
                 if frame is None or frame[0].get("kind") != EVENT_KIND:
                     report[0] = frame
+                    if frame is not None and not frame[0].get("ok") and self._on_failure_report is not None:
+                        failure = _outcome(self.rank, None, frame).failure
+                        if failure is not None:
+                            self._on_failure_report(failure)
                     break
                 if self._on_event is not None:
                     self._on_event(frame[0].get("data") or {})
@@ -182,7 +193,7 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
-def _outcome(rank: int, returncode: int, frame: tuple[dict[str, Any], bytes] | None) -> ChildOutcome:
+def _outcome(rank: int, returncode: int | None, frame: tuple[dict[str, Any], bytes] | None) -> ChildOutcome:
     if frame is not None and frame[0].get("ok"):
         return ChildOutcome(rank, returncode, result=frame[1])
     if frame is not None:
@@ -190,7 +201,7 @@ def _outcome(rank: int, returncode: int, frame: tuple[dict[str, Any], bytes] | N
         return ChildOutcome(rank, returncode, failure=RankFailure(
             rank=rank, summary=str(header.get("summary") or "fn failed"),
             traceback=header.get("traceback") or None, exit_code=returncode,
-            peer_failure=bool(header.get("peer_failure"))))
+            peer_failure=bool(header.get("peer_failure"))), reported=True)
     return ChildOutcome(rank, returncode, failure=RankFailure(
         rank=rank, summary=f"its process {describe_exit(returncode)} before fn returned",
         exit_code=returncode))

@@ -39,9 +39,10 @@ def predictions(df, column="label__output") -> np.ndarray:
 
 
 def with_ids(df):
+    """Row ids that stay put: checkpointed, so every action sees the same rows in the same partitions."""
     from pyspark.sql import functions as F
 
-    return df.withColumn("id", F.monotonically_increasing_id())
+    return df.withColumn("id", F.monotonically_increasing_id()).localCheckpoint()
 
 
 def test_fit_transform_save_load_round_trip(local_spark, store, tmp_path) -> None:
