@@ -28,3 +28,23 @@ def in_two_partitions(df: Any, first_rows: int) -> Any:
     rdd = (df.rdd.zipWithIndex().map(lambda pair: (0 if pair[1] < first_rows else 1, pair[0]))
            .partitionBy(2, lambda key: key).values())
     return df.sparkSession.createDataFrame(rdd, df.schema)
+
+
+def assert_fit_fails_before_launch(spark: Any, store: Any, make_estimator: Any, overrides: dict,
+                                   data: str | None, message: str) -> None:
+    """A bad-input case of the estimator tests: ``fit`` raises InputError matching ``message`` and no run
+    was started under the Store. ``data``: None, or "empty" for a DataFrame without rows. A ``loss``
+    in ``overrides`` comes with float labels (the label-shape case)."""
+    import pytest
+    from pyspark.sql import functions as F
+
+    from spark_hvd.errors import InputError
+
+    df = blobs(spark, 100).withColumn("name", F.lit("text"))
+    if data == "empty":
+        df = df.limit(0)
+    if overrides.get("loss") is not None:
+        df = df.withColumn("label", F.col("label").cast("double"))
+    with pytest.raises(InputError, match=message):
+        make_estimator(store, **overrides).fit(df)
+    assert not store.exists(store.get_runs_path()) or not store.list(store.get_runs_path())

@@ -9,7 +9,7 @@ import pytest
 keras = pytest.importorskip("keras")
 
 import keras_models  # noqa: E402
-from estimator_data import blobs  # noqa: E402
+from estimator_data import assert_fit_fails_before_launch, blobs  # noqa: E402
 from estimator_models import FailOnce  # noqa: E402  (shipped by value by conftest)
 from keras_models import class_accuracy, classifier  # noqa: E402
 
@@ -174,15 +174,4 @@ BAD_INPUTS = [
 @pytest.mark.parametrize("overrides, data, message", BAD_INPUTS,
                          ids=["missing", "dtype", "label-shape", "empty", "model", "optimizer"])
 def test_bad_input_fails_before_launch(local_spark, store, overrides, data, message) -> None:
-    from pyspark.sql import functions as F
-
-    from spark_hvd.errors import InputError
-
-    df = blobs(local_spark, 100).withColumn("name", F.lit("text"))
-    if data == "empty":
-        df = df.limit(0)
-    if overrides.get("loss") is not None:
-        df = df.withColumn("label", F.col("label").cast("double"))
-    with pytest.raises(InputError, match=message):
-        make_estimator(store, **overrides).fit(df)
-    assert not store.exists(store.get_runs_path()) or not store.list(store.get_runs_path())
+    assert_fit_fails_before_launch(local_spark, store, make_estimator, overrides, data, message)

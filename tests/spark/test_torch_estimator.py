@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from estimator_data import blobs, in_two_partitions
+from estimator_data import assert_fit_fails_before_launch, blobs, in_two_partitions
 from estimator_models import FailOnce, Slope, accuracy, classifier
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
@@ -175,18 +175,7 @@ BAD_INPUTS = [
 
 @pytest.mark.parametrize("overrides, data, message", BAD_INPUTS, ids=["missing", "dtype", "label-shape", "empty"])
 def test_bad_input_fails_before_launch(local_spark, store, overrides, data, message) -> None:
-    from pyspark.sql import functions as F
-
-    from spark_hvd.errors import InputError
-
-    df = blobs(local_spark, 100).withColumn("name", F.lit("text"))
-    if data == "empty":
-        df = df.limit(0)
-    if overrides.get("loss") is not None:
-        df = df.withColumn("label", F.col("label").cast("double"))
-    with pytest.raises(InputError, match=message):
-        make_estimator(store, **overrides).fit(df)
-    assert not store.exists(store.get_runs_path()) or not store.list(store.get_runs_path())
+    assert_fit_fails_before_launch(local_spark, store, make_estimator, overrides, data, message)
 
 
 def test_fit_is_logged_to_an_active_mlflow_run(local_spark, store, tmp_path, monkeypatch) -> None:
