@@ -87,6 +87,7 @@ class MpiEngine:
         self._pacing = 0                            # callers waiting on _progress
         self._waiters = 0                           # callers in wait(), driving cycles
         self._cycle_lock = threading.Lock()         # cycles are collective: one at a time, whoever runs them
+        self._eager = False  # whether the running cycle has a caller waiting (see _await)
         self._last_cycle = self._last_news = time.monotonic()  # last round; last one where a rank announced
         self._queue: list[_Request] = []            # submitted, not announced yet
         self._in_flight: dict[str, _Request] = {}   # by name, until it ran
@@ -188,7 +189,7 @@ class MpiEngine:
             if not (self._cycle_lock.acquire(blocking=False) or self._cycle_lock.acquire(timeout=left)):
                 continue
             try:
-                quiet = not request.done and not self._cycle()
+                quiet = not request.done and not self._cycle(eager=True)
             finally:
                 self._cycle_lock.release()
             if quiet and time.monotonic() - self._last_news >= _STALLED_AFTER_CYCLES * self._cycle_s:
@@ -240,15 +241,17 @@ class MpiEngine:
             # Never queue behind a caller's cycles (that cycle serves the peers too), except to stop.
             if self._cycle_lock.acquire(blocking=stopping):
                 try:
-                    self._cycle()
+                    self._cycle(eager=False)
                 finally:
                     self._cycle_lock.release()
 
-    def _cycle(self) -> bool:
+    def _cycle(self, eager: bool) -> bool:
         """One collective round (the caller holds the cycle lock); whether any rank announced anything.
-        On failure every request fails."""
+        ``eager`` when a caller waits on it: MPI is then polled without sleeping for a while. On failure
+        every request fails."""
         if self._broken is not None:
             return True
+        self._eager = eager
         try:
             with self._lock:
                 announced, self._queue = self._queue, []
@@ -361,7 +364,10 @@ class MpiEngine:
             waited = time.monotonic() - started
             if waited < _SPIN_S:
                 continue
-            if waited < _YIELD_S:
+            if waited < _YIELD_S and self._eager:
+                # A caller waits: stay responsive, but let a peer that shares our core run. The
+                # background thread's rounds (idle ticks, requests nobody waits on yet) go straight to
+                # sleeping instead, so they never compete with the program's own threads for long.
                 os.sched_yield()
                 continue
             if waited > self._timeout_s:
