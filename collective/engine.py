@@ -71,3 +71,22 @@ class Engine:
 
     def shutdown(self) -> None:
         self._native.shutdown()
+
+
+def wait_all(engine: Any, requests: Sequence[tuple[int, int]]) -> list[Any]:
+    """Waits for every (handle, dtype code) of ``requests`` and returns their results in order.
+
+    Waits for all of them even after one fails, then raises the first error: until each completes,
+    the engine may still use the memory of the tensors behind them. ``engine`` is any engine with
+    ``wait`` (the native one or the MPI one)."""
+    results: list[Any] = []
+    error: Exception | None = None
+    for handle, code in requests:
+        try:
+            results.append(engine.wait(handle, code))
+        except Exception as exc:  # noqa: BLE001 - re-raised below, once nothing is in flight
+            error = error or exc
+            results.append(None)
+    if error is not None:
+        raise error
+    return results

@@ -14,7 +14,7 @@ import numpy as np
 
 from collective import engine as kinds
 from collective.dtypes import as_buffer, dtype_code
-from collective.engine import Engine
+from collective.engine import Engine, wait_all
 from collective.errors import InvalidArgumentError
 from collective.reduce_ops import ReduceOp
 from collective.runtime import size, start_engine
@@ -45,19 +45,7 @@ def _run(arrays: Sequence[np.ndarray], names: Sequence[str | None], submit: Subm
     except Exception:
         _stranded.append(arrays)
         raise
-    results: list[Any] = []
-    error: Exception | None = None
-    # Wait for every request even after one fails: until each completes, the engine may still use the
-    # memory of the arrays.
-    for handle, code in requests:
-        try:
-            results.append(engine.wait(handle, code))
-        except Exception as exc:  # noqa: BLE001 - re-raised below, once nothing is in flight
-            error = error or exc
-            results.append(None)
-    if error is not None:
-        raise error
-    return results
+    return wait_all(engine, requests)
 
 
 def aligned_copy(array: np.ndarray) -> np.ndarray:

@@ -11,6 +11,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from collective.engine import wait_all
 from collective.errors import InvalidArgumentError
 from collective.runtime import start_engine
 
@@ -53,20 +54,7 @@ def synchronize(handle: int) -> Any:
         pending = _pending.pop(handle, None)
     if pending is None:
         return None
-    engine = start_engine()
-    results: list[Any] = []
-    error: Exception | None = None
-    # Wait for every request even after a failure: until each completes, the engine may still use the
-    # memory of the tensors this handle keeps alive.
-    for request, code in pending.requests:
-        try:
-            results.append(engine.wait(request, code))
-        except Exception as exc:  # noqa: BLE001 - re-raised below, once nothing is in flight
-            error = error or exc
-            results.append(None)
-    if error is not None:
-        raise error
-    return pending.finish(results)
+    return pending.finish(wait_all(start_engine(), pending.requests))
 
 
 def forget_all() -> None:
