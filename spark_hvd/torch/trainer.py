@@ -140,9 +140,10 @@ class _EpochLoop:
             if (step + 1) % bpps == 0:
                 self.optimizer.step()
                 self.optimizer.zero_grad()
+            loss_value = loss.item()
             with torch.no_grad():
-                totals.add(loss.item(), self._metric_values(outputs, labels), rows=len(labels[0]))
-            progress.step(epoch, step + 1, loss.item())
+                totals.add(loss_value, self._metric_values(outputs, labels), rows=len(labels[0]))
+            progress.step(epoch, step + 1, loss_value)
         return totals.averaged(self.hvd, prefix="")
 
     def validate(self, epoch: int, reader: Any) -> dict[str, float]:
