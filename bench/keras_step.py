@@ -23,13 +23,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from _step_runs import free_port, interleaved_medians, print_step_table, run_processes
 
 MARKER = "@@keras_step "
 CONFIGS = ("ours", "ours-fit", "mwms", "single")
@@ -214,12 +215,6 @@ def latency(args: argparse.Namespace) -> None:
 
 # ---- the driver ------------------------------------------------------------------------------
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def commands(config: str, args: argparse.Namespace) -> list[tuple[list[str], dict[str, str]]]:
     me = [sys.executable, str(Path(__file__).resolve())]
     role = ["--role", config, "--batch", str(args.batch), "--steps", str(args.steps), "--ranks", str(args.ranks)]
@@ -237,25 +232,8 @@ def commands(config: str, args: argparse.Namespace) -> list[tuple[list[str], dic
 
 def run_config(config: str, args: argparse.Namespace) -> float:
     """Starts one configuration's processes; returns the max over ranks of the median step time."""
-    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for cmd, env in commands(config, args)]
-    medians, outputs = [], []
-    try:
-        for proc in procs:
-            out, _ = proc.communicate(timeout=900)
-            outputs.append(out)
-            medians += [json.loads(line.split(MARKER, 1)[1])["median_s"] for line in out.splitlines() if MARKER in line]
-            if proc.returncode != 0:
-                raise RuntimeError(f"{config} failed (exit {proc.returncode}):\n{out[-3000:]}")
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    expected = 1 if config == "single" else args.ranks
-    if len(medians) != expected:
-        raise RuntimeError(f"{config}: {len(medians)} of {expected} ranks reported:\n" + "\n".join(outputs)[-3000:])
-    return max(medians)
+    return run_processes(config, commands(config, args), MARKER, 1 if config == "single" else args.ranks,
+                         timeout_s=900)
 
 
 def drive(args: argparse.Namespace) -> None:
@@ -263,19 +241,8 @@ def drive(args: argparse.Namespace) -> None:
     print(f"MLP {LAYERS}, {params / 1e6:.2f}M parameters (float32), batch {args.batch} per rank, {args.ranks} ranks, "
           f"1 intra-op thread each, {args.steps} timed steps after {WARMUP_STEPS} warm-up, {args.rounds} "
           "interleaved rounds", flush=True)
-    samples: dict[str, list[float]] = {c: [] for c in CONFIGS}
-    for round_index in range(args.rounds):
-        # Rotated each round, so no configuration always runs first (or right after another).
-        for config in CONFIGS[round_index % len(CONFIGS):] + CONFIGS[:round_index % len(CONFIGS)]:
-            samples[config].append(run_config(config, args))
-        print(f"round {round_index + 1}: " + ", ".join(f"{c} {samples[c][-1] * 1e3:.1f} ms" for c in CONFIGS),
-              flush=True)
-    step = {c: statistics.median(v) for c, v in samples.items()}
-    print("\n| configuration | step time (ms) | communication overhead (ms) |")
-    print("|---|---:|---:|")
-    for config in CONFIGS:
-        overhead = "" if config == "single" else f"{(step[config] - step['single']) * 1e3:.1f}"
-        print(f"| {config} | {step[config] * 1e3:.1f} | {overhead} |")
+    step = interleaved_medians(CONFIGS, args.rounds, lambda config: run_config(config, args))
+    print_step_table(CONFIGS, step)
     print(f"ours / mwms step-time ratio: {step['ours'] / step['mwms']:.3f} (target <= 1.0)")
     print(f"ours-fit / mwms step-time ratio: {step['ours-fit'] / step['mwms']:.3f}")
 

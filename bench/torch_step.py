@@ -18,14 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import torch
+
+from _step_runs import free_port, interleaved_medians, print_step_table, run_processes
 
 MARKER = "@@torch_step "
 CONFIGS = ("ours-fusion", "ours-nofusion", "ddp-gloo", "single")
@@ -99,12 +99,6 @@ def run_single(batch: int, steps: int) -> None:
 
 # ---- the driver ------------------------------------------------------------------------------
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def commands(config: str, args: argparse.Namespace) -> list[tuple[list[str], dict[str, str]]]:
     me = [sys.executable, str(Path(__file__).resolve())]
     role = ["--role", config, "--batch", str(args.batch), "--steps", str(args.steps)]
@@ -120,38 +114,18 @@ def commands(config: str, args: argparse.Namespace) -> list[tuple[list[str], dic
 
 def run_config(config: str, args: argparse.Namespace) -> float:
     """Starts one configuration's processes; returns the max over ranks of the median step time."""
-    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for cmd, env in commands(config, args)]
-    medians, outputs = [], []
-    for proc in procs:
-        out, _ = proc.communicate(timeout=600)
-        outputs.append(out)
-        medians += [json.loads(line.split(MARKER, 1)[1])["median_s"] for line in out.splitlines() if MARKER in line]
-        tolerated = config == "ddp-gloo" and proc.returncode == ABORT_RETURN_CODE
-        if proc.returncode != 0 and not tolerated:
-            raise RuntimeError(f"{config} failed (exit {proc.returncode}):\n{out[-3000:]}")
-    expected = 1 if config == "single" else args.ranks
-    if len(medians) != expected:
-        raise RuntimeError(f"{config}: {len(medians)} of {expected} ranks reported:\n" + "\n".join(outputs)[-3000:])
-    return max(medians)
+    # DDP over gloo sometimes aborts at exit on torch 2.13 after reporting (see ENVIRONMENT.md).
+    tolerated = (ABORT_RETURN_CODE,) if config == "ddp-gloo" else ()
+    return run_processes(config, commands(config, args), MARKER, 1 if config == "single" else args.ranks,
+                         timeout_s=600, tolerated_returncodes=tolerated)
 
 
 def drive(args: argparse.Namespace) -> None:
     print(f"MLP {LAYERS}, {sum(p.numel() for p in build_model().parameters()) / 1e6:.2f}M parameters (float32), "
           f"batch {args.batch} per rank, {args.ranks} ranks, 1 intra-op thread each, "
           f"{args.steps} timed steps after {WARMUP_STEPS} warm-up, {args.rounds} interleaved rounds", flush=True)
-    samples: dict[str, list[float]] = {c: [] for c in CONFIGS}
-    for round_index in range(args.rounds):
-        for config in CONFIGS:
-            samples[config].append(run_config(config, args))
-        print(f"round {round_index + 1}: " + ", ".join(f"{c} {samples[c][-1] * 1e3:.1f} ms" for c in CONFIGS),
-              flush=True)
-    step = {c: statistics.median(v) for c, v in samples.items()}
-    print("\n| configuration | step time (ms) | communication overhead (ms) |")
-    print("|---|---:|---:|")
-    for config in CONFIGS:
-        overhead = "" if config == "single" else f"{(step[config] - step['single']) * 1e3:.1f}"
-        print(f"| {config} | {step[config] * 1e3:.1f} | {overhead} |")
+    step = interleaved_medians(CONFIGS, args.rounds, lambda config: run_config(config, args))
+    print_step_table(CONFIGS, step)
     for ours in ("ours-fusion", "ours-nofusion"):
         print(f"{ours} / ddp-gloo step-time ratio: {step[ours] / step['ddp-gloo']:.3f} (target <= 1.0)")
 
