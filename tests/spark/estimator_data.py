@@ -23,6 +23,26 @@ def blobs(spark: Any, rows: int, features: int = 4, classes: int = 3, seed: int 
     return spark.createDataFrame(data, schema).repartition(partitions)
 
 
+def with_ids(df: Any) -> Any:
+    """Rows with an ``id`` that stays theirs in every job: checkpointed, so no recomputation can hand
+    the ids out in another order."""
+    from pyspark.sql import functions as F
+
+    return df.withColumn("id", F.monotonically_increasing_id()).localCheckpoint()
+
+
+def predictions(df: Any, column: str = "label__output") -> np.ndarray:
+    """One output column in id order."""
+    return np.array([row[0] for row in df.orderBy("id").select(column).collect()])
+
+
+def features_labels_predictions(out: Any, column: str = "label__output") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """From one collect of transform's output, so the three line up row by row."""
+    rows = out.orderBy("id").collect()
+    return (np.array([r.features.toArray() for r in rows], dtype=np.float32), np.array([r.label for r in rows]),
+            np.array([r[column] for r in rows]))
+
+
 def in_two_partitions(df: Any, first_rows: int) -> Any:
     """The rows of df in exactly two partitions: the first ``first_rows`` rows, and the rest."""
     rdd = (df.rdd.zipWithIndex().map(lambda pair: (0 if pair[1] < first_rows else 1, pair[0]))

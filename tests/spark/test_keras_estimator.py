@@ -9,7 +9,8 @@ import pytest
 keras = pytest.importorskip("keras")
 
 import keras_models  # noqa: E402
-from estimator_data import assert_fit_fails_before_launch, blobs  # noqa: E402
+from estimator_data import (  # noqa: E402
+    assert_fit_fails_before_launch, blobs, features_labels_predictions, predictions, with_ids)
 from estimator_models import FailOnce  # noqa: E402  (shipped by value by conftest)
 from keras_models import class_accuracy, classifier  # noqa: E402
 
@@ -41,23 +42,10 @@ def make_estimator(store, **overrides):
     return KerasEstimator(**settings)
 
 
-def predictions(df, column="label__output") -> np.ndarray:
-    return np.array([row[0] for row in df.orderBy("id").select(column).collect()])
 
 
-def with_ids(df):
-    """Rows with an id that stays theirs in every job (materialised once, so no recomputation can
-    hand the ids out in another order)."""
-    from pyspark.sql import functions as F
-
-    return df.withColumn("id", F.monotonically_increasing_id()).localCheckpoint()
 
 
-def features_labels_predictions(out, column="label__output") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """From one collect of transform's output, so the three line up row by row."""
-    rows = out.orderBy("id").collect()
-    return (np.array([r.features.toArray() for r in rows], dtype=np.float32), np.array([r.label for r in rows]),
-            np.array([r[column] for r in rows]))
 
 
 def test_fit_transform_save_load_round_trip(local_spark, store, tmp_path) -> None:

@@ -9,8 +9,8 @@ import pytest
 pytest.importorskip("keras")
 
 import keras_models  # noqa: E402
-from estimator_data import blobs  # noqa: E402
-from test_keras_estimator import features_labels_predictions, make_estimator, predictions, with_ids  # noqa: E402
+from estimator_data import blobs, features_labels_predictions, predictions, with_ids  # noqa: E402
+from test_keras_estimator import make_estimator  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from estimator_data import assert_fit_fails_before_launch, blobs, in_two_partitions
+from estimator_data import assert_fit_fails_before_launch, blobs, in_two_partitions, predictions, with_ids
 from estimator_models import FailOnce, Slope, accuracy, classifier
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
@@ -33,16 +33,8 @@ def make_estimator(store, **overrides):
     return TorchEstimator(**settings)
 
 
-def predictions(df, column="label__output") -> np.ndarray:
-    rows = df.orderBy("id").select(column).collect()
-    return np.array([row[0] for row in rows])
 
 
-def with_ids(df):
-    """Row ids that stay put: checkpointed, so every action sees the same rows in the same partitions."""
-    from pyspark.sql import functions as F
-
-    return df.withColumn("id", F.monotonically_increasing_id()).localCheckpoint()
 
 
 def test_fit_transform_save_load_round_trip(local_spark, store, tmp_path) -> None:

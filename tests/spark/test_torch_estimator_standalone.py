@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from estimator_data import blobs
-from test_torch_estimator import make_estimator, predictions, with_ids
+from estimator_data import blobs, predictions, with_ids
+from test_torch_estimator import make_estimator
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]
 
