@@ -104,3 +104,16 @@ class LossComputer:
             total = value * weight if total is None else total + value * weight
         assert total is not None
         return total
+
+
+def batch_tensors(batch: dict[str, np.ndarray], transformation_fn: Callable[[dict], dict] | None,
+                  feature_cols: Sequence[str], label_cols: Sequence[str], sample_weight_col: str | None,
+                  float_dtype: torch.dtype, device: torch.device
+                  ) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor | None]:
+    """One batch as the model and the loss take it: (features, labels, row weights or None), after the
+    user's transformation_fn. The ranks' training and the driver's sample check go through here."""
+    if transformation_fn is not None:
+        batch = transformation_fn(batch)
+    convert = lambda name: column_tensor(batch[name], float_dtype, device)  # noqa: E731
+    weights = convert(sample_weight_col) if sample_weight_col else None
+    return [convert(c) for c in feature_cols], [convert(c) for c in label_cols], weights

@@ -74,18 +74,16 @@ class TorchEstimator(HorovodEstimator):
         from spark_hvd.torch.batch_tensors import (
             LossComputer,
             as_outputs,
+            batch_tensors,
             check_output_label_shapes,
-            column_tensor,
             model_dtype,
             resolve_losses,
         )
 
-        if self.getTransformationFn() is not None:
-            sample = self.getTransformationFn()(sample)
-        model, device = self.getModel(), torch.device("cpu")
-        dtype = model_dtype(model)
-        features = [column_tensor(sample[c], dtype, device) for c in self.getFeatureCols()]
-        labels = [column_tensor(sample[c], dtype, device) for c in self.getLabelCols()]
+        model = self.getModel()
+        features, labels, weights = batch_tensors(
+            sample, self.getTransformationFn(), self.getFeatureCols(), self.getLabelCols(), self.getSampleWeightCol(),
+            model_dtype(model), torch.device("cpu"))
         shapes = ", ".join(f"{c}: {tuple(t.shape[1:])}" for c, t in zip(self.getFeatureCols(), features))
         was_training = model.training
         model.eval()
@@ -98,7 +96,6 @@ class TorchEstimator(HorovodEstimator):
         finally:
             model.train(was_training)
         check_output_label_shapes(outputs, labels, self.getLabelCols())
-        weights = column_tensor(sample[self.getSampleWeightCol()], dtype, device) if self.getSampleWeightCol() else None
         losses = resolve_losses(self.getLoss(), self.getLossConstructors(), len(labels))
         try:
             LossComputer(losses, self.getLossWeights(), weights is not None)(outputs, labels, weights)
@@ -119,12 +116,10 @@ class TorchEstimator(HorovodEstimator):
 
     def _create_model(self, plan: FitPlan, result: Any, output_cols: list[str]) -> TorchModel:
         import copy
-        import io
 
-        import torch
+        from spark_hvd.torch.state_bytes import load_state_bytes
 
-        module = copy.deepcopy(self.getModel())
-        module.load_state_dict(torch.load(io.BytesIO(result["state_dict"]), map_location="cpu", weights_only=True))
+        module = load_state_bytes(copy.deepcopy(self.getModel()), result["state_dict"])
         columns = plan.data.columns
         model = TorchModel()
         model._set(feature_columns=plan.feature_cols, label_columns=plan.label_cols, output_cols=output_cols,

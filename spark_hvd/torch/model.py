@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import io
 from typing import Any, Callable
 
 import cloudpickle
 import numpy as np
 
 from spark_hvd.estimator.model_base import HorovodModel
+from spark_hvd.torch.state_bytes import load_state_bytes, state_dict_bytes
 
 _MODULE_FILE = "module.pkl"           # the architecture (cloudpickled torch.nn.Module)
 _STATE_FILE = "state_dict.pt"         # the weights, as torch.save(state_dict)
@@ -30,30 +30,19 @@ class TorchModel(HorovodModel):
         self._module = module.cpu().eval()
 
     def _predict_factory(self) -> Callable[[], Callable[[list[np.ndarray]], list[np.ndarray]]]:
-        buffer = io.BytesIO()
-        import torch
-
-        torch.save(self._module.state_dict(), buffer)
-        return _TorchPredictorFactory(cloudpickle.dumps(self._module), buffer.getvalue())
+        return _TorchPredictorFactory(cloudpickle.dumps(self._module), state_dict_bytes(self._module))
 
     def _save_data(self, fs: Any, directory: str) -> None:
-        import torch
-
-        buffer = io.BytesIO()
-        torch.save(self._module.state_dict(), buffer)
         with fs.open(f"{directory}/{_STATE_FILE}", "wb") as f:
-            f.write(buffer.getvalue())
+            f.write(state_dict_bytes(self._module))
         with fs.open(f"{directory}/{_MODULE_FILE}", "wb") as f:
             f.write(cloudpickle.dumps(self._module))
 
     def _load_data(self, fs: Any, directory: str) -> None:
-        import torch
-
         with fs.open(f"{directory}/{_MODULE_FILE}", "rb") as f:
             module = cloudpickle.loads(f.read())
         with fs.open(f"{directory}/{_STATE_FILE}", "rb") as f:
-            module.load_state_dict(torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=True))
-        self._set_module(module)
+            self._set_module(load_state_bytes(module, f.read()))
 
     def _copy_internals_to(self, other: HorovodModel) -> None:
         super()._copy_internals_to(other)
@@ -71,9 +60,7 @@ class _TorchPredictorFactory:
 
         from spark_hvd.torch.batch_tensors import as_outputs, column_tensor, model_dtype
 
-        module = cloudpickle.loads(self.module_blob)
-        module.load_state_dict(torch.load(io.BytesIO(self.state_blob), map_location="cpu", weights_only=True))
-        module.eval()
+        module = load_state_bytes(cloudpickle.loads(self.module_blob), self.state_blob).eval()
         dtype, device = model_dtype(module), torch.device("cpu")
 
         def predict(features: list[np.ndarray]) -> list[np.ndarray]:

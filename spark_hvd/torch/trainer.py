@@ -8,7 +8,6 @@ across ranks, checkpoint by rank 0, progress to the driver.
 
 from __future__ import annotations
 
-import io
 import os
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -56,6 +55,7 @@ def train_rank(spec: TorchRankSpec) -> dict[str, Any] | None:
     from spark_hvd.estimator.rank_progress import RankProgress
     from spark_hvd.torch.batch_tensors import LossComputer, model_dtype, resolve_losses
     from spark_hvd.torch.checkpoint import load_checkpoint, save_checkpoint
+    from spark_hvd.torch.state_bytes import state_dict_bytes
 
     plan = spec.plan
     hvd.init()
@@ -110,9 +110,7 @@ def train_rank(spec: TorchRankSpec) -> dict[str, Any] | None:
             reader.close()
     if rank != 0:
         return None
-    buffer = io.BytesIO()
-    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, buffer)
-    return {"state_dict": buffer.getvalue(), "history": history}
+    return {"state_dict": state_dict_bytes(model), "history": history}
 
 
 class _EpochLoop:
@@ -167,13 +165,10 @@ class _EpochLoop:
         return [f"{label}_{name}" for name in names for label in self.plan.label_cols]
 
     def _tensors(self, batch: dict[str, np.ndarray]) -> tuple[list[Any], list[Any], Any]:
-        from spark_hvd.torch.batch_tensors import column_tensor
+        from spark_hvd.torch.batch_tensors import batch_tensors
 
-        if self.transformation_fn is not None:
-            batch = self.transformation_fn(batch)
-        convert = lambda name: column_tensor(batch[name], self.float_dtype, self.device)  # noqa: E731
-        weights = convert(self.plan.sample_weight_col) if self.plan.sample_weight_col else None
-        return ([convert(c) for c in self.plan.feature_cols], [convert(c) for c in self.plan.label_cols], weights)
+        return batch_tensors(batch, self.transformation_fn, self.plan.feature_cols, self.plan.label_cols,
+                             self.plan.sample_weight_col, self.float_dtype, self.device)
 
     def _forward(self, features: list[Any]) -> list[Any]:
         from spark_hvd.torch.batch_tensors import as_outputs
