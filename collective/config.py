@@ -11,7 +11,7 @@ import math
 import os
 import socket
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 ENV_RANK = "COLLECTIVE_RANK"
 ENV_SIZE = "COLLECTIVE_SIZE"
@@ -33,6 +33,10 @@ ENV_STALL_CHECK_TIME = "COLLECTIVE_STALL_CHECK_TIME"
 ENV_STALL_SHUTDOWN_TIME = "COLLECTIVE_STALL_SHUTDOWN_TIME"
 ENV_BACKEND = "COLLECTIVE_BACKEND"
 ENV_NCCL_LIBRARY = "COLLECTIVE_NCCL_LIBRARY"
+ENV_NICS = "COLLECTIVE_NICS"  # comma-separated interface names
+# Horovod's variable for spark.run's start_timeout, honoured so ported jobs keep their setting.
+ENV_SPARK_START_TIMEOUT = "HOROVOD_SPARK_START_TIMEOUT"
+DEFAULT_SPARK_START_TIMEOUT_S = 600.0
 # Set by mpirun/mpiexec in every rank: Open MPI, then MPICH/Hydra (and PMIx-based launchers).
 MPI_LAUNCHER_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK")
 BACKENDS = ("ring", "mpi")
@@ -67,8 +71,12 @@ class Config:
     backend: str = "ring"                    # CPU data path: the native "ring", or "mpi" (mpi4py)
     launched_by_mpi: bool = False            # mpirun/mpiexec started us: bootstrap through MPI
     nccl_library: str | None = None          # path to libnccl.so.2; None = the nvidia-nccl wheel, then the system
+    # Network interfaces the mesh may use (Horovod's nics), e.g. ("eth0",); None = any.
+    nics: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        # Lists and sets are accepted (Horovod takes either) and kept as a tuple, so Config stays hashable.
+        object.__setattr__(self, "nics", normalize_nics(self.nics, _field_label("nics")))
         _validate(dataclasses.asdict(self), _field_label)
 
     def replace(self, **changes: Any) -> "Config":
@@ -134,6 +142,44 @@ def default_host_key() -> str:
     return f"{hostname}:{boot_id}" if boot_id else hostname
 
 
+def normalize_nics(value: Any, label: str = "nics") -> tuple[str, ...] | None:
+    """Horovod's ``nics`` (a list or set of interface names) as a tuple; empty or None means any.
+
+    A list keeps its order (the first named interface is preferred); a set is sorted, so every
+    rank reads it the same way. A plain string is refused rather than read as one name: Horovod
+    would take it letter by letter.
+    """
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)):
+        raise ValueError(f"{label}={value!r} must be a list or set of interface names, "
+                         f"e.g. [{value!r}], not a string")
+    if isinstance(value, (set, frozenset)):
+        names: Iterable[Any] = sorted(value, key=str)
+    elif isinstance(value, (list, tuple)):
+        names = value
+    else:
+        raise ValueError(f"{label}={value!r} must be a list or set of interface names, e.g. ['eth0']")
+    for name in names:
+        # Linux refuses whitespace in interface names; a comma would split in COLLECTIVE_NICS.
+        if not isinstance(name, str) or not name or "," in name or any(c.isspace() for c in name):
+            raise ValueError(f"{label}={value!r}: {name!r} is not an interface name "
+                             "(a non-empty string without spaces or commas)")
+    return tuple(dict.fromkeys(names)) or None
+
+
+def spark_start_timeout_s(environ: Mapping[str, str] | None = None) -> float:
+    """spark.run's default start_timeout: HOROVOD_SPARK_START_TIMEOUT (as in Horovod), else 600 s."""
+    environ = os.environ if environ is None else environ
+    raw = environ.get(ENV_SPARK_START_TIMEOUT, "").strip()
+    if not raw:
+        return DEFAULT_SPARK_START_TIMEOUT_S
+    seconds = _parse_seconds(ENV_SPARK_START_TIMEOUT, raw)
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"{ENV_SPARK_START_TIMEOUT}={raw!r} must be a positive, finite number of seconds")
+    return seconds
+
+
 def parse_host_port(text: str) -> tuple[str, int]:
     """Splits ``host:port`` (or ``[v6addr]:port``) and checks the port range."""
     host, sep, port_text = text.rpartition(":")
@@ -162,6 +208,7 @@ def env_for_rank(
     secret: bytes,
     host_key: str | None = None,
     timeline: str | None = None,
+    nics: tuple[str, ...] | None = None,
 ) -> dict[str, str]:
     """The variables a launcher exports so that config_from_env() in the child sees this rank.
 
@@ -177,8 +224,11 @@ def env_for_rank(
         env[ENV_HOST_KEY] = host_key
     if timeline is not None:
         env[ENV_TIMELINE] = timeline
+    if nics:
+        env[ENV_NICS] = ",".join(nics)
     _validate({**dataclasses.asdict(Config()), "rank": rank, "size": size,
-               "rendezvous": rendezvous, "secret": secret, "host_key": host_key}, _field_label)
+               "rendezvous": rendezvous, "secret": secret, "host_key": host_key,
+               "nics": nics}, _field_label)
     return env
 
 
@@ -216,6 +266,10 @@ def _parse_text(env_name: str, raw: str) -> str:
     return raw
 
 
+def _parse_nics(env_name: str, raw: str) -> tuple[str, ...] | None:
+    return normalize_nics([name.strip() for name in raw.split(",") if name.strip()], env_name)
+
+
 def _parse_shm_enabled(env_name: str, raw: str) -> bool:
     word = raw.lower()
     if word in _TRUE_WORDS:
@@ -246,6 +300,7 @@ _ENV_FIELDS: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "stall_shutdown_s": (ENV_STALL_SHUTDOWN_TIME, _parse_seconds),
     "backend": (ENV_BACKEND, _parse_text),
     "nccl_library": (ENV_NCCL_LIBRARY, _parse_text),
+    "nics": (ENV_NICS, _parse_nics),
 }
 
 
@@ -311,3 +366,4 @@ def _validate(values: Mapping[str, Any], label: Callable[[str], str]) -> None:
         fail("nccl_library", "must be a non-empty path")
     if not isinstance(values["scope"], str) or not values["scope"]:
         fail("scope", "must be a non-empty string")
+    normalize_nics(values["nics"], label("nics"))

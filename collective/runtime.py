@@ -10,6 +10,7 @@ from typing import Any
 
 from collective import _native
 from collective.bootstrap import Bootstrap, bootstrap_from_config
+from collective.bootstrap.interfaces import mesh_host
 from collective.config import Config, config_from_env, default_host_key
 from collective.engine import Engine
 from collective.errors import CollectiveError, NotInitializedError
@@ -72,7 +73,7 @@ def _build_runtime(cfg: Config, bootstrap: Bootstrap) -> _Runtime:
 
         comm, host_keys = mpi_communicator(bootstrap, host_key, cfg.connect_timeout_s)
         return _Runtime(config=cfg, topology=topology_from_host_keys(rank, host_keys), comm=comm)
-    host = cfg.advertise_host or bootstrap.local_address() or "127.0.0.1"
+    host = mesh_host(cfg.advertise_host, cfg.nics or (), bootstrap.local_address())
     listener = _native.listen(host)
     try:
         record = json.dumps(

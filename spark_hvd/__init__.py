@@ -10,6 +10,8 @@
 
 from spark_hvd.errors import (
     DynamicAllocationError,
+    ElasticNotSupportedError,
+    IgnoredArgumentWarning,
     LaunchError,
     NotEnoughSlotsError,
     RankFailure,
@@ -19,7 +21,7 @@ from spark_hvd.errors import (
 )
 from spark_hvd.rank_context import RankContext, rank_context
 from spark_hvd.rank_events import emit_event
-from spark_hvd.runner import run
+from spark_hvd.runner import run, run_elastic
 
 # Estimators, models and the Store import heavy frameworks, so they load on first use.
 _LAZY = {
@@ -43,6 +45,7 @@ def __getattr__(name: str):  # noqa: ANN202 - module-level lazy attribute (PEP 5
 
 
 __all__ = [*_LAZY,
-    "DynamicAllocationError", "LaunchError", "NotEnoughSlotsError", "RankContext", "RankFailure",
-    "RunError", "SparkJobError", "StartTimeoutError", "emit_event", "rank_context", "run",
+    "DynamicAllocationError", "ElasticNotSupportedError", "IgnoredArgumentWarning", "LaunchError",
+    "NotEnoughSlotsError", "RankContext", "RankFailure", "RunError", "SparkJobError",
+    "StartTimeoutError", "emit_event", "rank_context", "run", "run_elastic",
 ]

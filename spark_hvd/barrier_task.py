@@ -20,6 +20,7 @@ import traceback
 from typing import Any, Iterator
 
 from collective.bootstrap import RendezvousServer
+from collective.bootstrap.interfaces import mesh_host
 from collective.config import (
     default_host_key,
     env_for_rank,
@@ -75,7 +76,8 @@ def run_rank(spec: TaskSpec) -> tuple[int, bytes]:
         try:
             _check_stage(ctx, spec)
             gpu_addresses = _gpu_addresses(ctx)
-            child = RankChild(rank, _child_env(spec, gpu_addresses), sender.send_line, sender.send_event)
+            child = RankChild(rank, _child_env(spec, gpu_addresses), sender.send_line, sender.send_event,
+                              executable=spec.executable)
             if driver_gone.is_set():
                 child.kill()
             child.send_payload_in_background(spec.payload)
@@ -101,11 +103,7 @@ def _meet_and_wait(ctx: Any, spec: TaskSpec, rank: int, child: RankChild,
     try:
         rendezvous = None
         if rank == 0:
-            # All interfaces: peers reach it by the executor's advertised host name, whatever
-            # address that resolves to on their side. Requests must carry the job secret.
-            server = RendezvousServer("0.0.0.0", 0, secret=spec.secret)
-            server.start()
-            rendezvous = format_host_port(parse_host_port(task_addresses[0])[0], server.address[1])
+            server, rendezvous = _start_rendezvous(spec, task_addresses[0])
         mine = {"host_key": default_host_key(), "rendezvous": rendezvous}
         # The one barrier sync of the launch (each costs about a second in Spark 4.3).
         gathered = [json.loads(message) for message in ctx.allGather(json.dumps(mine))]
@@ -116,7 +114,8 @@ def _meet_and_wait(ctx: Any, spec: TaskSpec, rank: int, child: RankChild,
             cross_size=topology.cross_size, task_address=task_addresses[rank],
             task_addresses=task_addresses, gpu_addresses=gpu_addresses,
             stage_id=ctx.stageId(), task_attempt_id=ctx.taskAttemptId())
-        child.send_job(env_for_rank(rank, spec.num_proc, gathered[0]["rendezvous"], spec.secret),
+        child.send_job(env_for_rank(rank, spec.num_proc, gathered[0]["rendezvous"], spec.secret,
+                                    nics=spec.nics),
                        context.to_json())
         # Rank 0 keeps serving the rendezvous until its own fn is done: that covers every
         # init() that fn's peers can still make while rank 0 is alive to join them.
@@ -124,6 +123,22 @@ def _meet_and_wait(ctx: Any, spec: TaskSpec, rank: int, child: RankChild,
     finally:
         if server is not None:
             server.stop()
+
+
+def _start_rendezvous(spec: TaskSpec, task_address: str) -> tuple[RendezvousServer, str]:
+    """Rank 0's rendezvous server, and the address its peers dial. Requests must carry the job secret."""
+    task_host = parse_host_port(task_address)[0]
+    if spec.nics:
+        # Only the named interfaces may carry the job's traffic, this server's included.
+        host = mesh_host(None, spec.nics, task_host)
+        server = RendezvousServer(host, 0, secret=spec.secret)
+    else:
+        # All interfaces: peers reach it by the executor's advertised host name, whatever
+        # address that resolves to on their side.
+        host = task_host
+        server = RendezvousServer("0.0.0.0", 0, secret=spec.secret)
+    server.start()
+    return server, format_host_port(host, server.address[1])
 
 
 def _result_or_raise(outcome: ChildOutcome, sender: OutputSender, driver_gone: bool) -> bytes:

@@ -100,3 +100,11 @@ class InputError(ValueError):
 
 class ShardReadError(RuntimeError):
     """A rank's reader returned fewer rows than its shard holds (e.g. Petastorm's silent empty epochs)."""
+
+
+class ElasticNotSupportedError(NotImplementedError):
+    """spark_hvd.run_elastic was called: elastic training (ranks joining and leaving) is not available yet."""
+
+
+class IgnoredArgumentWarning(UserWarning):
+    """A Horovod argument that has no effect in spark-hvd, with what spark-hvd does instead."""

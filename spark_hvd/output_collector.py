@@ -9,6 +9,7 @@ import secrets
 import selectors
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from typing import Callable, Union
 
@@ -66,12 +67,16 @@ class OutputCollector:
         echo: bool = True,
         tail_lines: int = 20,
         bind_host: str = "0.0.0.0",
+        timestamps: bool = False,
     ) -> None:
+        """``timestamps``: prefix every echoed rank line with the driver's local time, as Horovod's
+        ``prefix_output_with_timestamp`` does (``time.asctime()`` right before ``[rank]``)."""
         self._secret = secret
         self._num_ranks = num_ranks
         self._on_event = on_event
         self._sinks = {"stdout": stdout, "stderr": stderr}
         self._echo = echo
+        self._timestamps = timestamps
         self._bind_host = bind_host
         self._lock = threading.Lock()
         self._tails = {r: collections.deque(maxlen=tail_lines) for r in range(num_ranks)}
@@ -204,7 +209,8 @@ class OutputCollector:
             with self._lock:
                 self._tails[rank].append(text)
             if self._echo:
-                self._sinks[stream].write_line(f"[{rank}]: ".encode(), text.encode("utf-8", "replace"))
+                stamp = time.asctime() if self._timestamps else ""
+                self._sinks[stream].write_line(f"{stamp}[{rank}]: ".encode(), text.encode("utf-8", "replace"))
         elif kind == KIND_NOTICE:
             self._sinks["stderr"].write_line(
                 f"{DRIVER_TAG} rank {rank}: ".encode(), str(header.get("text", "")).encode("utf-8", "replace"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -43,7 +44,9 @@ class RankChild:
     """
 
     def __init__(self, rank: int, env: Mapping[str, str], on_line: Callable[[str, str], None],
-                 on_event: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_event: Callable[[dict[str, Any]], None] | None = None,
+                 executable: str | None = None) -> None:
+        """``executable``: the Python interpreter to run the child with; default, this worker's."""
         self.rank = rank
         self._on_event = on_event
         self._on_failure_report: Callable[[RankFailure], None] | None = None
@@ -51,13 +54,18 @@ class RankChild:
         result_read, result_write = os.pipe()
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "spark_hvd.child_main", str(launch_read), str(result_write)],
+                [executable or sys.executable, "-m", "spark_hvd.child_main", str(launch_read),
+                 str(result_write)],
                 env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, pass_fds=(launch_read, result_write),
                 preexec_fn=child_setup_for(os.getpid()), close_fds=True)
-        except BaseException:
+        except BaseException as e:
             for fd in (launch_write, result_read):
                 os.close(fd)
+            if executable is not None and isinstance(e, OSError):
+                # Name the argument: a bare "No such file" leaves the user guessing which file.
+                raise OSError(e.errno, f"cannot start executable={executable!r} on host "
+                                       f"{socket.gethostname()}: {e.strerror}") from e
             raise
         finally:
             # Only the child's copies remain, so either side sees EOF when the other goes away.

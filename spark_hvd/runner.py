@@ -7,14 +7,16 @@ import secrets
 import socket
 import sys
 import time
-from typing import IO, Any, Callable, Mapping, Sequence
+from typing import IO, Any, Callable, Collection, Mapping, Sequence
 
 import cloudpickle
 
 from collective.config import format_host_port
 from collective.run import LineSink
+from spark_hvd import run_arguments as checked
 from spark_hvd.barrier_job import BarrierJob, JobFailed, JobFinished
 from spark_hvd.errors import (
+    ElasticNotSupportedError,
     LaunchError,
     RankFailure,
     RunError,
@@ -26,7 +28,6 @@ from spark_hvd.launch_checks import ClusterShape, describe_cluster, resolve_num_
 from spark_hvd.output_collector import DRIVER_TAG, OutputCollector, RankConnected, RankEvent, RankFailed
 from spark_hvd.task_spec import TaskSpec
 
-DEFAULT_START_TIMEOUT_S = 600.0
 # Once a rank has failed and the job is cancelled, how long to wait for Spark to wind it down.
 _CANCEL_DEADLINE_S = 60.0
 # When Spark reports the failure first, how long the failing rank's own report may lag behind.
@@ -40,11 +41,17 @@ def run(
     args: Sequence[Any] = (),
     kwargs: Mapping[str, Any] | None = None,
     num_proc: int | None = None,
-    start_timeout: float = DEFAULT_START_TIMEOUT_S,
+    start_timeout: float | None = None,
+    use_mpi: bool | None = None,
+    use_gloo: bool | None = None,
+    extra_mpi_args: str | None = None,
     env: Mapping[str, str] | None = None,
     stdout: IO | None = None,
     stderr: IO | None = None,
     verbose: int = 1,
+    nics: Collection[str] | None = None,
+    prefix_output_with_timestamp: bool = False,
+    executable: str | None = None,
     *,
     spark: Any = None,
     tail_lines: int = 20,
@@ -52,17 +59,29 @@ def run(
 ) -> list[Any]:
     """Runs ``fn(*args, **kwargs)`` on ``num_proc`` ranks and returns their results in rank order.
 
-    Like ``horovod.spark.run``. Each rank is one task of a Spark barrier stage (rank = partition
-    id) and runs ``fn`` in a child process of that task, with ``collective`` already initialised
-    (a Horovod-style ``collective.init()`` at the top of ``fn`` is fine too), and with
-    ``CUDA_VISIBLE_DEVICES`` set to the task's GPUs when Spark assigns GPUs to tasks.
+    Like ``horovod.spark.run``, with its parameters in its order. Each rank is one task of a Spark
+    barrier stage (rank = partition id) and runs ``fn`` in a child process of that task, with
+    ``collective`` already initialised (a Horovod-style ``collective.init()`` at the top of ``fn``
+    is fine too), and with ``CUDA_VISIBLE_DEVICES`` set to the task's GPUs when Spark assigns GPUs
+    to tasks.
 
     num_proc: ranks to run; default, every task slot of the cluster. More than the cluster's
         slots fails at once with NotEnoughSlotsError.
-    start_timeout: seconds for every rank to start (a busy cluster may hold slots back).
+    start_timeout: seconds for every rank to start (a busy cluster may hold slots back); default,
+        ``HOROVOD_SPARK_START_TIMEOUT`` when set, else 600.
+    use_mpi, use_gloo, extra_mpi_args: Horovod's choice of controller. spark-hvd never starts
+        mpirun: the ranks always use its native ring, so ``use_mpi=True``, ``use_gloo=False`` and
+        any ``extra_mpi_args`` only raise one IgnoredArgumentWarning.
     env: extra environment variables for the ranks' processes (they win over inherited ones).
     stdout, stderr: where the ranks' output lines go, prefixed ``[rank]: `` (default: sys's).
     verbose: 0 keeps rank output quiet (it still appears in errors), 1 prints it, 2 adds progress.
+    nics: network interfaces (a list or set of names, e.g. ``['eth0']``) the ranks' rendezvous
+        and mesh must use: each rank listens on, and advertises, one of their IPv4 addresses.
+        A name that is not an interface of a rank's host fails that rank, naming its interfaces.
+    prefix_output_with_timestamp: prefix each rank line with the driver's time when it arrived,
+        in Horovod's format (``Mon Jan  1 12:00:00 2024[0]: text``).
+    executable: the Python interpreter the ranks' processes run, on the executors; default, the
+        executor's own Python worker interpreter.
     spark: the SparkSession to use; default, the active one.
     tail_lines: how many of the failing rank's last output lines a RunError carries.
     on_event: called as ``on_event(rank, data)`` in this (the driver's) thread for every
@@ -71,12 +90,13 @@ def run(
     Raises RunError naming the failing rank (with its traceback and last output lines) when ``fn``
     raises or its process dies on any rank; the other ranks are stopped.
     """
-    if not (start_timeout > 0):
-        raise ValueError(f"start_timeout must be positive, got {start_timeout!r}")
-    env = dict(env or {})
-    bad = [k for k, v in env.items() if not (isinstance(k, str) and isinstance(v, str))]
-    if bad:
-        raise TypeError(f"env names and values must be str; not so for {bad!r}")
+    start_timeout = checked.start_timeout_s(start_timeout)
+    checked.warn_about_mpi_arguments(use_mpi, use_gloo, extra_mpi_args)
+    env = checked.rank_env(env)
+    verbose = checked.verbose(verbose)
+    nics = checked.nics(nics)
+    timestamps = checked.flag("prefix_output_with_timestamp", prefix_output_with_timestamp)
+    executable = checked.executable(executable)
     spark = spark if spark is not None else _active_session()
     shape = describe_cluster(spark)
     num_proc = resolve_num_proc(num_proc, shape)
@@ -85,11 +105,12 @@ def run(
     events: queue.SimpleQueue[Any] = queue.SimpleQueue()
     err = LineSink(stderr if stderr is not None else sys.stderr)
     out = LineSink(stdout if stdout is not None else sys.stdout)
-    collector = OutputCollector(secret, num_proc, events.put, out, err,
-                                echo=verbose >= 1, tail_lines=tail_lines)
+    collector = OutputCollector(secret, num_proc, events.put, out, err, echo=verbose >= 1,
+                                tail_lines=tail_lines, timestamps=timestamps)
     port = collector.start()
     try:
-        spec = TaskSpec(num_proc=num_proc, secret=secret, payload=payload, env=env,
+        spec = TaskSpec(num_proc=num_proc, secret=secret, payload=payload, env=env, nics=nics,
+                        executable=executable,
                         collector_address=format_host_port(_driver_host(spark), port))
         job = BarrierJob(spark, spec, events)
         supervisor = _Supervisor(job, collector, events, num_proc, start_timeout, shape, err, verbose,
@@ -100,6 +121,36 @@ def run(
     finally:
         collector.stop()
     return [_unpickle_result(rank, results[rank]) for rank in range(num_proc)]
+
+
+def run_elastic(
+    fn: Callable[..., Any],
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    num_proc: int | None = None,
+    min_np: int | None = None,
+    max_np: int | None = None,
+    start_timeout: float | None = None,
+    elastic_timeout: float | None = None,
+    reset_limit: int | None = None,
+    env: Mapping[str, str] | None = None,
+    stdout: IO | None = None,
+    stderr: IO | None = None,
+    verbose: int = 1,
+    nics: Collection[str] | None = None,
+    prefix_output_with_timestamp: bool = False,
+) -> list[Any]:
+    """Horovod's ``horovod.spark.run_elastic``, with its parameters; elastic runs are not available yet.
+
+    Raises ElasticNotSupportedError (a NotImplementedError) before anything launches, so that a
+    ported script fails at once with what to do instead rather than training differently.
+    """
+    raise ElasticNotSupportedError(
+        "spark_hvd.run_elastic: elastic training (ranks joining and leaving a running job) is not "
+        "available in spark-hvd yet. Use spark_hvd.run(fn, num_proc=...) with a fixed number of "
+        "ranks, and make fn checkpoint as it goes and resume from its last checkpoint (the "
+        "estimators do this by run_id: fit again with the same run_id), so that a failed run "
+        "restarts where it stopped.")
 
 
 class _Supervisor:

@@ -12,6 +12,8 @@ class TaskSpec:
     collector_address: str        # "host:port" of the driver's OutputCollector
     payload: bytes                # cloudpickle((fn, args, kwargs))
     env: dict[str, str] = field(default_factory=dict)  # extra environment for the children
+    nics: tuple[str, ...] | None = None  # interfaces the rendezvous and the mesh may use; None = any
+    executable: str | None = None        # the children's Python interpreter; None = the worker's own
     connect_timeout_s: float = 60.0
     exit_grace_s: float = 30.0    # after fn returns, how long its process may take to exit
 
