@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import secrets
 import socket
@@ -51,7 +52,7 @@ def run(
     verbose: int = 1,
     nics: Collection[str] | None = None,
     prefix_output_with_timestamp: bool = False,
-    executable: str | None = None,
+    executable: str | os.PathLike | None = None,
     *,
     spark: Any = None,
     tail_lines: int = 20,

@@ -12,6 +12,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from typing import Iterator
 
 import cloudpickle
 import numpy as np
@@ -37,7 +38,7 @@ TIMESTAMPED_LINE = re.compile(
 
 
 @pytest.fixture(scope="module", autouse=True)
-def ship_this_module() -> None:
+def ship_this_module() -> Iterator[None]:
     # The rank functions below travel by value, so ranks need not import the tests.
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     yield
