@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -15,17 +15,20 @@ class ColumnSpec:
     name: str
     dtype: str                      # a numpy dtype name: "float32", "int64", "bool", ...
     shape: tuple[int, ...] = ()     # () for scalars, (n,) for vectors and fixed-length arrays
+    # What the DataFrame column was ("scalar", "array" or "vector"; "" when unknown): a model's
+    # prediction column follows its label column's kind.
+    kind: str = field(default="", compare=False)
 
     @property
     def row_bytes(self) -> int:
         return int(np.dtype(self.dtype).itemsize * int(np.prod(self.shape, dtype=np.int64)))
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "kind": self.kind}
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> "ColumnSpec":
-        return cls(value["name"], value["dtype"], tuple(int(n) for n in value["shape"]))
+        return cls(value["name"], value["dtype"], tuple(int(n) for n in value["shape"]), value.get("kind", ""))
 
 
 # Spark SQL type name (DataType.typeName()) -> numpy dtype name.

@@ -6,6 +6,7 @@ import numbers
 from typing import Any, Sequence
 
 from spark_hvd.data.columns import NUMERIC_TYPES, VECTOR_DTYPE, ColumnSpec, column_ref, is_vector_type
+from spark_hvd.data.validation_split import normalized_validation, validation_flag
 from spark_hvd.errors import InputError
 
 SUPPORTED = "numeric scalars, fixed-length arrays of numbers, or ml Vectors"
@@ -18,6 +19,7 @@ def check_input(df: Any, feature_cols: Sequence[str] | str, label_cols: Sequence
 
     Runs one Spark aggregation: the row count, nulls per column and the array lengths seen.
     """
+    validation = normalized_validation(validation)
     features = _names("feature_cols", feature_cols)
     labels = _names("label_cols", label_cols)
     wanted = list(dict.fromkeys([*features, *labels, *([sample_weight_col] if sample_weight_col else [])]))
@@ -61,15 +63,15 @@ def _check_validation(validation: Any, fields: dict[str, Any], wanted: list[str]
         return
     if isinstance(validation, str):
         type_name = fields[validation].dataType.typeName()
-        if type_name != "boolean":
-            raise InputError(f"validation column {validation!r} must be boolean, not "
-                             f"{fields[validation].dataType.simpleString()}")
+        if type_name != "boolean" and type_name not in NUMERIC_TYPES:
+            raise InputError(f"validation column {validation!r} must be boolean or numeric (> 0 marks a "
+                             f"validation row), not {fields[validation].dataType.simpleString()}")
         if validation in wanted:
             raise InputError(f"validation column {validation!r} is also a feature, label or weight column")
         return
-    if isinstance(validation, bool) or not isinstance(validation, numbers.Real) or not 0 < validation < 1:
-        raise InputError(f"validation must be a fraction in (0, 1), a boolean column name, or None; "
-                         f"got {validation!r}")
+    if isinstance(validation, bool) or not isinstance(validation, numbers.Real) or not 0 <= validation < 1:
+        raise InputError(f"validation must be a fraction in [0, 1), the name of a boolean or numeric column, "
+                         f"or None; got {validation!r}")
 
 
 def _column_kind(data_type: Any, name: str) -> str:
@@ -98,9 +100,9 @@ def _aggregate(df: Any, kinds: dict[str, str], validation: float | str | None) -
             valid_length = F.when(column.isNotNull(), length)
             expressions += [F.min(valid_length).alias(f"lo{i}"), F.max(valid_length).alias(f"hi{i}")]
     if isinstance(validation, str):
-        flag = F.col(column_ref(validation))
+        flag = validation_flag(df, validation, seed=0)
         expressions += [F.sum(flag.cast("long")).alias("val_rows"),
-                        F.sum(flag.isNull().cast("long")).alias("val_nulls")]
+                        F.sum(F.col(column_ref(validation)).isNull().cast("long")).alias("val_nulls")]
     row = df.agg(*expressions).collect()[0].asDict()
     stats = {"rows": int(row["rows"])}
     for i, name in enumerate(kinds):
@@ -114,7 +116,7 @@ def _aggregate(df: Any, kinds: dict[str, str], validation: float | str | None) -
 
 def _spec(name: str, data_type: Any, kind: str, stats: dict[str, int]) -> ColumnSpec:
     if kind == "scalar":
-        return ColumnSpec(name, NUMERIC_TYPES[data_type.typeName()], ())
+        return ColumnSpec(name, NUMERIC_TYPES[data_type.typeName()], (), kind)
     shortest, longest = stats[f"lo:{name}"], stats[f"hi:{name}"]
     what = "vectors" if kind == "vector" else "arrays"
     if shortest != longest:
@@ -123,7 +125,7 @@ def _spec(name: str, data_type: Any, kind: str, stats: dict[str, int]) -> Column
     if shortest == 0:
         raise InputError(f"column {name!r} holds empty {what}")
     dtype = VECTOR_DTYPE if kind == "vector" else NUMERIC_TYPES[data_type.elementType.typeName()]
-    return ColumnSpec(name, dtype, (int(shortest),))
+    return ColumnSpec(name, dtype, (int(shortest),), kind)
 
 
 def _check_validation_rows(validation: str, stats: dict[str, int]) -> None:

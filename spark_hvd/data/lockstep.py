@@ -10,8 +10,10 @@ from __future__ import annotations
 import math
 
 
-def steps_per_epoch(total_rows: int, size: int, batch_size: int, requested: int | None = None) -> int:
-    """`requested` if given, else enough steps for one pass over the split: ceil(rows / (size * batch))."""
+def steps_per_epoch(total_rows: int, size: int, batch_size: int, requested: int | None = None,
+                    whole_batches_only: bool = False) -> int:
+    """`requested` if given, else the steps of one pass over the split: ceil(rows / (size * batch)), or
+    with `whole_batches_only` floor(...) (Horovod's rule for training epochs), at least 1 either way."""
     if size < 1 or batch_size < 1:
         raise ValueError(f"size and batch_size must be at least 1, got size={size}, batch_size={batch_size}")
     if requested is not None:
@@ -20,4 +22,5 @@ def steps_per_epoch(total_rows: int, size: int, batch_size: int, requested: int 
         return requested
     if total_rows < 0:
         raise ValueError(f"total_rows must not be negative, got {total_rows}")
-    return max(1, math.ceil(total_rows / (size * batch_size)))
+    steps = total_rows // (size * batch_size) if whole_batches_only else math.ceil(total_rows / (size * batch_size))
+    return max(1, steps)

@@ -19,6 +19,7 @@ from spark_hvd.data.partition_writer import (
     MAX_ROW_GROUP_ROWS, REPORT_DDL, VALIDATION_FLAG, WriteJob, write_partition,
 )
 from spark_hvd.data.rechunk import rechunk_split
+from spark_hvd.data.validation_split import normalized_validation, validation_flag
 from spark_hvd.errors import InputError
 from spark_hvd.store import Store
 
@@ -33,12 +34,13 @@ def materialize(df: Any, store: Store, columns: dict[str, ColumnSpec], validatio
                 row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES, reuse: bool = True) -> Materialized:
     """Write `columns` of df (checked by check_input) as Parquet, split off the validation rows, return where.
 
-    validation: a fraction (rows chosen by rand(seed)), a boolean column (not written), or None.
+    validation: a fraction (rows chosen by rand(seed)), a boolean or numeric column (not written), or None.
     Row groups hold row_group_rows rows, or as many as fit in row_group_bytes. A split with fewer than
     num_proc * ROW_GROUPS_PER_RANK row groups is rewritten with smaller ones, so every rank has some.
     """
     if num_proc < 1:
         raise InputError(f"num_proc must be at least 1, got {num_proc}")
+    validation = normalized_validation(validation)
     group_rows = _row_group_rows(columns, row_group_rows, row_group_bytes)
     key = materialization_key(df, columns, validation, seed, group_rows)
     metadata_path = posixpath.join(store.get_intermediate_path(key), METADATA_NAME)
@@ -92,8 +94,7 @@ def _write(df: Any, store: Store, key: str, columns: dict[str, ColumnSpec], vali
     split_paths = {"train": store.get_train_data_path(key)}
     if validation is not None:
         split_paths["val"] = store.get_val_data_path(key)
-        flag = (F.rand(seed) < float(validation)) if not isinstance(validation, str) \
-            else F.coalesce(F.col(column_ref(validation)), F.lit(False))
+        flag = validation_flag(df, validation, seed)
         selected.append(flag.alias(VALIDATION_FLAG))
     job = WriteJob(store, split_paths, row_group_rows, tuple(columns))
     reports = df.select(*selected).mapInArrow(functools.partial(write_partition, job), REPORT_DDL).collect()

@@ -16,14 +16,16 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from pyspark.ml import Estimator
+from pyspark.ml.util import MLReadable, MLReader, MLWritable, MLWriter
 from pyspark.sql import DataFrame
 
+from spark_hvd.data.validation_split import normalized_validation
 from spark_hvd.errors import InputError
 from spark_hvd.estimator.mlflow_logging import log_fit_to_mlflow
 from spark_hvd.estimator.param_table import declare_params, set_defaults
 from spark_hvd.estimator.params import ESTIMATOR_PARAMS, LR_SCALING_POLICIES, READERS, default_output_cols
 from spark_hvd.estimator.progress import FitProgress
-from spark_hvd.runner import run
+from spark_hvd.estimator.unused_params import warn_unused_params
 
 
 @dataclass(frozen=True)
@@ -40,16 +42,33 @@ class FitPlan:
     train_steps: int
     val_steps: int
     shuffle: bool
-    shuffle_buffer_size: int
+    shuffle_buffer_size: int | None   # None: the reader's default
     seed: int
     reader: str
     inmemory_cache_all: bool
     backward_passes_per_step: int
     learning_rate_scaling: str
     num_proc: int
+    label_shapes: list[tuple[int, ...]] | None = None
+    transformation_edit_fields: list[Any] | None = None
+    transformation_removed_fields: list[str] | None = None
+
+    def reader_for(self, split: str, rank: int, size: int) -> Any:
+        """This rank's reader of ``split``, as the plan says (shuffling only the training split)."""
+        from spark_hvd.data import make_reader
+
+        batch = self.batch_size if split == "train" else self.val_batch_size
+        return make_reader(self.data, split, rank, size, batch, shuffle=self.shuffle and split == "train",
+                           seed=self.seed, reader=self.reader, shuffle_buffer_rows=self.shuffle_buffer_size,
+                           inmemory_cache_all=self.inmemory_cache_all)
+
+    def readers(self, rank: int, size: int) -> dict[str, Any]:
+        """The readers of the splits this fit steps through: "train", and "val" when it validates."""
+        return {split: self.reader_for(split, rank, size)
+                for split, steps in (("train", self.train_steps), ("val", self.val_steps)) if steps}
 
 
-class HorovodEstimator(Estimator):
+class HorovodEstimator(Estimator, MLWritable, MLReadable):
     """Base of the framework estimators. A subclass provides the framework parts:
 
     - ``_check_framework_params()``: model, optimizer, loss are usable;
@@ -62,6 +81,35 @@ class HorovodEstimator(Estimator):
     def __init__(self) -> None:
         super().__init__()
         set_defaults(self, ESTIMATOR_PARAMS)
+
+    def _set_init_params(self, kwargs: dict[str, Any]) -> None:
+        """The constructor's keywords: each must name a Param (an unknown one fails, naming it)."""
+        from spark_hvd.estimator.unknown_params import param_names, reject_unknown
+
+        reject_unknown(type(self).__name__, kwargs, param_names(self))
+        # None means "the default" throughout Horovod's signatures.
+        self._set(**{name: value for name, value in kwargs.items() if value is not None})
+
+    # --- persistence of the unfitted estimator (a Pipeline holding it saves and loads) ----------
+    def write(self) -> MLWriter:
+        from spark_hvd.estimator.estimator_persistence import EstimatorWriter
+
+        return EstimatorWriter(self)
+
+    @classmethod
+    def read(cls) -> MLReader:
+        from spark_hvd.estimator.estimator_persistence import EstimatorReader
+
+        return EstimatorReader(cls)
+
+    def _output_specs(self, plan: FitPlan, output_cols: list[str],
+                      output_shapes: list[tuple[int, ...]]) -> list[Any]:
+        """What transform() adds per label: the output's shape, typed after the label column."""
+        from spark_hvd.estimator.batch_transform import OutputSpec
+
+        columns = plan.data.columns
+        return [OutputSpec(column, tuple(shape), columns[label].kind, columns[label].dtype)
+                for column, shape, label in zip(output_cols, output_shapes, plan.label_cols)]
 
     # --- the framework's part -------------------------------------------------------------
     def _check_framework_params(self) -> None:
@@ -78,52 +126,125 @@ class HorovodEstimator(Estimator):
 
     # --- fit ------------------------------------------------------------------------------
     def _fit(self, df: DataFrame) -> Any:
-        from spark_hvd.data import check_input, materialize, steps_per_epoch
-        from spark_hvd.estimator.sample import read_sample
-        from spark_hvd.launch_checks import describe_cluster, resolve_num_proc
+        from spark_hvd.common.util import DEFAULT_SPLIT_SEED
+        from spark_hvd.data import check_input, materialize
 
         began = time.monotonic()
         feature_cols, label_cols = self._required_columns()
-        self._check_common_params(label_cols)
-        self._check_framework_params()
+        self._check_params(label_cols)
         spark = df.sparkSession
-        num_proc = resolve_num_proc(self.getNumProc(), describe_cluster(spark))
-        columns = check_input(df, feature_cols, label_cols, self.getSampleWeightCol(), self.getValidation())
+        backend = self._backend(spark)
+        num_proc = backend.num_processes()
+        validation = normalized_validation(self.getValidation())
+        columns = check_input(df, feature_cols, label_cols, self.getSampleWeightCol(), validation)
         store = self._store_for(spark)
-        seed = self.getRandomSeed()
-        data = materialize(df, store, columns, self.getValidation(), seed, num_proc)
+        seed = self._seed(DEFAULT_SPLIT_SEED)
+        data = materialize(df, store, columns, validation, seed, num_proc)
+        return self._fit_on_materialized(data, spark, backend, began)
+
+    def fit_on_parquet(self, params: dict | None = None, dataset_idx: str | None = None) -> Any:
+        """Trains on data materialised before by ``spark_hvd.common.util.prepare_data`` (Horovod's API):
+        ``dataset_idx`` is what prepare_data yielded; default, the last one prepared under the Store."""
+        from pyspark.sql import SparkSession
+
+        from spark_hvd.data.prepared import load_prepared
+
+        if params:
+            return self.copy(params).fit_on_parquet(dataset_idx=dataset_idx)
+        began = time.monotonic()
+        feature_cols, label_cols = self._required_columns()
+        self._check_params(label_cols)
+        store = self.getStore()
+        if store is None:
+            raise InputError("fit_on_parquet needs the store that prepare_data wrote to: set store=")
+        data = load_prepared(store, dataset_idx)
+        missing = [c for c in [*feature_cols, *label_cols, *filter(None, [self.getSampleWeightCol()])]
+                   if c not in data.columns]
+        if missing:
+            raise InputError(f"fit_on_parquet: column(s) {missing} were not prepared; dataset {data.key!r} "
+                             f"holds {list(data.columns)}")
+        spark = SparkSession.active()
+        return self._fit_on_materialized(data, spark, self._backend(spark), began)
+
+    def _fit_on_materialized(self, data: Any, spark: Any, backend: Any, began: float) -> Any:
+        from spark_hvd.common.backend import SparkBackend
+        from spark_hvd.estimator.sample import read_sample
+
         if data.train_rows == 0:
             raise InputError("the training split is empty: every row went to validation "
                              f"(validation={self.getValidation()!r})")
         self._check_sample(read_sample(data, rows=2))
-        batch_size = self.getBatchSize()
-        val_batch_size = self.getValBatchSize() or batch_size
-        bpps = self.getBackwardPassesPerStep()
-        train_steps = steps_per_epoch(data.train_rows, num_proc, batch_size, self.getTrainStepsPerEpoch())
-        # Whole accumulation windows only, so that every epoch ends on an optimizer step.
-        train_steps = -(-train_steps // bpps) * bpps
-        val_steps = (steps_per_epoch(data.val_rows, num_proc, val_batch_size, self.getValidationStepsPerEpoch())
-                     if data.val_rows else 0)
-        plan = FitPlan(
-            data=data, run_id=self.getRunId() or _new_run_id(), feature_cols=feature_cols,
-            label_cols=label_cols, sample_weight_col=self.getSampleWeightCol(), batch_size=batch_size,
-            val_batch_size=val_batch_size, epochs=self.getEpochs(), train_steps=train_steps,
-            val_steps=val_steps, shuffle=self.getShuffle(), shuffle_buffer_size=self.getShuffleBufferSize(),
-            seed=seed, reader=self.getReader(), inmemory_cache_all=self.getInmemoryCacheAll(),
-            backward_passes_per_step=bpps, learning_rate_scaling=self.getLearningRateScaling(),
-            num_proc=num_proc)
+        plan = self._plan(data, backend.num_processes())
         progress = FitProgress(plan.epochs, plan.train_steps, enabled=self.getVerbose() >= 1)
+        env = dict(self.getBackendEnv() or {})
         prepared = time.monotonic()
         try:
-            results = run(self._rank_fn(plan), num_proc=num_proc, spark=spark, verbose=self.getVerbose(),
-                          start_timeout=self.getStartTimeout(), on_event=progress.on_event)
+            if isinstance(backend, SparkBackend):
+                ours = {"spark": spark, "verbose": self.getVerbose(), "start_timeout": self.getStartTimeout(),
+                        "on_event": progress.on_event}
+                given = backend.run_options
+                results = backend.run(self._rank_fn(plan), env=env,
+                                      **{k: v for k, v in ours.items() if k not in given or k == "on_event"})
+            else:
+                results = backend.run(self._rank_fn(plan), args=(), env=env)
         finally:
             progress.close()
-        output_cols = self.getOutputCols() or default_output_cols(label_cols)
+        output_cols = self.getOutputCols() or default_output_cols(plan.label_cols)
         model = self._create_model(plan, results[0], output_cols)
         model._fit_timings = _timings(began, prepared, progress, time.monotonic())
         log_fit_to_mlflow(self, model)
         return model
+
+    def _plan(self, data: Any, num_proc: int) -> FitPlan:
+        from spark_hvd.data import steps_per_epoch
+
+        batch_size = self.getBatchSize()
+        val_batch_size = self.getValBatchSize() or batch_size
+        bpps = self.getBackwardPassesPerStep()
+        train_steps = steps_per_epoch(data.train_rows, num_proc, batch_size, self.getTrainStepsPerEpoch(),
+                                      whole_batches_only=True)
+        # Whole accumulation windows only, so that every epoch ends on an optimizer step.
+        train_steps = -(-train_steps // bpps) * bpps
+        val_steps = (steps_per_epoch(data.val_rows, num_proc, val_batch_size, self.getValidationStepsPerEpoch())
+                     if data.val_rows else 0)
+        shuffle_buffer = self.getShuffleBufferSize()
+        label_shapes = self.getLabelShapes()
+        return FitPlan(
+            data=data, run_id=self.getRunId() or _new_run_id(), feature_cols=self.getFeatureCols(),
+            label_cols=self.getLabelCols(), sample_weight_col=self.getSampleWeightCol(), batch_size=batch_size,
+            val_batch_size=val_batch_size, epochs=self.getEpochs(), train_steps=train_steps, val_steps=val_steps,
+            shuffle=self.getShuffle() and shuffle_buffer != 0, shuffle_buffer_size=shuffle_buffer or None,
+            seed=self._seed(0), reader=self.getReader(), inmemory_cache_all=self.getInmemoryCacheAll(),
+            backward_passes_per_step=bpps, learning_rate_scaling=self.getLearningRateScaling(),
+            num_proc=num_proc,
+            label_shapes=[tuple(int(d) for d in shape) for shape in label_shapes] if label_shapes else None,
+            transformation_edit_fields=self.getTransformationEditFields(),
+            transformation_removed_fields=self.getTransformationRemovedFields())
+
+    def _seed(self, default: int) -> int:
+        seed = self.getRandomSeed()
+        return default if seed is None else seed
+
+    def _backend(self, spark: Any) -> Any:
+        """The Backend that runs the ranks: the given one, or a SparkBackend of num_proc ranks."""
+        from spark_hvd.common.backend import Backend, SparkBackend
+        from spark_hvd.launch_checks import describe_cluster, resolve_num_proc
+
+        backend = self.getBackend()
+        if backend is None:
+            return SparkBackend(num_proc=resolve_num_proc(self.getNumProc(), describe_cluster(spark)), spark=spark)
+        if self.getNumProc() is not None:
+            raise InputError("give at most one of num_proc and backend: the backend says how many ranks run "
+                             "(SparkBackend(num_proc=...))")
+        if not isinstance(backend, Backend):
+            raise InputError(f"backend must be a spark_hvd.common.backend.Backend (e.g. SparkBackend(num_proc=2)), "
+                             f"got {type(backend).__name__}")
+        return backend
+
+    def _check_params(self, label_cols: list[str]) -> None:
+        warn_unused_params(self)
+        self._check_common_params(label_cols)
+        self._check_framework_params()
 
     def _required_columns(self) -> tuple[list[str], list[str]]:
         feature_cols, label_cols = self.getFeatureCols(), self.getLabelCols()
@@ -146,6 +267,14 @@ class HorovodEstimator(Estimator):
         transformation_fn = self.getTransformationFn()
         if transformation_fn is not None and not callable(transformation_fn):
             raise InputError(f"transformation_fn must be callable, got {type(transformation_fn).__name__}")
+        label_shapes = self.getLabelShapes()
+        if label_shapes is not None and len(label_shapes) != len(label_cols):
+            raise InputError(f"label_shapes has {len(label_shapes)} shape(s) for {len(label_cols)} label "
+                             f"column(s) {label_cols}")
+        backend_env = self.getBackendEnv()
+        if backend_env is not None and not (isinstance(backend_env, dict) and all(
+                isinstance(k, str) and isinstance(v, str) for k, v in backend_env.items())):
+            raise InputError(f"backend_env must be a dict of str -> str, got {backend_env!r}")
 
     def _store_for(self, spark: Any) -> Any:
         from spark_hvd.store import Store

@@ -3,6 +3,12 @@
 The framework supplies ``predict_factory``: a picklable zero-argument callable, called once per
 partition on the executor, that returns ``predict(features: list[np.ndarray]) -> list[np.ndarray]``
 (one array per output, rows first). Vector columns are turned into arrays by Spark first.
+
+A prediction column is typed after its label column, as in Horovod: a vector label gives a
+DenseVector, an array label an array of doubles, and a scalar label with one output value per row
+a scalar of the label's own type (integer and boolean labels get the rounded output). A scalar
+label whose output has several values per row (class scores) gets an array of doubles: Horovod
+would keep only the first value.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from spark_hvd.data.columns import column_ref
 from spark_hvd.errors import InputError
 
 _TEMP_PREFIX = "__shvd_input_"
@@ -28,14 +35,40 @@ class InputSpec:
 class OutputSpec:
     column: str
     shape: tuple[int, ...]      # per row; () is a scalar
+    label_kind: str = ""        # the label column's kind: "scalar", "array", "vector" ("" unknown: a double)
+    label_dtype: str = "float64"
+
+    @property
+    def scalar(self) -> bool:
+        if self.label_kind == "":
+            return self.shape == ()
+        return self.label_kind == "scalar" and int(np.prod(self.shape, dtype=np.int64)) == 1
+
+    @property
+    def vector(self) -> bool:
+        return self.label_kind == "vector"
+
+    def spark_type(self) -> Any:
+        from pyspark.sql import types as T
+
+        if not self.scalar:
+            return T.ArrayType(T.DoubleType())
+        if self.label_kind == "":
+            return T.DoubleType()
+        scalar_types = {"float32": T.FloatType, "float64": T.DoubleType, "int8": T.ByteType, "int16": T.ShortType,
+                        "int32": T.IntegerType, "int64": T.LongType, "bool": T.BooleanType}
+        if self.label_dtype not in scalar_types:
+            raise InputError(f"label dtype {self.label_dtype} of {self.column!r} has no Spark scalar type")
+        return scalar_types[self.label_dtype]()
 
 
 def batched_transform(df: Any, inputs: Sequence[InputSpec], outputs: Sequence[OutputSpec],
                       predict_factory: Callable[[], Callable[[list[np.ndarray]], list[np.ndarray]]],
                       batch_rows: int) -> Any:
-    from pyspark.ml.functions import vector_to_array
+    from pyspark.ml.functions import array_to_vector, vector_to_array
     from pyspark.ml.linalg import VectorUDT
-    from pyspark.sql.types import ArrayType, DoubleType, StructField, StructType
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructField, StructType
 
     fields = {f.name: f for f in df.schema.fields}
     missing = [spec.column for spec in inputs if spec.column not in fields]
@@ -54,11 +87,14 @@ def batched_transform(df: Any, inputs: Sequence[InputSpec], outputs: Sequence[Ou
         else:
             read_as.append(spec.column)
     temps = [name for name in read_as if name.startswith(_TEMP_PREFIX)]
-    out_fields = [StructField(spec.column, DoubleType() if spec.shape == () else ArrayType(DoubleType()))
-                  for spec in outputs]
+    out_fields = [StructField(spec.column, spec.spark_type()) for spec in outputs]
     schema = StructType(list(df.schema.fields) + out_fields)
     predictor = _PartitionPredictor(list(inputs), read_as, list(outputs), temps, predict_factory, batch_rows)
-    return prepared.mapInArrow(predictor, schema)
+    predicted = prepared.mapInArrow(predictor, schema)
+    for spec in outputs:
+        if spec.vector:
+            predicted = predicted.withColumn(spec.column, array_to_vector(F.col(column_ref(spec.column))))
+    return predicted
 
 
 class _PartitionPredictor:
@@ -105,10 +141,13 @@ def _column_array(column: Any, spec: InputSpec) -> np.ndarray:
 def _output_array(values: np.ndarray, rows: int, spec: OutputSpec) -> Any:
     import pyarrow as pa
 
-    if spec.shape == ():
+    if spec.scalar:
         if values.size != rows:
             raise InputError(f"transform: the model gave {values.size} values for {rows} rows of {spec.column!r}")
-        return pa.array(values, type=pa.float64())
+        if spec.label_kind == "" or np.dtype(spec.label_dtype).kind == "f":
+            return pa.array(values.astype(spec.label_dtype if spec.label_kind else np.float64, copy=False))
+        # Integer and boolean labels get the rounded output, as Horovod rounds them.
+        return pa.array(np.rint(values).astype(spec.label_dtype))
     width = int(np.prod(spec.shape))
     if values.size != rows * width:
         raise InputError(f"transform: the model's output for {spec.column!r} has {values.size // max(rows, 1)} "

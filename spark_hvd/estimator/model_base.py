@@ -9,6 +9,7 @@ model saves and loads alone or as a stage of a PipelineModel:
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Callable
 
 import fsspec
@@ -29,9 +30,10 @@ class HorovodModel(Model, MLWritable, MLReadable):
     def __init__(self) -> None:
         super().__init__()
         set_defaults(self, MODEL_PARAMS)
-        self._history: list[dict[str, float]] = []
+        self._history: Any = []                          # the framework's Horovod-shaped history
+        self._epoch_metrics: list[dict[str, float]] = []  # flat: [{"epoch": 0, "loss": ..., "val_loss": ...}]
         self._input_specs: list[InputSpec] = []
-        self._output_shapes: list[tuple[int, ...]] = []
+        self._output_specs: list[OutputSpec] = []
         self._fit_timings: dict[str, float] = {}
 
     def getFitTimings(self) -> dict[str, float]:
@@ -39,22 +41,36 @@ class HorovodModel(Model, MLWritable, MLReadable):
         total); empty for a loaded model."""
         return dict(self._fit_timings)
 
-    def getHistory(self) -> list[dict[str, float]]:
-        """Metrics per epoch: ``[{"epoch": 0, "loss": ..., "val_loss": ..., ...}, ...]``."""
-        return [dict(entry) for entry in self._history]
+    def getHistory(self) -> Any:
+        """The training history in the shape Horovod's model of this framework gives (see the subclass)."""
+        return copy.deepcopy(self._history)
 
-    def _set_training_outcome(self, history: list[dict[str, float]], input_specs: list[InputSpec],
-                              output_shapes: list[tuple[int, ...]]) -> None:
-        self._history = [dict(entry) for entry in history]
+    def getEpochMetrics(self) -> list[dict[str, float]]:
+        """spark-hvd's flat view of the history, the same for every framework:
+        ``[{"epoch": 0, "loss": ..., "<metric>": ..., "val_loss": ..., "val_<metric>": ...}, ...]``."""
+        return [dict(entry) for entry in self._epoch_metrics]
+
+    def _set_training_outcome(self, history: Any, input_specs: list[InputSpec], output_specs: list[OutputSpec],
+                              epoch_metrics: list[dict[str, float]] | None = None) -> None:
+        self._history = copy.deepcopy(history)
+        self._epoch_metrics = [dict(entry) for entry in (epoch_metrics or [])]
         self._input_specs = list(input_specs)
-        self._output_shapes = [tuple(shape) for shape in output_shapes]
+        self._output_specs = list(output_specs)
 
     # --- transform ------------------------------------------------------------------------
     def _predict_factory(self) -> Callable[[], Callable[[list[np.ndarray]], list[np.ndarray]]]:
         raise NotImplementedError
 
     def _transform(self, dataset: Any) -> Any:
-        outputs = [OutputSpec(column, shape) for column, shape in zip(self.getOutputCols(), self._output_shapes)]
+        if not self._input_specs:
+            from spark_hvd.estimator.spec_inference import infer_specs
+
+            self._input_specs, self._output_specs = infer_specs(
+                dataset, self.getFeatureColumns(), self.getLabelColumns(), self.getOutputCols(),
+                self._predict_factory())
+        # The names may have been changed with setOutputCols since the fit.
+        outputs = [OutputSpec(column, spec.shape, spec.label_kind, spec.label_dtype)
+                   for column, spec in zip(self.getOutputCols(), self._output_specs)]
         return batched_transform(dataset, self._input_specs, outputs, self._predict_factory(),
                                  self.getTransformBatchSize())
 
@@ -76,9 +92,10 @@ class HorovodModel(Model, MLWritable, MLReadable):
         return {spec.name: self.getOrDefault(getattr(self, spec.name)) for spec in MODEL_PARAMS}
 
     def _copy_internals_to(self, other: "HorovodModel") -> None:
-        other._history = [dict(entry) for entry in self._history]
+        other._history = copy.deepcopy(self._history)
+        other._epoch_metrics = [dict(entry) for entry in self._epoch_metrics]
         other._input_specs = list(self._input_specs)
-        other._output_shapes = list(self._output_shapes)
+        other._output_specs = list(self._output_specs)
 
     def copy(self, extra: dict | None = None) -> "HorovodModel":
         that = super().copy(extra)
@@ -95,8 +112,9 @@ class _HorovodModelWriter(MLWriter):
         model = self.instance
         extra = {
             "history": model._history,
+            "epochMetrics": model._epoch_metrics,
             "inputSpecs": [[s.column, s.dtype, list(s.shape)] for s in model._input_specs],
-            "outputShapes": [list(shape) for shape in model._output_shapes],
+            "outputSpecs": [[list(s.shape), s.label_kind, s.label_dtype] for s in model._output_specs],
         }
         DefaultParamsWriter.saveMetadata(model, path, self.sparkSession, extraMetadata=extra,
                                          paramMap=model._json_params())
@@ -122,7 +140,9 @@ class _HorovodModelReader(MLReader):
         model._set_training_outcome(
             metadata.get("history", []),
             [InputSpec(column, dtype, tuple(shape)) for column, dtype, shape in metadata.get("inputSpecs", [])],
-            [tuple(shape) for shape in metadata.get("outputShapes", [])])
+            [OutputSpec(column, tuple(shape), kind, dtype) for column, (shape, kind, dtype)
+             in zip(model.getOutputCols(), metadata.get("outputSpecs", []))],
+            metadata.get("epochMetrics", []))
         fs, root = fsspec.core.url_to_fs(path)
         model._load_data(fs, f"{root.rstrip('/')}/{_DATA_DIR}")
         return model

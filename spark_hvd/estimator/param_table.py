@@ -80,3 +80,10 @@ def to_positive_int(value: Any) -> int:
     if number < 1:
         raise TypeError(f"expected a positive integer, got {value!r}")
     return number
+
+
+def to_non_negative_int(value: Any) -> int:
+    number = TypeConverters.toInt(value)
+    if number < 0:
+        raise TypeError(f"expected an integer >= 0, got {value!r}")
+    return number

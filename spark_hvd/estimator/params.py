@@ -1,41 +1,55 @@
-"""The Params every estimator shares (Horovod's names), and those every trained model carries."""
+"""The Params every estimator shares (Horovod's ``EstimatorParams`` names and defaults), and those every
+trained model carries. Driver side."""
 
 from __future__ import annotations
 
 from pyspark.ml.param import TypeConverters
 
-from spark_hvd.estimator.param_table import ParamSpec, to_optional, to_positive_int, to_str_list
+from spark_hvd.estimator.param_table import (
+    ParamSpec,
+    to_non_negative_int,
+    to_optional,
+    to_positive_int,
+    to_str_list,
+)
 
 LR_SCALING_POLICIES = ("none", "linear")
 READERS = ("arrow", "petastorm")
+READER_POOL_TYPES = ("thread", "process", "dummy")
 
 ESTIMATOR_PARAMS: list[ParamSpec] = [
-    ParamSpec("num_proc", "number of ranks (one per task slot); default: every slot of the cluster",
-              None, to_optional(to_positive_int)),
+    ParamSpec("num_proc", "number of ranks (one per task slot); default: every slot of the cluster. "
+              "At most one of num_proc and backend", None, to_optional(to_positive_int)),
+    ParamSpec("backend", "a spark_hvd.common.backend.Backend that runs the ranks (SparkBackend(num_proc=..., "
+              "env=..., stdout=..., ...)); default SparkBackend(num_proc)", None),
     ParamSpec("model", "the model to train (the framework's model object)", None),
     ParamSpec("optimizer", "the optimizer, built on the model's parameters", None),
     ParamSpec("loss", "the loss: one for every label column, or a list with one per label column", None),
-    ParamSpec("loss_constructors", "functions that build the losses on the ranks (instead of loss)", None),
-    ParamSpec("loss_weights", "weights of the losses when there are several label columns", None),
-    ParamSpec("metrics", "metric functions metric(output, label) -> scalar, averaged across ranks", None),
+    ParamSpec("loss_weights", "weights of the losses when there are several label columns (default: "
+              "1 / number of labels each)", None),
+    ParamSpec("metrics", "metrics recorded per epoch, averaged across ranks", []),
     ParamSpec("feature_cols", "feature column names, one model input each", None, to_optional(to_str_list)),
     ParamSpec("label_cols", "label column names, one model output each", None, to_optional(to_str_list)),
     ParamSpec("sample_weight_col", "column of per-row weights of the loss", None,
               to_optional(TypeConverters.toString)),
-    ParamSpec("validation", "fraction of rows held out for validation, or the name of a boolean column "
-              "that is true for validation rows", None),
+    ParamSpec("validation", "fraction of rows held out for validation, or the name of a column whose "
+              "true / > 0 rows are the validation rows", None),
+    ParamSpec("label_shapes", "the shape each label column's batch is reshaped to before the loss (e.g. "
+              "[[-1, 1]]); default: the model output's shape when the sizes agree", None),
+    ParamSpec("callbacks", "the framework's training callbacks, run on every rank", []),
     ParamSpec("batch_size", "rows per step on each rank", 32, to_positive_int),
     ParamSpec("val_batch_size", "rows per validation step on each rank; default batch_size", None,
               to_optional(to_positive_int)),
     ParamSpec("epochs", "passes over the training data", 1, to_positive_int),
-    ParamSpec("train_steps_per_epoch", "steps per epoch; default rows / (batch_size * num_proc), rounded up",
-              None, to_optional(to_positive_int)),
-    ParamSpec("validation_steps_per_epoch", "validation steps per epoch; default one pass", None,
-              to_optional(to_positive_int)),
+    ParamSpec("train_steps_per_epoch", "steps per epoch; default floor(rows / (batch_size * num_proc)), "
+              "at least 1", None, to_optional(to_positive_int)),
+    ParamSpec("validation_steps_per_epoch", "validation steps per epoch; default "
+              "ceil(rows / (val_batch_size * num_proc))", None, to_optional(to_positive_int)),
     ParamSpec("shuffle", "shuffle the training rows every epoch", True, TypeConverters.toBoolean),
-    ParamSpec("shuffle_buffer_size", "rows in each rank's shuffle buffer", 10_000, to_positive_int),
-    ParamSpec("random_seed", "seed of the model initialisation on the ranks, the split and the shuffle", 0,
-              TypeConverters.toInt),
+    ParamSpec("shuffle_buffer_size", "rows in each rank's shuffle buffer; default as many as fit in 64 MiB; "
+              "0 turns shuffling off", None, to_optional(to_non_negative_int)),
+    ParamSpec("random_seed", "seed of the split, the shuffle and the model initialisation on the ranks; "
+              "default 0", None, to_optional(TypeConverters.toInt)),
     ParamSpec("store", "the spark_hvd.Store for data, checkpoints and logs; default a local temporary "
               "directory (local masters only)", None),
     ParamSpec("run_id", "the run's name under the Store; fitting with an existing run_id resumes it", None,
@@ -44,15 +58,30 @@ ESTIMATOR_PARAMS: list[ParamSpec] = [
               to_positive_int),
     ParamSpec("gradient_compression", "compression of the gradients on the wire (Compression.fp16, ...)",
               None),
-    ParamSpec("transformation_fn", "fn(batch: dict[column, numpy array]) -> dict, applied to every batch "
-              "on the ranks before it is turned into tensors", None),
+    ParamSpec("transformation_fn", "fn(row: dict[column, value]) -> dict, applied to every row on the ranks "
+              "before batches become tensors (Petastorm TransformSpec semantics, as in Horovod)", None),
+    ParamSpec("transformation_edit_fields", "fields transformation_fn adds or changes: a list of "
+              "(name, numpy dtype, shape, nullable), as Petastorm's TransformSpec takes", None),
+    ParamSpec("transformation_removed_fields", "column names transformation_fn removes", None,
+              to_optional(to_str_list)),
     ParamSpec("inmemory_cache_all", "keep each rank's shard in memory after the first pass", False,
               TypeConverters.toBoolean),
     ParamSpec("reader", f"how the ranks read the Parquet data: one of {READERS}", "arrow",
               TypeConverters.toString),
-    ParamSpec("learning_rate_scaling", "'none' keeps the optimizer's learning rate; 'linear' multiplies it "
-              "by num_proc, since every step averages num_proc batches (Goyal et al. 2017)", "none",
+    ParamSpec("train_reader_num_workers", "Petastorm reader workers for the training data", 2, to_positive_int),
+    ParamSpec("val_reader_num_workers", "Petastorm reader workers for the validation data", 2, to_positive_int),
+    ParamSpec("reader_pool_type", f"Petastorm worker pool, one of {READER_POOL_TYPES}", "thread",
               TypeConverters.toString),
+    ParamSpec("partitions_per_process", "Horovod's Parquet partitions per rank (accepted; spark-hvd sizes "
+              "row groups instead)", 10, to_positive_int),
+    ParamSpec("compress_sparse_cols", "Horovod's sparse-vector compression (accepted; vectors are "
+              "materialised dense)", False, TypeConverters.toBoolean),
+    ParamSpec("mp_start_method", "Horovod's multiprocessing start method for Petastorm's process pool "
+              "(accepted; not used)", None),
+    ParamSpec("backend_env", "extra environment variables for the ranks' processes", None),
+    ParamSpec("learning_rate_scaling", "'linear' (default, as Horovod) multiplies the optimizer's learning "
+              "rate by num_proc, since every step averages num_proc batches; 'none' keeps it as given",
+              "linear", TypeConverters.toString),
     ParamSpec("output_cols", "prediction column names of the model; default '<label>__output'", None,
               to_optional(to_str_list)),
     ParamSpec("verbose", "0 quiet, 1 progress bar and rank output, 2 also launch details", 1,

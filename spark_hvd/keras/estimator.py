@@ -1,4 +1,5 @@
-"""``KerasEstimator``: ``fit(df)`` trains a Keras 3 model on num_proc ranks (mirrors horovod.spark.keras)."""
+"""``KerasEstimator``: ``fit(df)`` trains a Keras 3 model on num_proc ranks (mirrors horovod.spark.keras;
+driver side)."""
 
 from __future__ import annotations
 
@@ -10,69 +11,101 @@ from pyspark import keyword_only
 from spark_hvd.errors import InputError
 from spark_hvd.estimator.base import FitPlan, HorovodEstimator
 from spark_hvd.estimator.batch_transform import InputSpec
-from spark_hvd.estimator.param_table import ParamSpec, declare_params, set_defaults
+from spark_hvd.estimator.param_table import set_defaults
 from spark_hvd.keras.model import KerasModel
+from spark_hvd.keras.params import KERAS_PARAMS, KERAS_REPLACEMENTS, KerasParams
 from spark_hvd.keras.trainer import KerasObjects, KerasRankFn, KerasRankSpec
 
-KERAS_PARAMS: list[ParamSpec] = [
-    ParamSpec("custom_objects", "dict of name -> class or function that Keras needs to load the model "
-              "(custom layers, losses, metrics), as for keras.saving.load_model", None),
-]
 
-
-class KerasEstimator(HorovodEstimator):
+class KerasEstimator(HorovodEstimator, KerasParams):
     """Trains a Keras 3 ``model`` (TensorFlow backend) with ``optimizer``, ``loss`` and ``metrics`` on
-    the rows of a DataFrame.
+    the rows of a DataFrame, as Horovod's KerasEstimator does.
 
-    ``optimizer`` is a Keras optimizer or its name, ``loss`` a Keras loss, its name or a function
-    (a list for several outputs), ``metrics`` what ``model.compile`` takes. Each rank reads an even
-    share of the materialised rows and runs ``batch_size`` rows per step with ``model.fit``;
-    gradients are averaged across ranks by ``collective.keras.DistributedOptimizer`` every step (every
-    ``backward_passes_per_step`` passes, averaged over the passes too). The model gets one array per
-    feature column (a list when there are several); floating and boolean columns become
-    ``keras.config.floatx()``, integer columns stay integers (class indices for sparse losses).
-    History keys are Keras's: ``loss``, the metric names, and their ``val_`` versions, averaged
-    across ranks.
+    ``optimizer`` is a Keras optimizer or its name (default: the compiled model's own), ``loss`` a Keras
+    loss, its name or a function (a list for several outputs), ``metrics`` what ``model.compile`` takes.
+    Each rank reads an even share of the materialised rows and runs ``batch_size`` rows per step with
+    ``model.fit``; gradients are averaged across ranks by ``collective.keras.DistributedOptimizer`` every
+    step (every ``backward_passes_per_step`` passes, averaged over the passes too). Floating and boolean
+    columns become ``keras.config.floatx()``, integer columns stay integers. Each feature column is
+    reshaped to its model input's shape (a flat 784-vector feeds a ``(28, 28, 1)`` Input), several are
+    passed as a tuple; each label to ``label_shapes`` when given, else to its output's shape when the sizes
+    agree (a class-index label, integer or float, stays as it is for a sparse loss). Before launch a
+    two-row sample goes through the model and Keras's own compiled loss and metrics, so what fails there
+    is what ``model.fit`` would refuse.
 
-    Learning rate: by default it is used as given (``learning_rate_scaling='none'``); with
-    ``'linear'`` the ranks multiply it by num_proc. Checkpoints: rank 0 saves the model in the
-    native ``.keras`` format (weights and optimizer state) under the Store after every epoch; fitting
-    again with the same ``run_id`` resumes after the last completed epoch. Custom layers, losses and
-    metrics that Keras cannot find by name go in ``custom_objects``.
+    The ranks run ``callbacks=`` after Horovod's broadcast and metric-average callbacks, then, on rank
+    0, ``checkpoint_callback`` (a ModelCheckpoint or ``collective.keras.callbacks.BestModelCheckpoint``;
+    its filepath is the run's), whose last saved model is the one returned: the best one, for
+    ``BestModelCheckpoint``. ``getHistory()`` is Keras's dict of lists (``{'loss': [...], 'val_loss':
+    [...], ...}``), averaged across ranks.
+
+    Learning rate: the ranks multiply the optimizer's rate by num_proc (``learning_rate_scaling=
+    'linear'``, Horovod's rule; ``'none'`` keeps it), and start Horovod's ``LearningRateScheduleCallback``s
+    from that rate; the checkpoints and the returned model hold the rate divided again. Checkpoints: rank 0
+    saves the model in the native ``.keras`` format (weights and optimizer state) under the Store after
+    every epoch; fitting again with the same ``run_id`` resumes after the last completed epoch, with the
+    checkpoint_callback's best model and value. Custom layers, losses and metrics go in ``custom_objects``.
     """
 
     @keyword_only
-    def __init__(self, *, num_proc: int | None = None, model: Any = None, optimizer: Any = None, loss: Any = None,
-                 loss_weights: Any = None, metrics: Any = None, feature_cols: Any = None, label_cols: Any = None,
-                 sample_weight_col: str | None = None, validation: Any = None, batch_size: int = 32,
-                 val_batch_size: int | None = None, epochs: int = 1, train_steps_per_epoch: int | None = None,
-                 validation_steps_per_epoch: int | None = None, shuffle: bool = True,
-                 shuffle_buffer_size: int = 10_000, random_seed: int = 0, store: Any = None,
-                 run_id: str | None = None, backward_passes_per_step: int = 1, gradient_compression: Any = None,
-                 transformation_fn: Any = None, inmemory_cache_all: bool = False, reader: str = "arrow",
-                 learning_rate_scaling: str = "none", output_cols: Any = None, verbose: int = 1,
-                 use_gpu: bool = True, start_timeout: float = 600.0, custom_objects: Any = None) -> None:
+    def __init__(self, *, num_proc: int | None = None, model: Any = None, backend: Any = None, store: Any = None,
+                 custom_objects: Any = None, optimizer: Any = None, loss: Any = None, loss_weights: Any = None,
+                 sample_weight_col: str | None = None, gradient_compression: Any = None, metrics: Any = None,
+                 feature_cols: Any = None, label_cols: Any = None, validation: Any = None, callbacks: Any = None,
+                 batch_size: int | None = None, val_batch_size: int | None = None, epochs: int | None = None,
+                 verbose: int | None = None, random_seed: int | None = None, shuffle_buffer_size: int | None = None,
+                 shuffle: bool = True, partitions_per_process: int | None = None, run_id: str | None = None,
+                 train_steps_per_epoch: int | None = None, validation_steps_per_epoch: int | None = None,
+                 transformation_fn: Any = None, train_reader_num_workers: int | None = None,
+                 val_reader_num_workers: int | None = None, reader_pool_type: str = "thread",
+                 label_shapes: Any = None, checkpoint_callback: Any = None, inmemory_cache_all: bool = False,
+                 backend_env: Any = None, use_gpu: bool = True, mp_start_method: str | None = None,
+                 transformation_edit_fields: Any = None, transformation_removed_fields: Any = None,
+                 tensorflow_dataset_prefetch_buffer_size: int | None = None, backward_passes_per_step: int = 1,
+                 reader: str = "arrow", learning_rate_scaling: str = "linear", output_cols: Any = None,
+                 start_timeout: float = 600.0, **unknown: Any) -> None:
         super().__init__()
         set_defaults(self, KERAS_PARAMS)
-        self._set(**self._input_kwargs)
-        self._output_shapes: list[tuple[int, ...]] = []
+        self._set_init_params(self._input_kwargs)
+        self._sample: Any = None      # what the sample check resolved, for _rank_fn and _create_model
 
     @keyword_only
     def setParams(self, **kwargs: Any) -> "KerasEstimator":
         """Sets any of the constructor's keyword parameters."""
-        return self._set(**self._input_kwargs)
+        self._set_init_params(self._input_kwargs)
+        return self
+
+    def _set_init_params(self, kwargs: dict[str, Any]) -> None:
+        from spark_hvd.estimator.unknown_params import UnknownParamError
+
+        # Keywords of the other estimators get Keras's answer rather than a guess at a similar name.
+        theirs = [name for name in kwargs if name in KERAS_REPLACEMENTS]
+        if theirs:
+            raise UnknownParamError(f"{type(self).__name__} got unknown parameter(s): " + "; ".join(
+                f"{name!r}: use {KERAS_REPLACEMENTS[name]}" for name in theirs))
+        super()._set_init_params(kwargs)
+
+    # --- the framework's part -------------------------------------------------------------
+    def _optimizer(self) -> Any:
+        """The optimizer param, else the compiled model's own (Horovod's fallback)."""
+        optimizer = self.getOptimizer()
+        if optimizer is None:
+            optimizer = getattr(self.getModel(), "optimizer", None)
+        return optimizer
 
     def _check_framework_params(self) -> None:
         import keras
 
         if not isinstance(self.getModel(), keras.Model):
             raise InputError(f"model must be a keras.Model, got {type(self.getModel()).__name__}")
-        optimizer = self.getOptimizer()
+        optimizer = self._optimizer()
+        if optimizer is None:
+            raise InputError("optimizer is required: give optimizer=, or a model compiled with one")
         if isinstance(optimizer, str):
             try:
                 optimizer = keras.optimizers.get(optimizer)
             except ValueError as e:
-                raise InputError(f"optimizer {self.getOptimizer()!r} is not a Keras optimizer name: {e}") from e
+                raise InputError(f"optimizer {optimizer!r} is not a Keras optimizer name: {e}") from e
         if not isinstance(optimizer, keras.optimizers.Optimizer):
             raise InputError(f"optimizer must be a Keras optimizer or its name, got {type(optimizer).__name__}")
         if self.getLearningRateScaling() == "linear" and not isinstance(optimizer.get_config()["learning_rate"],
@@ -81,74 +114,66 @@ class KerasEstimator(HorovodEstimator):
                              "schedule (scale the schedule itself and use learning_rate_scaling='none')")
         if self.getLoss() is None:
             raise InputError("loss is required")
-        if self.getLossConstructors() is not None:
-            raise InputError("loss_constructors is for TorchEstimator; give KerasEstimator a loss")
         custom_objects = self.getCustomObjects()
         if custom_objects is not None and not isinstance(custom_objects, dict):
             raise InputError(f"custom_objects must be a dict of name -> object, got {type(custom_objects).__name__}")
+        callbacks = self.getCallbacks() or []
+        if not isinstance(callbacks, (list, tuple)) or not all(isinstance(c, keras.callbacks.Callback)
+                                                                for c in callbacks):
+            raise InputError(f"callbacks must be a list of keras.callbacks.Callback, got {callbacks!r}")
+        checkpoint = self.getCheckpointCallback()
+        if checkpoint is not None and not isinstance(checkpoint, keras.callbacks.ModelCheckpoint):
+            raise InputError("checkpoint_callback must be a keras.callbacks.ModelCheckpoint (e.g. collective.keras."
+                             f"callbacks.BestModelCheckpoint), got {type(checkpoint).__name__}")
+
+    def _transformation(self) -> tuple[Any, Any, Any] | None:
+        fn = self.getTransformationFn()
+        return None if fn is None else (fn, self.getTransformationEditFields(), self.getTransformationRemovedFields())
 
     def _check_sample(self, sample: dict[str, Any]) -> None:
-        import keras
+        from spark_hvd.estimator.transformation import apply_transformation
+        from spark_hvd.keras.saving import model_to_bytes
+        from spark_hvd.keras.sample_check import CompileArgs, check_sample
 
-        from spark_hvd.keras.batch_arrays import as_outputs, check_output_label_shapes, column_array, model_inputs
-
-        if self.getTransformationFn() is not None:
-            sample = self.getTransformationFn()(sample)
-        floatx = keras.config.floatx()
-        features = [column_array(sample[c], floatx) for c in self.getFeatureCols()]
-        labels = [column_array(sample[c], floatx) for c in self.getLabelCols()]
-        shapes = ", ".join(f"{c}: {f.shape[1:]}" for c, f in zip(self.getFeatureCols(), features))
-        try:
-            outputs = as_outputs(self.getModel()(model_inputs(features), training=False))
-        except Exception as e:
-            raise InputError(f"the model cannot take the feature columns (per-row shapes {shapes}): "
-                             f"{type(e).__name__}: {e}") from e
-        check_output_label_shapes(outputs, labels, self.getLabelCols())
-        losses = self._losses(len(labels))
-        try:
-            for loss, output, label in zip(losses, outputs, labels):
-                keras.losses.get(loss)(label, output)
-        except Exception as e:
-            raise InputError(f"the loss cannot compare the model's outputs with label column(s) "
-                             f"{self.getLabelCols()}: {type(e).__name__}: {e}") from e
-        self._output_shapes = [tuple(output.shape[1:]) for output in outputs]
-
-    def _losses(self, count: int) -> list[Any]:
-        loss = self.getLoss()
-        losses = list(loss) if isinstance(loss, (list, tuple)) else [loss] * count
-        if len(losses) != count:
-            raise InputError(f"loss must be one loss, or a list with one per label column ({count}); "
-                             f"got {len(losses)}")
-        return losses
+        transformation = self._transformation()
+        if transformation is not None:
+            sample = apply_transformation(sample, *transformation)
+        model_bytes = model_to_bytes(self.getModel())
+        result = check_sample(
+            self.getModel(), model_bytes, sample, self.getFeatureCols(), self.getLabelCols(),
+            self.getSampleWeightCol(), self.getLabelShapes(),
+            CompileArgs(self.getLoss(), self.getLossWeights(), list(self.getMetrics() or []),
+                        dict(self.getCustomObjects() or {})))
+        self._sample = (model_bytes, result)
 
     def _rank_fn(self, plan: FitPlan) -> KerasRankFn:
         import keras
 
-        from spark_hvd.keras.saving import model_to_bytes
-
-        optimizer = self.getOptimizer()
+        model_bytes, result = self._sample
+        optimizer = self._optimizer()
         objects = KerasObjects(
             optimizer=optimizer if isinstance(optimizer, str) else keras.optimizers.serialize(optimizer),
             loss=self.getLoss(), loss_weights=self.getLossWeights(), metrics=list(self.getMetrics() or []),
-            custom_objects=dict(self.getCustomObjects() or {}), transformation_fn=self.getTransformationFn(),
-            compression=self.getGradientCompression())
-        return KerasRankFn(KerasRankSpec(plan=plan, model=model_to_bytes(self.getModel()),
-                                         objects=cloudpickle.dumps(objects), use_gpu=self.getUseGpu()))
+            custom_objects=dict(self.getCustomObjects() or {}), transformation=self._transformation(),
+            compression=self.getGradientCompression(), callbacks=list(self.getCallbacks() or []),
+            checkpoint_callback=self.getCheckpointCallback(),
+            prefetch=self.getTensorflowDatasetPrefetchBufferSize())
+        return KerasRankFn(KerasRankSpec(plan=plan, model=model_bytes, objects=cloudpickle.dumps(objects),
+                                         shapes=result.shapes, use_gpu=self.getUseGpu()))
 
     def _create_model(self, plan: FitPlan, result: Any, output_cols: list[str]) -> KerasModel:
+        import keras
+
+        from spark_hvd.keras.history import keras_history
         from spark_hvd.keras.saving import loading_objects
 
         columns = plan.data.columns
-        model = KerasModel()
-        model._set(feature_columns=plan.feature_cols, label_columns=plan.label_cols, output_cols=output_cols,
-                   run_id=plan.run_id)
+        model = KerasModel(feature_columns=plan.feature_cols, label_columns=plan.label_cols, output_cols=output_cols,
+                           run_id=plan.run_id, _floatx=keras.config.floatx())
         model._set_keras_model(result["model"],
                                loading_objects(self.getCustomObjects(), self.getLoss(), self.getMetrics()))
         model._set_training_outcome(
-            result["history"],
+            keras_history(result["history"]),
             [InputSpec(c, columns[c].dtype, tuple(columns[c].shape)) for c in plan.feature_cols],
-            self._output_shapes)
+            self._output_specs(plan, output_cols, self._sample[1].output_shapes), result["history"])
         return model
-
-
-declare_params(KerasEstimator, KERAS_PARAMS)

@@ -1,11 +1,12 @@
-"""Per-epoch checkpoints of a torch run under ``<store>/runs/<run_id>/checkpoints/``."""
+"""Per-epoch checkpoints of a torch run under ``<store>/runs/<run_id>/checkpoints/`` (written by rank 0)."""
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import torch
+
+from spark_hvd.torch.state_bytes import from_torch_bytes, torch_bytes
 
 CHECKPOINT_FILE = "checkpoint.pt"
 
@@ -14,17 +15,17 @@ def checkpoint_path(store: Any, run_id: str) -> str:
     return f"{store.get_checkpoint_path(run_id).rstrip('/')}/{CHECKPOINT_FILE}"
 
 
-def save_checkpoint(store: Any, run_id: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                    epoch: int, history: list[dict[str, float]]) -> None:
-    """Written whole or not at all (Store.write_bytes), so a crash mid-write keeps the previous one."""
-    buffer = io.BytesIO()
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch,
-                "history": history}, buffer)
-    store.write_bytes(checkpoint_path(store, run_id), buffer.getvalue())
+def save_checkpoint(store: Any, run_id: str, model: torch.nn.Module, optimizer_state: dict[str, Any],
+                    epoch: int, history: list[dict[str, Any]], epoch_metrics: list[dict[str, float]]) -> None:
+    """Written whole or not at all (Store.write_bytes), so a crash mid-write keeps the previous one.
+    Horovod's keys ('model', 'optimizer') plus the epoch and the histories, for resuming."""
+    store.write_bytes(checkpoint_path(store, run_id), torch_bytes({
+        "model": model.state_dict(), "optimizer": optimizer_state, "epoch": epoch, "history": history,
+        "epoch_metrics": epoch_metrics}))
 
 
 def load_checkpoint(store: Any, run_id: str) -> dict[str, Any] | None:
     path = checkpoint_path(store, run_id)
     if not store.exists(path):
         return None
-    return torch.load(io.BytesIO(store.read_bytes(path)), map_location="cpu", weights_only=True)
+    return from_torch_bytes(store.read_bytes(path))

@@ -1,59 +1,80 @@
-"""``TorchEstimator``: ``fit(df)`` trains a torch model on num_proc ranks (mirrors horovod.spark.torch)."""
+"""``TorchEstimator``: ``fit(df)`` trains a torch model on num_proc ranks (mirrors horovod.spark.torch; driver side)."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import cloudpickle
-
 from pyspark import keyword_only
 
 from spark_hvd.errors import InputError
 from spark_hvd.estimator.base import FitPlan, HorovodEstimator
 from spark_hvd.estimator.batch_transform import InputSpec
+from spark_hvd.estimator.param_table import ParamSpec, declare_params, set_defaults
 from spark_hvd.torch.model import TorchModel
 from spark_hvd.torch.trainer import TorchObjects, TorchRankFn, TorchRankSpec
 
+TORCH_PARAMS: list[ParamSpec] = [
+    ParamSpec("loss_constructors", "functions that build the losses on the ranks (instead of loss)", None),
+    ParamSpec("input_shapes", "one shape per feature column, batch dimension included (e.g. [[-1, 1, 28, 28]]): "
+              "each feature batch is reshaped to it before the model", None),
+    ParamSpec("train_minibatch_fn", "fn(model, optimizer, transform_outputs, loss_fn, inputs, labels, "
+              "sample_weights) -> (outputs, loss): replaces the default training step", None),
+]
+
 
 class TorchEstimator(HorovodEstimator):
-    """Trains ``model`` with ``optimizer`` and ``loss`` on the rows of a DataFrame.
+    """Trains ``model`` with ``optimizer`` and ``loss`` on the rows of a DataFrame, as Horovod's does.
 
     Each rank reads an even share of the materialised rows and runs ``batch_size`` rows per step;
     gradients are averaged across ranks every step (every ``backward_passes_per_step`` backward
-    passes, which are averaged too). ``model(*features)`` gets one tensor per feature column;
-    floating columns take the model's floating dtype, integer columns stay int64 (class indices).
-    ``loss(output, label)`` per label column; with ``sample_weight_col`` the loss is taken per row
-    (``reduction='none'``) and weighted. ``metrics`` are functions ``metric(output, label)``;
-    history keys are ``loss``, the metric names, and ``val_`` versions of both.
+    passes, which are averaged too). Feature and label columns become the model's floating dtype
+    (Horovod's ``.float()``); ``input_shapes`` reshape the features, ``label_shapes`` the labels (else a
+    label takes its output's shape when the sizes agree); ``model(*features)`` gets one tensor per
+    feature column. ``loss(output, label)`` per label column, weighted by ``loss_weights`` (default
+    1 / labels); with ``sample_weight_col`` each row's loss is multiplied by its weight and the batch
+    averaged. ``metrics`` are Horovod's metric groups (a function, or a list of one function or one
+    per output), averaged over every rank's rows.
 
-    Learning rate: by default it is used as given (``learning_rate_scaling='none'``); with
-    ``'linear'`` the ranks multiply it by num_proc, the usual rule when the global batch grows.
-    Checkpoints: rank 0 saves model, optimizer and epoch under the Store after every epoch; fitting
-    again with the same ``run_id`` resumes after the last completed epoch.
+    Learning rate: the ranks multiply it by num_proc (``learning_rate_scaling='linear'``, Horovod's
+    rule); ``'none'`` keeps it. ``getHistory()`` is Horovod's list of ``{'epoch', 'train',
+    'validation'}``. Checkpoints: rank 0 saves model and optimizer (learning rate unscaled) under the
+    Store after every epoch; fitting again with the same ``run_id`` resumes after the last epoch.
     """
 
     @keyword_only
-    def __init__(self, *, num_proc: int | None = None, model: Any = None, optimizer: Any = None, loss: Any = None,
-                 loss_constructors: Any = None, loss_weights: Any = None, metrics: Any = None,
-                 feature_cols: Any = None, label_cols: Any = None, sample_weight_col: str | None = None,
-                 validation: Any = None, batch_size: int = 32, val_batch_size: int | None = None, epochs: int = 1,
-                 train_steps_per_epoch: int | None = None, validation_steps_per_epoch: int | None = None,
-                 shuffle: bool = True, shuffle_buffer_size: int = 10_000, random_seed: int = 0, store: Any = None,
-                 run_id: str | None = None, backward_passes_per_step: int = 1, gradient_compression: Any = None,
-                 transformation_fn: Any = None, inmemory_cache_all: bool = False, reader: str = "arrow",
-                 learning_rate_scaling: str = "none", output_cols: Any = None, verbose: int = 1,
-                 use_gpu: bool = True, start_timeout: float = 600.0) -> None:
+    def __init__(self, *, num_proc: int | None = None, model: Any = None, backend: Any = None, store: Any = None,
+                 optimizer: Any = None, loss: Any = None, loss_constructors: Any = None, metrics: Any = None,
+                 loss_weights: Any = None, sample_weight_col: str | None = None, gradient_compression: Any = None,
+                 feature_cols: Any = None, input_shapes: Any = None, validation: Any = None, label_cols: Any = None,
+                 callbacks: Any = None, batch_size: int | None = None, val_batch_size: int | None = None,
+                 epochs: int | None = None, verbose: int = 1, random_seed: int | None = None,
+                 shuffle_buffer_size: int | None = None, shuffle: bool = True,
+                 partitions_per_process: int | None = None, run_id: str | None = None,
+                 train_minibatch_fn: Any = None, train_steps_per_epoch: int | None = None,
+                 validation_steps_per_epoch: int | None = None, transformation_fn: Any = None,
+                 transformation_edit_fields: Any = None, transformation_removed_fields: Any = None,
+                 train_reader_num_workers: int | None = None, val_reader_num_workers: int | None = None,
+                 reader_pool_type: str | None = None, label_shapes: Any = None, inmemory_cache_all: bool = False,
+                 use_gpu: bool = True, mp_start_method: str | None = None, backend_env: Any = None,
+                 backward_passes_per_step: int = 1, reader: str = "arrow", learning_rate_scaling: str = "linear",
+                 output_cols: Any = None, start_timeout: float = 600.0, **unknown: Any) -> None:
         super().__init__()
-        self._set(**self._input_kwargs)
+        set_defaults(self, TORCH_PARAMS)
+        self._set_init_params(self._input_kwargs)
         self._output_shapes: list[tuple[int, ...]] = []
 
     @keyword_only
     def setParams(self, **kwargs: Any) -> "TorchEstimator":
         """Sets any of the constructor's keyword parameters."""
-        return self._set(**self._input_kwargs)
+        self._set_init_params(self._input_kwargs)
+        return self
 
     def _check_framework_params(self) -> None:
         import torch
+
+        from spark_hvd.torch.epoch_loop import metric_groups
 
         if not isinstance(self.getModel(), torch.nn.Module):
             raise InputError(f"model must be a torch.nn.Module, got {type(self.getModel()).__name__}")
@@ -67,12 +88,25 @@ class TorchEstimator(HorovodEstimator):
                              "build it on model.parameters()")
         if self.getLoss() is None and self.getLossConstructors() is None:
             raise InputError("loss (or loss_constructors) is required")
+        input_shapes = self.getInputShapes()
+        if input_shapes is not None and len(input_shapes) != len(self.getFeatureCols()):
+            raise InputError(f"input_shapes has {len(input_shapes)} shape(s) for {len(self.getFeatureCols())} "
+                             f"feature column(s) {self.getFeatureCols()}")
+        try:
+            metric_groups(self.getMetrics(), self.getLabelCols())
+        except ValueError as e:
+            raise InputError(f"metrics: {e}") from e
+        if self.getCallbacks():
+            warnings.warn("TorchEstimator runs no callbacks (as Horovod's TorchEstimator); use train_minibatch_fn "
+                          "to change the step, or spark_hvd.lightning.TorchEstimator for Lightning callbacks",
+                          UserWarning, stacklevel=4)
 
     def _check_sample(self, sample: dict[str, Any]) -> None:
         import torch
 
         from spark_hvd.torch.batch_tensors import (
             LossComputer,
+            align_labels,
             as_outputs,
             batch_tensors,
             check_output_label_shapes,
@@ -81,9 +115,10 @@ class TorchEstimator(HorovodEstimator):
         )
 
         model = self.getModel()
+        transformation = self._transformation()
         features, labels, weights = batch_tensors(
-            sample, self.getTransformationFn(), self.getFeatureCols(), self.getLabelCols(), self.getSampleWeightCol(),
-            model_dtype(model), torch.device("cpu"))
+            sample, transformation, self.getFeatureCols(), self.getLabelCols(), self.getSampleWeightCol(),
+            model_dtype(model), torch.device("cpu"), self.getInputShapes())
         shapes = ", ".join(f"{c}: {tuple(t.shape[1:])}" for c, t in zip(self.getFeatureCols(), features))
         was_training = model.training
         model.eval()
@@ -95,38 +130,72 @@ class TorchEstimator(HorovodEstimator):
                              f"{type(e).__name__}: {e}") from e
         finally:
             model.train(was_training)
+        try:
+            labels = align_labels(outputs, labels, self.getLabelShapes())
+        except RuntimeError as e:
+            raise InputError(f"label_shapes {self.getLabelShapes()} do not fit the label columns "
+                             f"{self.getLabelCols()}: {e}") from e
         check_output_label_shapes(outputs, labels, self.getLabelCols())
         losses = resolve_losses(self.getLoss(), self.getLossConstructors(), len(labels))
         try:
-            LossComputer(losses, self.getLossWeights(), weights is not None)(outputs, labels, weights)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                LossComputer(losses, self.getLossWeights(), weights is not None)(outputs, labels, weights)
         except InputError:
             raise
         except Exception as e:
             raise InputError(f"the loss cannot compare the model's outputs with label column(s) "
-                             f"{self.getLabelCols()}: {type(e).__name__}: {e}") from e
+                             f"{self.getLabelCols()} (labels arrive as floats, as in Horovod; a loss that needs "
+                             f"class indices must cast them, e.g. target.long()): {type(e).__name__}: {e}") from e
+        broadcast = [w for w in caught if "target size" in str(w.message) and "input size" in str(w.message)]
+        if broadcast:
+            raise InputError(f"the loss would broadcast label column(s) {self.getLabelCols()} (per-row shapes "
+                             f"{[tuple(t.shape[1:]) for t in labels]}) against the model's outputs (per-row shapes "
+                             f"{[tuple(o.shape[1:]) for o in outputs]}): {broadcast[0].message}")
         self._output_shapes = [tuple(output.shape[1:]) for output in outputs]
+
+    def _transformation(self) -> tuple[Any, Any, Any] | None:
+        fn = self.getTransformationFn()
+        return None if fn is None else (fn, self.getTransformationEditFields(), self.getTransformationRemovedFields())
 
     def _rank_fn(self, plan: FitPlan) -> TorchRankFn:
         objects = TorchObjects(
             model=self.getModel(), optimizer=self.getOptimizer(), loss=self.getLoss(),
             loss_constructors=self.getLossConstructors(), loss_weights=self.getLossWeights(),
             metrics=list(self.getMetrics() or []), transformation_fn=self.getTransformationFn(),
-            compression=self.getGradientCompression())
+            compression=self.getGradientCompression(), input_shapes=self.getInputShapes(),
+            train_minibatch_fn=self.getTrainMinibatchFn())
         return TorchRankFn(TorchRankSpec(plan=plan, objects=cloudpickle.dumps(objects), use_gpu=self.getUseGpu()))
 
     def _create_model(self, plan: FitPlan, result: Any, output_cols: list[str]) -> TorchModel:
         import copy
 
-        from spark_hvd.torch.state_bytes import load_state_bytes
+        from spark_hvd.torch.state_bytes import from_torch_bytes, load_state_bytes
 
         module = load_state_bytes(copy.deepcopy(self.getModel()), result["state_dict"])
+        optimizer = _optimizer_for(module, self.getModel(), self.getOptimizer(),
+                                   from_torch_bytes(result["optimizer_state"]))
         columns = plan.data.columns
-        model = TorchModel()
-        model._set(feature_columns=plan.feature_cols, label_columns=plan.label_cols, output_cols=output_cols,
-                   run_id=plan.run_id)
-        model._set_module(module)
+        model = TorchModel(feature_columns=plan.feature_cols, label_columns=plan.label_cols, output_cols=output_cols,
+                           run_id=plan.run_id, model=module, optimizer=optimizer, loss=self.getLoss(),
+                           loss_constructors=self.getLossConstructors(), input_shapes=self.getInputShapes())
         model._set_training_outcome(
             result["history"],
             [InputSpec(c, columns[c].dtype, tuple(columns[c].shape)) for c in plan.feature_cols],
-            self._output_shapes)
+            self._output_specs(plan, output_cols, self._output_shapes), result["epoch_metrics"])
         return model
+
+
+def _optimizer_for(module: Any, template_model: Any, template: Any, state: dict[str, Any]) -> Any:
+    """An optimizer of the user's class on the trained module (its groups mapped parameter by parameter),
+    holding the run's final state with the unscaled learning rate, as Horovod's TorchModel has."""
+    index = {id(p): i for i, p in enumerate(template_model.parameters())}
+    params = list(module.parameters())
+    groups = [{**{k: v for k, v in group.items() if k != "params"},
+               "params": [params[index[id(p)]] for p in group["params"]]} for group in template.param_groups]
+    optimizer = type(template)(groups)
+    optimizer.load_state_dict(state)
+    return optimizer
+
+
+declare_params(TorchEstimator, TORCH_PARAMS)

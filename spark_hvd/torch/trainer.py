@@ -1,9 +1,11 @@
-"""What every rank of a TorchEstimator fit runs: the Horovod recipe around a lockstep epoch loop.
+"""What every rank of a TorchEstimator fit runs (rank child): Horovod's recipe around a lockstep epoch loop.
 
-init collective.torch -> restore the last checkpoint on rank 0, if any -> broadcast parameters and
-optimizer state from rank 0 -> DistributedOptimizer -> per epoch: exactly ``train_steps`` steps on
-every rank (so uneven shards cannot desynchronise the allreduce), validation, metrics averaged
-across ranks, checkpoint by rank 0, progress to the driver.
+init collective.torch -> restore the last checkpoint on rank 0, if any -> scale the learning rate by the
+number of ranks (learning_rate_scaling='linear', Horovod's rule) -> broadcast parameters and optimizer
+state from rank 0 -> DistributedOptimizer -> per epoch: exactly ``train_steps`` steps on every rank (so
+uneven shards cannot desynchronise the allreduce), validation, metrics averaged across ranks,
+checkpoint by rank 0 (learning rate unscaled, so a resume on another number of ranks scales it anew),
+progress to the driver.
 """
 
 from __future__ import annotations
@@ -13,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import cloudpickle
-import numpy as np
 
 from spark_hvd.estimator.base import FitPlan
+from spark_hvd.torch.epoch_loop import EpochLoop, metric_groups
 
 
 @dataclass(frozen=True)
@@ -32,9 +34,11 @@ class TorchObjects:
     loss: Any
     loss_constructors: Any
     loss_weights: Any
-    metrics: list[Callable[..., Any]]
-    transformation_fn: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None
+    metrics: list[Any]
+    transformation_fn: Callable[[dict[str, Any]], dict[str, Any]] | None
     compression: Any
+    input_shapes: list[list[int]] | None = None
+    train_minibatch_fn: Callable[..., Any] | None = None
 
 
 class TorchRankFn:
@@ -47,15 +51,19 @@ class TorchRankFn:
         return train_rank(self.spec)
 
 
+def scale_learning_rate(optimizer: Any, factor: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = group["lr"] * factor
+
+
 def train_rank(spec: TorchRankSpec) -> dict[str, Any] | None:
     import torch
 
     import collective.torch as hvd
-    from spark_hvd.data import make_reader
     from spark_hvd.estimator.rank_progress import RankProgress
-    from spark_hvd.torch.batch_tensors import LossComputer, model_dtype, resolve_losses
+    from spark_hvd.torch.batch_tensors import LossComputer, resolve_losses
     from spark_hvd.torch.checkpoint import load_checkpoint, save_checkpoint
-    from spark_hvd.torch.state_bytes import state_dict_bytes
+    from spark_hvd.torch.state_bytes import state_dict_bytes, torch_bytes
 
     plan = spec.plan
     hvd.init()
@@ -67,18 +75,20 @@ def train_rank(spec: TorchRankSpec) -> dict[str, Any] | None:
     device = torch.device("cuda", torch.cuda.current_device()) if (
         spec.use_gpu and torch.cuda.is_available()) else torch.device("cpu")
     model, optimizer = objects.model.to(device), objects.optimizer
-    if plan.learning_rate_scaling == "linear":
-        for group in optimizer.param_groups:
-            group["lr"] = group["lr"] * size
 
-    history: list[dict[str, float]] = []
+    history: list[dict[str, Any]] = []
+    epoch_metrics: list[dict[str, float]] = []
     first_epoch = 0
     checkpoint = load_checkpoint(plan.data.store, plan.run_id) if rank == 0 else None
     if checkpoint is not None:
         model.load_state_dict(checkpoint["model"])
         optimizer.load_state_dict(checkpoint["optimizer"])
-        first_epoch, history = int(checkpoint["epoch"]) + 1, list(checkpoint["history"])
-    first_epoch, history = hvd.broadcast_object((first_epoch, history), root_rank=0, name="shvd.resume")
+        first_epoch = int(checkpoint["epoch"]) + 1
+        history, epoch_metrics = list(checkpoint["history"]), list(checkpoint.get("epoch_metrics", []))
+    first_epoch, history, epoch_metrics = hvd.broadcast_object(
+        (first_epoch, history, epoch_metrics), root_rank=0, name="shvd.resume")
+    lr_factor = size if plan.learning_rate_scaling == "linear" else 1
+    scale_learning_rate(optimizer, lr_factor)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     optimizer = hvd.DistributedOptimizer(
@@ -88,111 +98,36 @@ def train_rank(spec: TorchRankSpec) -> dict[str, Any] | None:
 
     losses = resolve_losses(objects.loss, objects.loss_constructors, len(plan.label_cols))
     compute_loss = LossComputer(losses, objects.loss_weights, plan.sample_weight_col is not None)
-    loop = _EpochLoop(plan, model, optimizer, compute_loss, objects, model_dtype(model), device, hvd)
+    loop = EpochLoop(plan, model, optimizer, compute_loss, objects, device, hvd,
+                     metric_groups(objects.metrics, plan.label_cols))
     progress = RankProgress(rank)
     progress.start(first_epoch)
-    readers = {split: make_reader(plan.data, split, rank, size, batch, shuffle=plan.shuffle and split == "train",
-                                  seed=plan.seed, reader=plan.reader, shuffle_buffer_rows=plan.shuffle_buffer_size,
-                                  inmemory_cache_all=plan.inmemory_cache_all)
-               for split, batch, steps in (("train", plan.batch_size, plan.train_steps),
-                                           ("val", plan.val_batch_size, plan.val_steps)) if steps}
+    readers = plan.readers(rank, size)
+
+    def unscaled_optimizer_state() -> dict[str, Any]:
+        state = optimizer.state_dict()
+        for group in state["param_groups"]:
+            group["lr"] = group["lr"] / lr_factor
+        return state
+
     try:
         for epoch in range(first_epoch, plan.epochs):
-            metrics = loop.train_epoch(epoch, readers["train"], progress)
+            entry, flat = loop.train_epoch(epoch, readers["train"], progress)
             if "val" in readers:
-                metrics.update(loop.validate(epoch, readers["val"]))
-            history.append({"epoch": epoch, **metrics})
+                val_entry, val_flat = loop.validate(epoch, readers["val"])
+                entry["validation"] = val_entry
+                flat.update(val_flat)
+            history.append(entry)
+            epoch_metrics.append({"epoch": epoch, **flat})
             if rank == 0:
-                save_checkpoint(plan.data.store, plan.run_id, model, optimizer, epoch, history)
-            progress.epoch(epoch, metrics)
+                save_checkpoint(plan.data.store, plan.run_id, model, unscaled_optimizer_state(), epoch, history,
+                                epoch_metrics)
+            progress.epoch(epoch, flat)
     finally:
         for reader in readers.values():
             reader.close()
     if rank != 0:
         return None
-    return {"state_dict": state_dict_bytes(model), "history": history}
+    return {"state_dict": state_dict_bytes(model), "optimizer_state": torch_bytes(unscaled_optimizer_state()),
+            "history": history, "epoch_metrics": epoch_metrics}
 
-
-class _EpochLoop:
-    def __init__(self, plan: FitPlan, model: Any, optimizer: Any, compute_loss: Any, objects: TorchObjects,
-                 float_dtype: Any, device: Any, hvd: Any) -> None:
-        self.plan, self.model, self.optimizer, self.compute_loss = plan, model, optimizer, compute_loss
-        self.metrics = list(objects.metrics or [])
-        self.transformation_fn = objects.transformation_fn
-        self.float_dtype, self.device, self.hvd = float_dtype, device, hvd
-
-    def train_epoch(self, epoch: int, reader: Any, progress: Any) -> dict[str, float]:
-        import torch
-
-        self.model.train()
-        totals = _MetricTotals(self.metric_names())
-        bpps = self.plan.backward_passes_per_step
-        batches = iter(reader.batches(epoch))
-        self.optimizer.zero_grad()
-        for step in range(self.plan.train_steps):
-            features, labels, weights = self._tensors(next(batches))
-            outputs = self._forward(features)
-            loss = self.compute_loss(outputs, labels, weights)
-            # Accumulated windows average their gradients rather than sum them.
-            (loss / bpps).backward()
-            if (step + 1) % bpps == 0:
-                self.optimizer.step()
-                self.optimizer.zero_grad()
-            loss_value = loss.item()
-            with torch.no_grad():
-                totals.add(loss_value, self._metric_values(outputs, labels), rows=len(labels[0]))
-            progress.step(epoch, step + 1, loss_value)
-        return totals.averaged(self.hvd, prefix="")
-
-    def validate(self, epoch: int, reader: Any) -> dict[str, float]:
-        import torch
-
-        self.model.eval()
-        totals = _MetricTotals(self.metric_names())
-        batches = iter(reader.batches(epoch))
-        with torch.no_grad():
-            for _ in range(self.plan.val_steps):
-                features, labels, weights = self._tensors(next(batches))
-                outputs = self._forward(features)
-                loss = self.compute_loss(outputs, labels, weights)
-                totals.add(loss.item(), self._metric_values(outputs, labels), rows=len(labels[0]))
-        return totals.averaged(self.hvd, prefix="val_")
-
-    def metric_names(self) -> list[str]:
-        names = [getattr(fn, "__name__", f"metric{i}") for i, fn in enumerate(self.metrics)]
-        if len(self.plan.label_cols) == 1:
-            return names
-        return [f"{label}_{name}" for name in names for label in self.plan.label_cols]
-
-    def _tensors(self, batch: dict[str, np.ndarray]) -> tuple[list[Any], list[Any], Any]:
-        from spark_hvd.torch.batch_tensors import batch_tensors
-
-        return batch_tensors(batch, self.transformation_fn, self.plan.feature_cols, self.plan.label_cols,
-                             self.plan.sample_weight_col, self.float_dtype, self.device)
-
-    def _forward(self, features: list[Any]) -> list[Any]:
-        from spark_hvd.torch.batch_tensors import as_outputs
-
-        return as_outputs(self.model(*features))
-
-    def _metric_values(self, outputs: list[Any], labels: list[Any]) -> list[float]:
-        return [float(fn(output, label)) for fn in self.metrics for output, label in zip(outputs, labels)]
-
-
-class _MetricTotals:
-    """Row-weighted sums on this rank, averaged over every rank's rows at the end of the epoch."""
-
-    def __init__(self, names: list[str]) -> None:
-        self.names = names
-        self.sums = np.zeros(len(names) + 2)   # loss, metrics..., rows
-
-    def add(self, loss: float, metric_values: list[float], rows: int) -> None:
-        self.sums[:-1] += np.array([loss, *metric_values]) * rows
-        self.sums[-1] += rows
-
-    def averaged(self, hvd: Any, prefix: str) -> dict[str, float]:
-        import torch
-
-        total = hvd.allreduce(torch.from_numpy(self.sums.copy()), op=hvd.Sum, name=f"shvd.{prefix}metrics").numpy()
-        rows = max(total[-1], 1.0)
-        return {f"{prefix}{name}": float(value / rows) for name, value in zip(["loss", *self.names], total[:-1])}

@@ -88,10 +88,10 @@ def test_nulls_are_counted_and_named(local_spark):
 
 
 @pytest.mark.parametrize("validation, message", [
-    (0.0, r"validation must be a fraction in \(0, 1\)"), (1.0, "fraction in"), (1.5, "fraction in"),
+    (-0.1, r"validation must be a fraction in \[0, 1\)"), (1.0, "fraction in"), (1.5, "fraction in"),
     (True, "fraction in"), ([0.1], "fraction in"),
-    ("name", r"validation column 'name' must be boolean, not string"),
-    ("label", "must be boolean, not bigint"),
+    ("name", r"validation column 'name' must be boolean or numeric .*, not string"),
+    ("label", "is also a feature, label or weight column"),
 ])
 def test_bad_validation(good_df, validation, message):
     with pytest.raises(InputError, match=message):

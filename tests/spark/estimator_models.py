@@ -19,6 +19,11 @@ def accuracy(output: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
     return (output.argmax(dim=1) == label).float().mean()
 
 
+def class_loss(output: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
+    """Cross entropy on class labels, which arrive as floats (Horovod's rule), hence the cast."""
+    return nn.functional.cross_entropy(output, label.long())
+
+
 class Slope(nn.Module):
     """y = w * x: one weight, so a test can read what was learned."""
 
@@ -31,20 +36,21 @@ class Slope(nn.Module):
 
 
 class FailOnce:
-    """A transformation_fn that raises on one rank after ``after_calls`` batches, once: the marker
-    file it leaves makes the next fit pass. Each rank process counts its own calls."""
+    """A transformation_fn (called once per row, as Horovod's) that raises on one rank after
+    ``after_calls`` rows, once: the marker file it leaves makes the next fit pass. Each rank process
+    counts its own calls."""
 
     def __init__(self, marker: str, rank: int, after_calls: int) -> None:
         self.marker, self.rank, self.after_calls = marker, rank, after_calls
         self.calls = 0
 
-    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def __call__(self, row: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         import collective
 
         if not collective.is_initialized():
-            return batch   # the driver's check of a sample, before launch
+            return row   # the driver's check of a sample, before launch
         self.calls += 1
         if collective.rank() == self.rank and self.calls > self.after_calls and not os.path.exists(self.marker):
             open(self.marker, "w").close()
-            raise RuntimeError(f"injected failure on rank {self.rank} after {self.after_calls} batches")
-        return batch
+            raise RuntimeError(f"injected failure on rank {self.rank} after {self.after_calls} rows")
+        return row

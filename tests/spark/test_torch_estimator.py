@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from estimator_data import assert_fit_fails_before_launch, blobs, in_two_partitions, predictions, with_ids
-from estimator_models import FailOnce, Slope, accuracy, classifier
+from estimator_models import FailOnce, Slope, accuracy, class_loss, classifier
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -27,7 +27,7 @@ def make_estimator(store, **overrides):
 
     model = classifier(4, 3)
     settings = dict(num_proc=2, model=model, optimizer=torch.optim.Adam(model.parameters(), lr=0.02),
-                    loss=nn.CrossEntropyLoss(), metrics=[accuracy], feature_cols=["features"],
+                    loss=class_loss, metrics=[accuracy], feature_cols=["features"],
                     label_cols=["label"], batch_size=32, epochs=3, store=store, verbose=0)
     settings.update(overrides)
     return TorchEstimator(**settings)
@@ -42,11 +42,16 @@ def test_fit_transform_save_load_round_trip(local_spark, store, tmp_path) -> Non
 
     df = blobs(local_spark, 600)
     model = make_estimator(store, validation=0.2).fit(df)
+    metrics = model.getEpochMetrics()
+    assert [h["epoch"] for h in metrics] == [0, 1, 2]
+    assert {"loss", "accuracy", "val_loss", "val_accuracy"} <= set(metrics[0])
+    assert metrics[-1]["loss"] < metrics[0]["loss"]
+    assert metrics[-1]["val_accuracy"] > 0.9
+    # getHistory() is Horovod's: per epoch, train and validation with the metric groups.
     history = model.getHistory()
-    assert [h["epoch"] for h in history] == [0, 1, 2]
-    assert {"loss", "accuracy", "val_loss", "val_accuracy"} <= set(history[0])
-    assert history[-1]["loss"] < history[0]["loss"]
-    assert history[-1]["val_accuracy"] > 0.9
+    assert [sorted(h) for h in history] == [["epoch", "train", "validation"]] * 3
+    assert history[-1]["train"] == {"loss": metrics[-1]["loss"], "all_metrics": [{"group_0_label": metrics[-1]["accuracy"]}]}
+    assert history[-1]["validation"]["all_metrics"] == [{"group_0_label": metrics[-1]["val_accuracy"]}]
 
     test = with_ids(blobs(local_spark, 200, seed=0, partitions=3))
     out = model.transform(test)
@@ -65,7 +70,9 @@ def test_fit_transform_save_load_round_trip(local_spark, store, tmp_path) -> Non
     model.save(path)
     loaded = TorchModel.load(path)
     assert loaded.uid == model.uid
-    assert loaded.getHistory() == history
+    assert loaded.getHistory() == history and loaded.getEpochMetrics() == metrics
+    assert type(loaded.getOptimizer()) is torch.optim.Adam
+    assert loaded.getOptimizer().param_groups[0]["lr"] == pytest.approx(0.02)   # unscaled, as Horovod keeps it
     assert loaded.getFeatureColumns() == ["features"] and loaded.getOutputCols() == ["label__output"]
     np.testing.assert_array_equal(predictions(loaded.transform(test)), logits)
 
@@ -94,8 +101,8 @@ def test_a_failed_fit_resumes_from_its_last_checkpoint(local_spark, store, tmp_p
     from spark_hvd.torch.checkpoint import load_checkpoint
 
     df = blobs(local_spark, 256)
-    # 256 rows / (2 ranks * 32) = 4 steps an epoch: the 6th batch on rank 1 is in epoch 2.
-    failing = FailOnce(str(tmp_path / "failed-once"), rank=1, after_calls=5)
+    # 256 rows / (2 ranks * 32) = 4 steps an epoch: the 6th batch (rows 161-192) on rank 1 is in epoch 2.
+    failing = FailOnce(str(tmp_path / "failed-once"), rank=1, after_calls=5 * 32)
     with pytest.raises(RunError, match="injected failure on rank 1") as failure:
         make_estimator(store, run_id="resumable", epochs=3, transformation_fn=failing).fit(df)
     assert failure.value.rank == 1
@@ -112,7 +119,17 @@ def test_a_failed_fit_resumes_from_its_last_checkpoint(local_spark, store, tmp_p
 
 def test_validation_by_boolean_column(local_spark, store) -> None:
     model = make_estimator(store, validation="is_val", epochs=2).fit(blobs(local_spark, 400))
-    assert "val_loss" in model.getHistory()[-1]
+    assert "val_loss" in model.getEpochMetrics()[-1]
+
+
+def test_validation_by_numeric_column_and_zero_fraction(local_spark, store) -> None:
+    from pyspark.sql import functions as F
+
+    df = blobs(local_spark, 400).withColumn("val_flag", F.col("is_val").cast("int") * 3)
+    model = make_estimator(store, validation="val_flag", epochs=1).fit(df)
+    assert "validation" in model.getHistory()[-1]
+    no_split = make_estimator(store, validation=0.0, epochs=1).fit(df)   # Horovod: 0 means no validation
+    assert "validation" not in no_split.getHistory()[-1]
 
 
 def test_sample_weights_decide_which_rows_count(local_spark, store) -> None:
@@ -160,7 +177,7 @@ def test_params_are_spark_ml_params(store) -> None:
 BAD_INPUTS = [
     (dict(feature_cols=["nope"]), None, "nope"),
     (dict(feature_cols=["name"]), None, "name"),
-    (dict(loss=nn.MSELoss()), None, "label column 'label'"),
+    (dict(loss=nn.MSELoss()), None, r"label column\(s\) \['label'\]"),
     (dict(), "empty", "empty"),
 ]
 

@@ -1,0 +1,34 @@
+"""Horovod parameters that spark-hvd accepts but does not need: one warning each, naming why (driver side)."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+# param -> why it changes nothing here. Warned only when the user set it (not for defaults).
+_WITHOUT_EFFECT = {
+    "partitions_per_process": "spark-hvd writes row groups sized for the readers and gives each rank an even "
+                              "share of the rows, whatever the DataFrame's partitions",
+    "mp_start_method": "spark-hvd's readers start no worker processes",
+    "compress_sparse_cols": "vectors are materialised dense; sparse compression is not implemented",
+}
+# Horovod's Petastorm pool knobs: our arrow reader has no pool, and our Petastorm reader always reads
+# in the rank's own thread ('dummy'), since Petastorm's thread pool was seen to drop whole epochs.
+_READER_POOL = ("train_reader_num_workers", "val_reader_num_workers", "reader_pool_type")
+
+
+def warn_unused_params(estimator: Any) -> None:
+    for name, why in _WITHOUT_EFFECT.items():
+        param = getattr(estimator, name, None)
+        if param is not None and estimator.isSet(param):
+            _warn(f"{type(estimator).__name__}: {name} has no effect: {why}")
+    for name in _READER_POOL:
+        if estimator.isSet(getattr(estimator, name)):
+            _warn(f"{type(estimator).__name__}: {name} has no effect: each rank reads its rows in its own "
+                  "thread (the arrow reader has no pool; Petastorm's thread pool was seen to return empty "
+                  "epochs, so reader='petastorm' uses its 'dummy' pool)")
+
+
+def _warn(message: str) -> None:
+    # stacklevel 4: the user's fit() call, through Spark ML's fit and our _fit.
+    warnings.warn(message, UserWarning, stacklevel=4)
