@@ -1,0 +1,107 @@
+"""The LightningDataModule of a fit (rank child): this rank's shard readers as lockstep DataLoaders.
+
+Every epoch each loader yields exactly the plan's number of steps on every rank (the readers wrap around
+uneven shards), so no rank's allreduce waits for a rank that ran out of data. Batches are dicts of
+tensors (see batch_tensors.py); the epoch is the trainer's, so each epoch reshuffles as the plan says and
+a resumed fit continues the same sequence.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from spark_hvd.estimator.base import FitPlan
+from spark_hvd.estimator.transformation import apply_transformation
+from spark_hvd.lightning.batch_tensors import batch_dict
+
+
+class LockstepBatches(IterableDataset):
+    """``steps`` batches of ``reader`` for the current epoch, each converted by ``convert``."""
+
+    def __init__(self, reader: Any, steps: int, epoch: Callable[[], int],
+                 convert: Callable[[dict[str, Any]], dict[str, torch.Tensor]]) -> None:
+        super().__init__()
+        self.reader, self.steps, self.epoch, self.convert = reader, steps, epoch, convert
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        stream = iter(self.reader.batches(self.epoch()))
+        for _ in range(self.steps):
+            yield self.convert(next(stream))
+
+
+def _as_is(batch: Any) -> Any:
+    return batch      # batches arrive whole from the reader; a DataLoader must not collate them again
+
+
+class ShardDataModule(pl.LightningDataModule):
+    def __init__(self, plan: FitPlan, rank: int, size: int, transformation_fn: Any) -> None:
+        super().__init__()
+        self.plan, self.rank, self.size, self.transformation_fn = plan, rank, size, transformation_fn
+        self.readers: dict[str, Any] = {}
+
+    def setup(self, stage: str) -> None:
+        if not self.readers:
+            self.readers = self.plan.readers(self.rank, self.size)
+
+    def teardown(self, stage: str) -> None:
+        for reader in self.readers.values():
+            reader.close()
+        self.readers = {}
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", self.plan.train_steps)
+
+    def val_dataloader(self) -> Any:
+        # No validation split: no loader, so Lightning runs no validation loop.
+        return self._loader("val", self.plan.val_steps) if "val" in self.readers else []
+
+    def _loader(self, split: str, steps: int) -> DataLoader:
+        dataset = LockstepBatches(self.readers[split], steps, self._epoch, self._convert)
+        # In this process: the reader is this rank's shard, which loader workers would each read again.
+        return DataLoader(dataset, batch_size=None, collate_fn=_as_is, num_workers=0)
+
+    def _epoch(self) -> int:
+        return self.trainer.current_epoch if self.trainer is not None else 0
+
+    def _convert(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        from spark_hvd.torch.batch_tensors import model_dtype
+
+        plan = self.plan
+        batch = apply_transformation(batch, self.transformation_fn, plan.transformation_edit_fields,
+                                     plan.transformation_removed_fields)
+        module = self.trainer.lightning_module if self.trainer is not None else None
+        dtype = model_dtype(module) if module is not None else torch.get_default_dtype()
+        return batch_dict(batch, dtype)
+
+
+def horovod_data_module_kwargs(plan: FitPlan, objects: Any, rank: int, size: int) -> dict[str, Any]:
+    """The keywords Horovod builds a user's ``data_module`` class with (its PetastormDataModule's), pointing at
+    this fit's Parquet splits under the Store and this rank's shard."""
+    data, options = plan.data, dict(objects.data_module_options)
+    has_val = plan.val_steps > 0
+    fields = [*plan.feature_cols, *plan.label_cols, *([plan.sample_weight_col] if plan.sample_weight_col else [])]
+    return {
+        "train_dir": data.store.url(data.path("train")),
+        "val_dir": data.store.url(data.path("val")) if has_val else None,
+        "num_train_epochs": plan.epochs, "has_val": has_val, "train_batch_size": plan.batch_size,
+        "val_batch_size": plan.val_batch_size, "shuffle": plan.shuffle,
+        "num_reader_epochs": options.get("loader_num_epochs"), "reader_pool_type": options.get("reader_pool_type"),
+        "reader_worker_count": options.get("train_reader_num_workers"),
+        "transformation": objects.transformation_fn,
+        "transformation_edit_fields": plan.transformation_edit_fields,
+        "transformation_removed_fields": plan.transformation_removed_fields,
+        "inmemory_cache_all": plan.inmemory_cache_all, "cur_shard": rank, "shard_count": size,
+        "schema_fields": fields, "storage_options": data.store.storage_options,
+        "steps_per_epoch_train": plan.train_steps, "steps_per_epoch_val": plan.val_steps,
+        "verbose": objects.verbose > 0, "debug_data_loader": objects.debug_data_loader,
+        "train_async_data_loader_queue_size": options.get("train_async_data_loader_queue_size"),
+        "val_async_data_loader_queue_size": options.get("val_async_data_loader_queue_size"),
+        "seed": objects.random_seed,
+    }

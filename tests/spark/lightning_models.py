@@ -1,0 +1,163 @@
+"""LightningModules and callbacks the Lightning estimator tests train with. The tests register this module with
+cloudpickle.register_pickle_by_value, so ranks and executors need not import the tests."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Classifier(pl.LightningModule):
+    """A small MLP over ``batch['features']`` for integer ``batch['label']`` classes. Logs ``train_loss`` every
+    step, ``val_loss`` and ``val_acc`` per epoch, and ``rank_mean`` (this rank's number, averaged over the
+    ranks with sync_dist) next to ``rank_here`` (not synchronised, so rank 0 logs 0)."""
+
+    def __init__(self, features: int = 4, classes: int = 3, hidden: int = 16, lr: float = 0.05, seed: int = 0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.net = nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, classes))
+        self.lr = lr
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        loss = F.cross_entropy(self(batch["features"]), batch["label"])
+        self.log("train_loss", loss)
+        return loss
+
+    def on_train_epoch_end(self) -> None:
+        self.log("rank_mean", float(self.trainer.global_rank), sync_dist=True)
+        self.log("rank_here", float(self.trainer.global_rank))
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        logits = self(batch["features"])
+        self.log("val_loss", F.cross_entropy(logits, batch["label"]), sync_dist=True)
+        self.log("val_acc", (logits.argmax(dim=1) == batch["label"]).float().mean(), sync_dist=True)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.parameters(), lr=self.lr)
+
+
+class Regressor64(pl.LightningModule):
+    """``y = x @ w + b`` in float64, trained with SGD and momentum on the mean squared error: deterministic, so a
+    2-rank fit can be compared with a single process exactly."""
+
+    def __init__(self, features: int = 3, lr: float = 0.05, seed: int = 0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.linear = nn.Linear(features, 1).double()
+        self.lr = lr
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x).squeeze(-1)
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        loss = F.mse_loss(self(batch["x"]), batch["y"])
+        self.log("train_loss", loss)
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9)
+
+
+class RankLog(pl.Callback):
+    """Writes ``rank-<r>.json`` into ``directory``: the epochs this rank trained and its batches in each."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.batches: dict[int, int] = {}
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.batches[trainer.current_epoch] = self.batches.get(trainer.current_epoch, 0) + 1
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        path = os.path.join(self.directory, f"rank-{trainer.global_rank}.json")
+        previous = json.load(open(path)) if os.path.exists(path) else []
+        with open(path, "w") as f:
+            json.dump(previous + [{"rank": trainer.global_rank, "world_size": trainer.world_size,
+                                   "batches": self.batches}], f)
+
+
+class FailOnceAtEpoch(pl.Callback):
+    """Raises on ``rank`` when ``epoch`` starts, once: the marker file it leaves makes the next fit pass."""
+
+    def __init__(self, marker: str, rank: int, epoch: int) -> None:
+        self.marker, self.rank, self.epoch = marker, rank, epoch
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        if trainer.global_rank == self.rank and trainer.current_epoch == self.epoch and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            raise RuntimeError(f"injected failure on rank {self.rank} at epoch {self.epoch}")
+
+
+class HorovodEraNet(pl.LightningModule):
+    """Written the way Horovod 0.28's Lightning example writes its module (Lightning 1.x): a flat feature vector
+    reshaped in forward, float labels cast in the step, ``validation_epoch_end`` over the step outputs."""
+
+    def __init__(self, seed: int = 0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.fc1 = nn.Linear(4, 16)
+        self.fc2 = nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.float().reshape((-1, 4))
+        return F.log_softmax(self.fc2(F.relu(self.fc1(x))), -1)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.05, momentum=0.5)
+
+    def training_step(self, batch, batch_idx):
+        loss = F.nll_loss(self(batch["features"]), batch["label"].long())
+        self.log("train_loss", loss)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        loss = F.nll_loss(self(batch["features"]), batch["label"].long())
+        self.log("val_loss", loss)
+        return {"val_loss": loss}
+
+    def validation_epoch_end(self, outputs):
+        avg_loss = torch.stack([x["val_loss"] for x in outputs]).mean() if len(outputs) > 0 else float("inf")
+        self.log("avg_val_loss", avg_loss)
+
+
+class HorovodEraCounter(pl.Callback):
+    """The example's callback: Lightning 1.x hooks (``on_init_*``, ``on_epoch_end``) next to 2.x ones, with the
+    example's check at the end; the counts go to ``rank-<r>.json`` in ``directory``."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.init_calls = 0
+        self.epoch_end_counter = 0
+        self.train_epoch_end_counter = 0
+        self.validation_epoch_end_counter = 0
+
+    def on_init_start(self, trainer):
+        self.init_calls += 1
+
+    def on_init_end(self, trainer):
+        self.init_calls += 1
+
+    def on_epoch_end(self, trainer, model):
+        self.epoch_end_counter += 1
+
+    def on_train_epoch_end(self, trainer, model, unused=None):
+        self.train_epoch_end_counter += 1
+
+    def on_validation_epoch_end(self, trainer, model, unused=None):
+        self.validation_epoch_end_counter += 1
+
+    def on_train_end(self, trainer, model):
+        assert self.epoch_end_counter == self.train_epoch_end_counter + self.validation_epoch_end_counter
+        with open(os.path.join(self.directory, f"rank-{trainer.global_rank}.json"), "w") as f:
+            json.dump({"init": self.init_calls, "epoch_end": self.epoch_end_counter,
+                       "train_epoch_end": self.train_epoch_end_counter,
+                       "validation_epoch_end": self.validation_epoch_end_counter,
+                       "avg_val_loss": float(trainer.callback_metrics["avg_val_loss"])}, f)
