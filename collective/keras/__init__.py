@@ -12,6 +12,7 @@ Works with ``model.fit`` compiled (tf.function) and with ``run_eagerly=True``; t
 
 from collective.keras import callbacks
 from collective.keras.callbacks import (
+    BestModelCheckpoint,
     BroadcastGlobalVariablesCallback,
     LearningRateScheduleCallback,
     LearningRateWarmupCallback,
@@ -57,7 +58,7 @@ from collective.tensorflow import (
 )
 
 __all__ = [
-    "Average", "BroadcastGlobalVariablesCallback", "CollectiveError", "CollectiveTimeoutError", "Compression",
+    "Average", "BestModelCheckpoint", "BroadcastGlobalVariablesCallback", "CollectiveError", "CollectiveTimeoutError", "Compression",
     "DistributedOptimizer", "HorovodInternalError", "InvalidArgumentError", "LearningRateScheduleCallback",
     "LearningRateWarmupCallback", "Max", "MetricAverageCallback", "Min", "MismatchError", "NotInitializedError",
     "PeerFailureError", "Product", "ReduceOp", "Sum", "allgather", "allgather_object", "allreduce", "alltoall",

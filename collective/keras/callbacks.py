@@ -1,5 +1,5 @@
 """Horovod's Keras callbacks for Keras 3: start every rank from the same weights, average the logged
-metrics, and warm up or schedule the learning rate."""
+metrics, warm up or schedule the learning rate, and keep the best model (BestModelCheckpoint)."""
 
 from __future__ import annotations
 
@@ -153,3 +153,20 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
 
 def current_learning_rate(optimizer: Any) -> float:
     return float(keras.ops.convert_to_numpy(optimizer.learning_rate))
+
+
+class BestModelCheckpoint(keras.callbacks.ModelCheckpoint):
+    """Horovod's ModelCheckpoint that keeps only the best model by ``monitor`` (``save_best_only``).
+
+    Meant as a KerasEstimator's ``checkpoint_callback``, which sets ``filepath`` to the run's own
+    checkpoint file and returns the model it saved last, i.e. the best one. ``filepath`` (not in
+    Horovod's signature) is for use with a plain ``model.fit``; by default ``best_model.keras``, or
+    ``best_model.weights.h5`` with ``save_weights_only`` (Keras 3 requires those suffixes).
+    """
+
+    def __init__(self, monitor: str = "val_loss", verbose: int = 0, save_weights_only: bool = False,
+                 mode: str = "auto", save_freq: str | int = "epoch", filepath: str | None = None) -> None:
+        if filepath is None:
+            filepath = "best_model.weights.h5" if save_weights_only else "best_model.keras"
+        super().__init__(filepath=filepath, monitor=monitor, verbose=verbose, save_best_only=True,
+                         save_weights_only=save_weights_only, mode=mode, save_freq=save_freq)

@@ -1,9 +1,10 @@
-"""Per-epoch checkpoints of a Keras run under ``<store>/runs/<run_id>/checkpoints/``.
+"""Per-epoch checkpoints of a Keras run under ``<store>/runs/<run_id>/checkpoints/`` (written by rank 0).
 
 Each epoch's model goes to its own ``epoch-NNNN.keras`` (the native format: weights and optimizer
-state); then ``checkpoint.json`` (epoch, history, file name) is replaced atomically to point at it;
-then the previous model file is removed. A crash at any point leaves a pointer to a complete model
-of the epoch the pointer names.
+state, learning rate unscaled); the file the ``checkpoint_callback`` saved last, when it saved a new
+one, to ``callback-NNNN.keras`` (or ``.weights.h5``); then ``checkpoint.json`` (epoch, history, file
+names, the callback's best value) is replaced atomically to point at them; then the files it no longer
+names are removed. A crash at any point leaves a pointer to complete files of the epoch it names.
 """
 
 from __future__ import annotations
@@ -16,34 +17,58 @@ POINTER_FILE = "checkpoint.json"
 
 
 @dataclass(frozen=True)
+class CallbackSave:
+    """What the checkpoint_callback left: the file it saved last and its best monitored value."""
+    blob: bytes | None        # when saving: None if unchanged since the previous checkpoint
+    best: float | None
+    suffix: str               # ".keras" (a whole model) or ".weights.h5" (save_weights_only)
+
+
+@dataclass(frozen=True)
 class KerasCheckpoint:
     epoch: int                        # the last completed epoch (0-based)
     history: list[dict[str, float]]
     model: bytes                      # the .keras file
+    callback: CallbackSave | None
 
 
 def checkpoint_dir(store: Any, run_id: str) -> str:
     return store.get_checkpoint_path(run_id).rstrip("/")
 
 
-def save_checkpoint(store: Any, run_id: str, model_bytes: bytes, epoch: int,
-                    history: list[dict[str, float]]) -> None:
+def save_checkpoint(store: Any, run_id: str, model_bytes: bytes, epoch: int, history: list[dict[str, float]],
+                    callback: CallbackSave | None = None) -> None:
     directory = checkpoint_dir(store, run_id)
-    previous = _read_pointer(store, run_id)
+    previous = _read_pointer(store, run_id) or {}
     name = f"epoch-{epoch:04d}.keras"
     store.write_bytes(f"{directory}/{name}", model_bytes)
-    pointer = {"epoch": epoch, "history": history, "model": name}
+    callback_entry = None
+    if callback is not None:
+        callback_file = (previous.get("callback") or {}).get("file")
+        if callback.blob is not None:
+            callback_file = f"callback-{epoch:04d}{callback.suffix}"
+            store.write_bytes(f"{directory}/{callback_file}", callback.blob)
+        callback_entry = {"file": callback_file, "best": callback.best, "suffix": callback.suffix}
+    pointer = {"epoch": epoch, "history": history, "model": name, "callback": callback_entry}
     store.write_bytes(f"{directory}/{POINTER_FILE}", json.dumps(pointer).encode())
-    if previous is not None and previous["model"] != name:
-        store.delete(f"{directory}/{previous['model']}")
+    named = {name, (callback_entry or {}).get("file")}
+    for stale in (previous.get("model"), (previous.get("callback") or {}).get("file")):
+        if stale is not None and stale not in named:
+            store.delete(f"{directory}/{stale}")
 
 
 def load_checkpoint(store: Any, run_id: str) -> KerasCheckpoint | None:
     pointer = _read_pointer(store, run_id)
     if pointer is None:
         return None
-    blob = store.read_bytes(f"{checkpoint_dir(store, run_id)}/{pointer['model']}")
-    return KerasCheckpoint(int(pointer["epoch"]), list(pointer["history"]), blob)
+    directory = checkpoint_dir(store, run_id)
+    callback = None
+    entry = pointer.get("callback")
+    if entry is not None:
+        blob = store.read_bytes(f"{directory}/{entry['file']}") if entry.get("file") else None
+        callback = CallbackSave(blob, entry.get("best"), entry["suffix"])
+    return KerasCheckpoint(int(pointer["epoch"]), list(pointer["history"]),
+                           store.read_bytes(f"{directory}/{pointer['model']}"), callback)
 
 
 def _read_pointer(store: Any, run_id: str) -> dict[str, Any] | None:

@@ -51,3 +51,19 @@ def _flatten(values: Iterable[Any]) -> Iterable[Any]:
             yield from _flatten(value.values())
         elif value is not None:
             yield value
+
+
+def restore_state(model: Any, optimizer: Any, blob: bytes, custom_objects: Mapping[str, Any] | None) -> None:
+    """A saved ``.keras`` model's weights and optimizer variables (learning rate included) into ``model``,
+    compiled with ``optimizer`` of the same kind."""
+    saved = model_from_bytes(blob, custom_objects, compile=True)
+    model.set_weights(saved.get_weights())
+    if saved.optimizer is None:
+        return
+    optimizer.build(model.trainable_variables)
+    source, target = list(saved.optimizer.variables), list(optimizer.variables)
+    if len(source) != len(target):
+        raise RuntimeError(f"the saved optimizer has {len(source)} variables, this run's has {len(target)}: "
+                           "resume with the same optimizer as the run that wrote it")
+    for variable, value in zip(target, source):
+        variable.assign(value)

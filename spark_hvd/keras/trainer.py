@@ -1,24 +1,25 @@
-"""What every rank of a KerasEstimator fit runs: the Horovod recipe around ``model.fit``.
+"""What every rank of a KerasEstimator fit runs (in the rank child): the Horovod recipe around ``model.fit``.
 
-init collective.keras -> the model from its ``.keras`` bytes -> the optimizer (learning rate scaled
-as asked) wrapped in DistributedOptimizer, compiled -> rank 0 restores the last checkpoint, if any ->
-``model.fit`` over this rank's shard with exactly ``train_steps`` steps per epoch on every rank (so
-uneven shards cannot desynchronise the allreduce), ``initial_epoch`` after the checkpoint; callbacks
-broadcast rank 0's variables when training begins, average the logged metrics across ranks, and on
-rank 0 checkpoint every epoch and stream progress to the driver.
+init collective.keras -> the model from its ``.keras`` bytes -> the optimizer, learning rate scaled by
+num_proc (``learning_rate_scaling='linear'``), wrapped in DistributedOptimizer and compiled -> rank 0
+restores the last checkpoint, if any -> ``model.fit`` over this rank's shard with exactly ``train_steps``
+steps per epoch on every rank (so uneven shards cannot desynchronise the allreduce), ``initial_epoch``
+after the checkpoint, with the callbacks of rank_callbacks.py -> rank 0 returns the model (the one the
+checkpoint_callback saved, when there is one) with its learning rate unscaled, and the history.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import cloudpickle
 import keras
-import numpy as np
 
 from spark_hvd.estimator.base import FitPlan
+from spark_hvd.keras.batch_arrays import ArrayShapes
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,7 @@ class KerasRankSpec:
     plan: FitPlan
     model: bytes              # the user's model as a .keras file
     objects: bytes            # cloudpickle(KerasObjects)
+    shapes: ArrayShapes       # the reshapes the driver's sample check resolved
     use_gpu: bool
 
 
@@ -36,8 +38,11 @@ class KerasObjects:
     loss_weights: Any
     metrics: list[Any]
     custom_objects: dict[str, Any]
-    transformation_fn: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None
+    transformation: Any       # (transformation_fn, edit_fields, removed_fields), or None
     compression: Any
+    callbacks: list[Any]
+    checkpoint_callback: Any
+    prefetch: int | None
 
 
 class KerasRankFn:
@@ -52,42 +57,80 @@ class KerasRankFn:
 
 def train_rank(spec: KerasRankSpec) -> dict[str, Any] | None:
     import collective.keras as hvd
-    from spark_hvd.data import make_reader
-    from spark_hvd.keras.checkpoint import load_checkpoint
-    from spark_hvd.keras.saving import model_to_bytes
+    from spark_hvd.keras.learning_rate import learning_rate, scale_factor
 
     plan = spec.plan
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     _configure_tensorflow(spec.use_gpu, hvd.local_size())
-    keras.utils.set_random_seed(plan.seed + rank)
+    if plan.seed is not None:
+        keras.utils.set_random_seed(plan.seed + rank)
     objects: KerasObjects = cloudpickle.loads(spec.objects)
-    model, optimizer = _compiled_model(spec, objects, size, hvd)
+    factor = scale_factor(plan.learning_rate_scaling, size)
+    model, optimizer = _compiled_model(spec, objects, factor, hvd)
+    with tempfile.TemporaryDirectory(prefix="spark-hvd-keras-rank-") as local_dir:
+        from spark_hvd.keras.rank_callbacks import CheckpointFile
 
-    history: list[dict[str, float]] = []
-    first_epoch = 0
+        checkpoint_file = (CheckpointFile(objects.checkpoint_callback, local_dir)
+                           if rank == 0 and objects.checkpoint_callback is not None else None)
+        first_epoch, history = _resume(plan, rank, model, optimizer, objects, factor, checkpoint_file)
+        # Rank 0's (restored) rate, so that every rank's schedule callbacks start from the same one.
+        first_epoch, history, rate = hvd.broadcast_object((first_epoch, history, learning_rate(optimizer)),
+                                                          root_rank=0, name="shvd.resume")
+        optimizer.learning_rate = rate
+        if first_epoch < plan.epochs:
+            history = _fit(spec, objects, model, rank, size, first_epoch, history, factor, checkpoint_file,
+                           os.path.join(local_dir, "logs"), hvd)
+        if rank != 0:
+            return None
+        if checkpoint_file is not None:
+            checkpoint_file.load_into(model, optimizer, _loading_objects(objects))
+        from spark_hvd.keras.learning_rate import unscaled_model_bytes
+
+        return {"model": unscaled_model_bytes(model, factor), "history": history}
+
+
+def _resume(plan: FitPlan, rank: int, model: Any, optimizer: Any, objects: KerasObjects, factor: int,
+            checkpoint_file: Any) -> tuple[int, list[dict[str, float]]]:
+    """Rank 0 takes the last checkpoint's state (its learning rate is unscaled: scaled again here)."""
+    from spark_hvd.keras.checkpoint import load_checkpoint
+    from spark_hvd.keras.learning_rate import learning_rate
+    from spark_hvd.keras.saving import restore_state
+
     checkpoint = load_checkpoint(plan.data.store, plan.run_id) if rank == 0 else None
-    if checkpoint is not None:
-        _restore(model, optimizer, checkpoint.model, objects)
-        first_epoch, history = checkpoint.epoch + 1, list(checkpoint.history)
-    first_epoch, history = hvd.broadcast_object((first_epoch, history), root_rank=0, name="shvd.resume")
-    if first_epoch >= plan.epochs:
-        return {"model": model_to_bytes(model), "history": history} if rank == 0 else None
+    if checkpoint is None:
+        return 0, []
+    restore_state(model, optimizer, checkpoint.model, _loading_objects(objects))
+    optimizer.learning_rate = learning_rate(optimizer) * factor
+    if checkpoint_file is not None and checkpoint.callback is not None:
+        checkpoint_file.restore(checkpoint.callback)
+    return checkpoint.epoch + 1, list(checkpoint.history)
 
-    readers = {split: make_reader(plan.data, split, rank, size, batch, shuffle=plan.shuffle and split == "train",
-                                  seed=plan.seed, reader=plan.reader, shuffle_buffer_rows=plan.shuffle_buffer_size,
-                                  inmemory_cache_all=plan.inmemory_cache_all)
-               for split, batch, steps in (("train", plan.batch_size, plan.train_steps),
-                                           ("val", plan.val_batch_size, plan.val_steps)) if steps}
-    feeds = {split: _Feed(reader, plan, objects.transformation_fn,
-                          plan.train_steps if split == "train" else plan.val_steps, first_epoch)
+
+def _fit(spec: KerasRankSpec, objects: KerasObjects, model: Any, rank: int, size: int, first_epoch: int,
+         history: list[dict[str, float]], factor: int, checkpoint_file: Any, logs_dir: str,
+         hvd: Any) -> list[dict[str, float]]:
+    """model.fit from first_epoch; the history of every epoch so far (averaged over the ranks)."""
+    from spark_hvd.keras.epoch_recorder import EpochRecorder
+    from spark_hvd.keras.feed import Feed, FeedSpec
+    from spark_hvd.keras.learning_rate import learning_rate, start_schedules_at
+    from spark_hvd.keras.rank_callbacks import rank_callbacks
+
+    plan = spec.plan
+    user_callbacks = list(objects.callbacks)
+    start_schedules_at(user_callbacks, learning_rate(model.optimizer))
+    recorder = EpochRecorder(plan, rank, history, factor, checkpoint_file)
+    callbacks = rank_callbacks(hvd, rank, user_callbacks, checkpoint_file, recorder, logs_dir,
+                               plan.data.store, plan.run_id)
+    feed_spec = FeedSpec(plan.feature_cols, plan.label_cols, plan.sample_weight_col, spec.shapes,
+                         objects.transformation, objects.prefetch)
+    readers = plan.readers(rank, size)
+    feeds = {split: Feed(reader, feed_spec, plan.train_steps if split == "train" else plan.val_steps, first_epoch)
              for split, reader in readers.items()}
-    recorder = _EpochRecorder(plan, rank, history)
-    callbacks = [hvd.BroadcastGlobalVariablesCallback(0), hvd.MetricAverageCallback(), recorder]
     try:
-        model.fit(feeds["train"].batches(), steps_per_epoch=plan.train_steps, epochs=plan.epochs,
-                  initial_epoch=first_epoch, callbacks=callbacks, verbose=0, shuffle=False,  # the readers shuffle
-                  validation_data=feeds["val"].batches() if "val" in feeds else None,
+        model.fit(feeds["train"].dataset(endless=True), steps_per_epoch=plan.train_steps, epochs=plan.epochs,
+                  initial_epoch=first_epoch, callbacks=callbacks, verbose=0,
+                  validation_data=feeds["val"].dataset(endless=False) if "val" in feeds else None,
                   validation_steps=plan.val_steps or None)
     except Exception as e:
         # An error in transformation_fn reaches fit wrapped by tf.data; the user's own is clearer.
@@ -103,9 +146,13 @@ def train_rank(spec: KerasRankSpec) -> dict[str, Any] | None:
             feed.stop()
         for reader in readers.values():
             reader.close()
-    if rank != 0:
-        return None
-    return {"model": model_to_bytes(model), "history": recorder.history}
+    return recorder.history
+
+
+def _loading_objects(objects: KerasObjects) -> dict[str, Any]:
+    from spark_hvd.keras.saving import loading_objects
+
+    return loading_objects(objects.custom_objects, objects.loss, objects.metrics)
 
 
 def _as_peer_failure(error: BaseException) -> BaseException | None:
@@ -137,16 +184,16 @@ def _configure_tensorflow(use_gpu: bool, local_size: int) -> None:
         pass    # TensorFlow's runtime already started in this process; it keeps its pools
 
 
-def _compiled_model(spec: KerasRankSpec, objects: KerasObjects, size: int, hvd: Any) -> tuple[Any, Any]:
+def _compiled_model(spec: KerasRankSpec, objects: KerasObjects, factor: int, hvd: Any) -> tuple[Any, Any]:
     from spark_hvd.keras.saving import model_from_bytes
 
     plan = spec.plan
     model = model_from_bytes(spec.model, objects.custom_objects, compile=False)
     base = keras.optimizers.get(objects.optimizer) if isinstance(objects.optimizer, str) else \
         keras.optimizers.deserialize(objects.optimizer, custom_objects=objects.custom_objects or None)
-    if plan.learning_rate_scaling == "linear":
+    if factor != 1:
         config = base.get_config()
-        config["learning_rate"] = float(config["learning_rate"]) * size
+        config["learning_rate"] = float(config["learning_rate"]) * factor
         base = type(base).from_config(config)
     optimizer = hvd.DistributedOptimizer(
         base, compression=objects.compression or hvd.Compression.none,
@@ -156,95 +203,3 @@ def _compiled_model(spec: KerasRankSpec, objects: KerasObjects, size: int, hvd: 
     model.compile(optimizer=optimizer, loss=objects.loss, loss_weights=objects.loss_weights,
                   metrics=list(objects.metrics) or None)
     return model, optimizer
-
-
-def _restore(model: Any, optimizer: Any, blob: bytes, objects: KerasObjects) -> None:
-    """Weights and optimizer state of a checkpoint into this rank's freshly compiled model."""
-    from spark_hvd.keras.saving import loading_objects, model_from_bytes
-
-    saved = model_from_bytes(blob, loading_objects(objects.custom_objects, objects.loss, objects.metrics),
-                             compile=True)
-    model.set_weights(saved.get_weights())
-    optimizer.build(model.trainable_variables)
-    source = list(saved.optimizer.variables)
-    target = list(optimizer.variables)
-    if len(source) != len(target):
-        raise RuntimeError(f"the checkpoint's optimizer has {len(source)} variables, this run's has {len(target)}: "
-                           "resume with the same optimizer as the run that wrote it")
-    for variable, value in zip(target, source):
-        variable.assign(value)
-
-
-class _Feed:
-    """(features, labels[, weights]) tuples for model.fit, epoch after epoch, exactly ``steps`` a
-    epoch, from the epoch's own shuffled stream. One generator serves every epoch because Keras keeps
-    one iterator over a generator when steps_per_epoch is given."""
-
-    def __init__(self, reader: Any, plan: FitPlan, transformation_fn: Any, steps: int, first_epoch: int) -> None:
-        self.reader, self.plan, self.transformation_fn = reader, plan, transformation_fn
-        self.steps, self.first_epoch = steps, first_epoch
-        self.error: BaseException | None = None
-        self._stopped = False
-
-    def stop(self) -> None:
-        self._stopped = True
-
-    def batches(self) -> Iterator[tuple[Any, ...]]:
-        epoch = self.first_epoch
-        while not self._stopped:
-            stream = iter(self.reader.batches(epoch))
-            for _ in range(self.steps):
-                if self._stopped:
-                    return
-                try:
-                    yield self._arrays(next(stream))
-                except Exception as e:   # noqa: BLE001 - kept for train_rank, then re-raised into tf.data
-                    self.error = self.error or e
-                    raise
-            epoch += 1
-
-    def _arrays(self, batch: dict[str, np.ndarray]) -> tuple[Any, ...]:
-        from spark_hvd.keras.batch_arrays import column_array, model_inputs, model_targets
-
-        if self.transformation_fn is not None:
-            batch = self.transformation_fn(batch)
-        floatx = keras.config.floatx()
-        plan = self.plan
-        x = model_inputs([column_array(batch[c], floatx) for c in plan.feature_cols])
-        y = model_targets([column_array(batch[c], floatx) for c in plan.label_cols])
-        if plan.sample_weight_col is None:
-            return x, y
-        return x, y, column_array(batch[plan.sample_weight_col], floatx)
-
-
-class _EpochRecorder(keras.callbacks.Callback):
-    """After MetricAverageCallback: keeps the history, checkpoints (rank 0) and reports progress."""
-
-    def __init__(self, plan: FitPlan, rank: int, history: list[dict[str, float]]) -> None:
-        super().__init__()
-        from spark_hvd.estimator.rank_progress import RankProgress
-
-        self.plan, self.rank = plan, rank
-        self.history = list(history)
-        self.progress = RankProgress(rank)
-        self._epoch = 0
-
-    def on_train_begin(self, logs: dict | None = None) -> None:
-        self.progress.start(self.history[-1]["epoch"] + 1 if self.history else 0)
-
-    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
-        self._epoch = epoch
-
-    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        loss = (logs or {}).get("loss")
-        self.progress.step(self._epoch, batch + 1, None if loss is None else float(loss))
-
-    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        from spark_hvd.keras.checkpoint import save_checkpoint
-        from spark_hvd.keras.saving import model_to_bytes
-
-        metrics = {str(k): float(v) for k, v in (logs or {}).items()}
-        self.history.append({"epoch": epoch, **metrics})
-        if self.rank == 0:
-            save_checkpoint(self.plan.data.store, self.plan.run_id, model_to_bytes(self.model), epoch, self.history)
-        self.progress.epoch(epoch, metrics)
