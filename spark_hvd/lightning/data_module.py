@@ -41,6 +41,9 @@ def _as_is(batch: Any) -> Any:
 
 
 class ShardDataModule(pl.LightningDataModule):
+    """The training loader; a fit with a validation split uses ValidatedShardDataModule (a data module that
+    defines val_dataloader gets a validation loop, or a warning where the module has no validation_step)."""
+
     def __init__(self, plan: FitPlan, rank: int, size: int, transformation_fn: Any) -> None:
         super().__init__()
         self.plan, self.rank, self.size, self.transformation_fn = plan, rank, size, transformation_fn
@@ -57,10 +60,6 @@ class ShardDataModule(pl.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", self.plan.train_steps)
-
-    def val_dataloader(self) -> Any:
-        # No validation split: no loader, so Lightning runs no validation loop.
-        return self._loader("val", self.plan.val_steps) if "val" in self.readers else []
 
     def _loader(self, split: str, steps: int) -> DataLoader:
         dataset = LockstepBatches(self.readers[split], steps, self._epoch, self._convert)
@@ -79,6 +78,16 @@ class ShardDataModule(pl.LightningDataModule):
         module = self.trainer.lightning_module if self.trainer is not None else None
         dtype = model_dtype(module) if module is not None else torch.get_default_dtype()
         return batch_dict(batch, dtype)
+
+
+class ValidatedShardDataModule(ShardDataModule):
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", self.plan.val_steps)
+
+
+def shard_data_module(plan: FitPlan, rank: int, size: int, transformation_fn: Any) -> ShardDataModule:
+    cls = ValidatedShardDataModule if plan.val_steps else ShardDataModule
+    return cls(plan, rank, size, transformation_fn)
 
 
 def horovod_data_module_kwargs(plan: FitPlan, objects: Any, rank: int, size: int) -> dict[str, Any]:

@@ -75,7 +75,7 @@ class _Recording(Callback):
         self.logged = scalar_metrics(trainer.logged_metrics)
         self.stopped = bool(trainer.should_stop)
         if self.resume_path is not None:
-            trainer.save_checkpoint(self.resume_path)
+            trainer.save_checkpoint(self.resume_path, weights_only=False)
         self.after_epoch()
         self.progress.epoch(epoch, metrics)
 

@@ -71,6 +71,7 @@ def train_rank(spec: LightningRankSpec) -> dict[str, Any] | None:
     from spark_hvd.torch.state_bytes import torch_bytes
 
     plan = spec.plan
+    _quiet_known_warnings()
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     set_rank_zero(rank)
@@ -115,6 +116,15 @@ def train_rank(spec: LightningRankSpec) -> dict[str, Any] | None:
                 "epoch_metrics": list(recorder.epoch_metrics)}
     finally:
         local.remove()
+
+
+def _quiet_known_warnings() -> None:
+    import warnings
+
+    # Our loaders have no workers (the warning is about num_workers > 1), and Lightning 2.6 calls a pytree
+    # API that torch 2.13 deprecated; neither says anything the user can act on, on every rank of every fit.
+    warnings.filterwarnings("ignore", message=r".*IterableDataset.*has `__len__` defined")
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
 
 
 def _agreed_device(use_gpu: bool, num_gpus: int | None, hvd: Any) -> Any:
@@ -208,10 +218,10 @@ def _default_logger(logs_dir: str) -> Any:
 
 
 def _data_module(plan: FitPlan, objects: LightningObjects, rank: int, size: int) -> Any:
-    from spark_hvd.lightning.data_module import ShardDataModule, horovod_data_module_kwargs
+    from spark_hvd.lightning.data_module import horovod_data_module_kwargs, shard_data_module
 
     if objects.data_module is None:
-        return ShardDataModule(plan, rank, size, objects.transformation_fn)
+        return shard_data_module(plan, rank, size, objects.transformation_fn)
     return objects.data_module(**horovod_data_module_kwargs(plan, objects, rank, size))
 
 

@@ -91,3 +91,163 @@ def test_fit_validates_logs_across_ranks_transforms_saves_and_loads(local_spark,
     assert {k: float(v) for k, v in loaded.getHistory().items()} == {k: float(v) for k, v in history.items()}
     assert loaded.getEpochMetrics() == epochs
     np.testing.assert_array_equal(predictions(loaded.transform(test)), predictions(out))
+
+
+def regression_rows(rows: int = 64, seed: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(rows, 3))
+    return x, x @ np.array([1.5, -2.0, 0.5]) + 0.3 + rng.normal(scale=0.1, size=rows)
+
+
+@pytest.mark.parametrize("batch_size, accumulate", [(32, 1), (16, 2)], ids=["whole-shard", "accumulated-halves"])
+def test_two_ranks_train_what_one_process_trains_at_num_proc_times_the_rate(local_spark, store, batch_size,
+                                                                            accumulate) -> None:
+    """Each optimizer step sees a rank's whole 32-row shard (one batch, or two accumulated halves), so the
+    averaged gradient is the full-batch gradient; Horovod's rule multiplies the rate by num_proc. One
+    process doing full-batch SGD at lr * 2 must therefore end with the same float64 weights."""
+    from pyspark.ml.linalg import Vectors
+
+    from spark_hvd.lightning import TorchEstimator
+
+    x, y = regression_rows()
+    df = local_spark.createDataFrame([(Vectors.dense(a.tolist()), float(b)) for a, b in zip(x, y)], ["x", "y"])
+    epochs, lr = 6, 0.05
+    fitted = TorchEstimator(num_proc=2, model=Regressor64(lr=lr), feature_cols=["x"], label_cols=["y"],
+                            batch_size=batch_size, backward_passes_per_step=accumulate, epochs=epochs,
+                            shuffle=False, store=store, verbose=0).fit(df)
+
+    reference = Regressor64(lr=lr)
+    optimizer = torch.optim.SGD(reference.parameters(), lr=lr * 2, momentum=0.9)
+    for _ in range(epochs):
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(reference(torch.from_numpy(x)), torch.from_numpy(y)).backward()
+        optimizer.step()
+    trained = fitted.getModel().state_dict()
+    for name, value in reference.state_dict().items():
+        assert trained[name].dtype == torch.float64
+        np.testing.assert_allclose(trained[name].numpy(), value.numpy(), rtol=1e-12, atol=1e-12)
+    assert [e["epoch"] for e in fitted.getEpochMetrics()] == list(range(epochs))
+
+
+def test_pipeline_with_the_estimator_saves_loads_and_transforms(local_spark, store, tmp_path) -> None:
+    from pyspark.ml import Pipeline, PipelineModel
+    from pyspark.ml.feature import VectorAssembler
+    from pyspark.ml.functions import vector_to_array
+    from pyspark.sql import functions as F
+
+    raw = blobs(local_spark, 256).withColumn("arr", vector_to_array("features"))
+    raw = raw.select(*[F.col("arr")[i].alias(f"x{i}") for i in range(4)], "label")
+    assembler = VectorAssembler(inputCols=[f"x{i}" for i in range(4)], outputCol="features")
+    fitted = Pipeline(stages=[assembler, make_estimator(store, epochs=1, output_cols=["scores"])]).fit(raw)
+    path = str(tmp_path / "pipeline")
+    fitted.save(path)
+    loaded = PipelineModel.load(path)
+    test = with_ids(raw)
+    np.testing.assert_array_equal(predictions(loaded.transform(test), "scores"),
+                                  predictions(fitted.transform(test), "scores"))
+
+
+def resume_state(store, run_id: str) -> dict:
+    """The recorder's state inside the run's resume checkpoint, read straight from the Store."""
+    from spark_hvd.lightning.rank_callbacks import RECORDER_STATE_KEY
+    from spark_hvd.lightning.trainer import RESUME_FILE
+
+    blob = store.read_bytes(f"{store.get_checkpoint_path(run_id)}/{RESUME_FILE}")
+    return torch.load(io.BytesIO(blob), weights_only=False)["callbacks"][RECORDER_STATE_KEY]
+
+
+def test_a_failed_fit_resumes_from_its_last_epoch(local_spark, store, tmp_path) -> None:
+    from spark_hvd import RunError
+
+    (tmp_path / "ranks").mkdir()
+    df = blobs(local_spark, 256)
+    callbacks = [FailOnceAtEpoch(str(tmp_path / "failed-once"), rank=1, epoch=2), RankLog(str(tmp_path / "ranks"))]
+    with pytest.raises(RunError, match="injected failure on rank 1 at epoch 2") as failure:
+        make_estimator(store, run_id="resumable", callbacks=callbacks).fit(df)
+    assert failure.value.rank == 1
+    before = resume_state(store, "resumable")["epoch_metrics"]
+    assert [e["epoch"] for e in before] == [0, 1]
+
+    model = make_estimator(store, run_id="resumable", callbacks=callbacks).fit(df)
+    epochs = model.getEpochMetrics()
+    assert [e["epoch"] for e in epochs] == [0, 1, 2]
+    assert epochs[:2] == before                   # carried over, not retrained
+    # The second fit trained epoch 2 only, on both ranks.
+    assert {rank: runs[-1]["batches"] for rank, runs in rank_logs(tmp_path / "ranks").items()} == \
+        {0: {"2": 4}, 1: {"2": 4}}
+    assert [e["epoch"] for e in resume_state(store, "resumable")["epoch_metrics"]] == [0, 1, 2]
+
+    # A finished run fits again without training, to the same model.
+    again = make_estimator(store, run_id="resumable").fit(df)
+    assert again.getEpochMetrics() == epochs
+    for name, value in model.getModel().state_dict().items():
+        torch.testing.assert_close(again.getModel().state_dict()[name], value)
+
+
+def test_a_horovod_era_module_and_callbacks_train_unchanged(local_spark, store, tmp_path) -> None:
+    """The shape of Horovod's Lightning MNIST example: validation_epoch_end, 1.x callback hooks, a
+    ModelCheckpoint on val_loss with EarlyStopping, input_shapes, float labels; the model returned holds
+    the best checkpoint's weights."""
+    from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
+    from pyspark.sql import functions as F
+
+    (tmp_path / "ranks").mkdir()
+    df = blobs(local_spark, 320).withColumn("label", F.col("label").cast("double"))
+    callbacks = [HorovodEraCounter(str(tmp_path / "ranks")),
+                 ModelCheckpoint(monitor="val_loss", mode="min", save_top_k=1),
+                 EarlyStopping(monitor="val_loss", min_delta=0.001, patience=3, mode="min")]
+    model = make_estimator(store, model=HorovodEraNet(), input_shapes=[[-1, 4]], validation=0.1, epochs=3,
+                           callbacks=callbacks).fit(df).setOutputCols(["label_prob"])
+    for rank, counts in rank_logs(tmp_path / "ranks").items():
+        assert counts["init"] == 2
+        assert counts["train_epoch_end"] == counts["validation_epoch_end"] == 3
+        assert counts["epoch_end"] == 6
+        assert np.isfinite(counts["avg_val_loss"])
+    assert "avg_val_loss" in model.getHistory()
+
+    best = [p for p in store.list(store.get_checkpoint_path(model.getRunId())) if "epoch=" in p]
+    assert len(best) == 1
+    saved = torch.load(io.BytesIO(store.read_bytes(best[0])), weights_only=False)["state_dict"]
+    for name, value in saved.items():
+        torch.testing.assert_close(model.getModel().state_dict()[name], value)
+
+    test = with_ids(blobs(local_spark, 100, partitions=2))
+    out = model.transform(test)
+    assert "label_prob" in out.columns
+    _, _, probs = features_labels_predictions(out, "label_prob")
+    assert probs.shape == (100, 3)
+    np.testing.assert_allclose(np.exp(probs).sum(axis=1), 1.0, rtol=1e-5)   # log_softmax, from forward
+
+
+class NotLightning(torch.nn.Module):
+    def forward(self, x):
+        return x
+
+
+BAD_INPUTS = [
+    (dict(feature_cols=["nope"]), None, "nope"),
+    (dict(model=NotLightning()), None, "LightningModule"),
+    (dict(optimizer=torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)), None, "configure_optimizers"),
+    (dict(trainer_args={"strategy": "ddp"}), None, "strategy"),
+    (dict(callbacks=["not a callback"]), None, "callbacks"),
+]
+
+
+@pytest.mark.parametrize("overrides, data, message", BAD_INPUTS,
+                         ids=["missing-column", "not-lightning", "optimizer", "trainer-strategy", "callback"])
+def test_bad_input_fails_before_launch(local_spark, store, overrides, data, message) -> None:
+    assert_fit_fails_before_launch(local_spark, store, make_estimator, overrides, data, message)
+
+
+def test_horovod_names_exist() -> None:
+    import pytorch_lightning as pl
+    from packaging.version import Version
+
+    from spark_hvd.lightning import TorchEstimator
+    from spark_hvd.lightning.estimator import MIN_PL_VERSION
+
+    assert Version(pl.__version__) >= Version(MIN_PL_VERSION)
+    estimator = TorchEstimator(num_gpus=0, log_every_n_steps=5, trainer_args={"gradient_clip_val": 1.0})
+    assert estimator.getNumGPUs() == 0 and estimator.getLogEveryNSteps() == 5
+    assert estimator.getTrainerArgs() == {"gradient_clip_val": 1.0}
+    assert estimator.getLearningRateScaling() == "linear"
