@@ -49,16 +49,23 @@ def synthetic(spark: Any, rows: int) -> Any:
     return df
 
 
+def class_loss(output: Any, label: Any) -> Any:
+    from torch import nn
+
+    return nn.functional.cross_entropy(output, label.long())
+
+
 def fit_ours(df: Any, epochs: int) -> dict[str, float]:
     import torch
-    from torch import nn
 
     from spark_hvd import Store, TorchEstimator
 
     model = make_mlp()
     estimator = TorchEstimator(num_proc=2, model=model, optimizer=torch.optim.Adam(model.parameters(), lr=LR),
-                               loss=nn.CrossEntropyLoss(), feature_cols=["features"], label_cols=["label"],
+                               loss=class_loss, feature_cols=["features"], label_cols=["label"],
                                batch_size=BATCH, epochs=epochs, shuffle=True, verbose=0,
+                               # The same learning rate as the DDP peer, which does not scale it.
+                               learning_rate_scaling="none",
                                store=Store.create(tempfile.mkdtemp(prefix="bench-estimator-store-")))
     began = time.monotonic()
     fitted = estimator.fit(df)

@@ -35,6 +35,11 @@ def accuracy(output: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
     return (output.argmax(dim=1) == label).float().mean()
 
 
+def class_loss(output: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
+    """Cross entropy; labels reach the model as floats (as in Horovod), so they are cast to class indices."""
+    return nn.functional.cross_entropy(output, label.long())
+
+
 def local_spark_session(app_name: str = "spark-hvd-demo") -> Any:
     """An embedded local[2] Spark whose Python workers run this interpreter, on loopback."""
     import os

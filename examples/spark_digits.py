@@ -13,10 +13,9 @@ import tempfile
 
 import numpy as np
 import torch
-from torch import nn
 
 import digits_model
-from digits_model import accuracy, digits_classifier, digits_frames, local_spark_session
+from digits_model import accuracy, class_loss, digits_classifier, digits_frames, local_spark_session
 
 
 def main() -> int:
@@ -38,12 +37,12 @@ def main() -> int:
     model = digits_classifier()
     estimator = TorchEstimator(
         num_proc=2, model=model, optimizer=torch.optim.Adam(model.parameters(), lr=0.003),
-        loss=nn.CrossEntropyLoss(), metrics=[accuracy], feature_cols=["features"], label_cols=["label"],
+        loss=class_loss, metrics=[accuracy], feature_cols=["features"], label_cols=["label"],
         validation=0.2, batch_size=32, epochs=args.epochs, store=Store.create(args.store or f"{workdir}/store"),
         verbose=1)
     print(f"training on {train.count()} digits with 2 ranks, {args.epochs} epochs", flush=True)
     trained = estimator.fit(train)
-    val_accuracy = trained.getHistory()[-1]["val_accuracy"]
+    val_accuracy = trained.getEpochMetrics()[-1]["val_accuracy"]
     print(f"validation accuracy: {val_accuracy:.3f}")
 
     predicted = trained.transform(held_out).select("label", "label__output").collect()

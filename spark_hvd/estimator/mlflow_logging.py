@@ -8,7 +8,7 @@ import tempfile
 from typing import Any
 
 # Params worth seeing in the MLflow UI; objects (model, optimizer, store) are logged by type name.
-_LOGGED_PARAMS = ("num_proc", "batch_size", "val_batch_size", "epochs", "train_steps_per_epoch",
+_LOGGED_PARAMS = ("num_proc", "backend", "batch_size", "val_batch_size", "epochs", "train_steps_per_epoch",
                   "validation_steps_per_epoch", "shuffle", "random_seed", "run_id", "backward_passes_per_step",
                   "learning_rate_scaling", "reader", "feature_cols", "label_cols", "sample_weight_col",
                   "validation", "model", "optimizer", "loss")
@@ -32,7 +32,7 @@ def log_fit_to_mlflow(estimator: Any, model: Any) -> bool:
         value = estimator.getOrDefault(getattr(estimator, name))
         params[name] = value if isinstance(value, (int, float, str, bool, type(None), list)) else type(value).__name__
     mlflow.log_params({k: json.dumps(v) if isinstance(v, list) else v for k, v in params.items()})
-    for entry in model.getHistory():
+    for entry in model.getEpochMetrics():
         metrics = {k: float(v) for k, v in entry.items() if k != "epoch"}
         mlflow.log_metrics(metrics, step=int(entry["epoch"]))
     with tempfile.TemporaryDirectory(prefix="spark-hvd-mlflow-") as directory:
