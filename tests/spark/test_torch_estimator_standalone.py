@@ -19,7 +19,7 @@ def test_fit_transform_save_load_on_a_standalone_cluster(standalone_spark, tmp_p
     with pytest.raises(InputError, match="store is required on a cluster"):
         make_estimator(None, epochs=1).fit(df)
     model = make_estimator(Store.create(str(tmp_path / "store")), epochs=3, validation=0.25).fit(df)
-    assert model.getHistory()[-1]["val_accuracy"] > 0.9
+    assert model.getEpochMetrics()[-1]["val_accuracy"] > 0.9
     test = with_ids(blobs(standalone_spark, 100, partitions=2))
     scores = predictions(model.transform(test))
     labels = np.array([r.label for r in test.orderBy("id").collect()])

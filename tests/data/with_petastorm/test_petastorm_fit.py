@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 import estimator_models  # noqa: E402  (tests/spark, put on sys.path by tests/data/conftest.py)
 from estimator_data import blobs, in_two_partitions  # noqa: E402
-from estimator_models import accuracy, classifier  # noqa: E402
+from estimator_models import accuracy, class_loss, classifier  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300), pytest.mark.filterwarnings("ignore::FutureWarning")]
 
@@ -35,9 +35,9 @@ def test_fit_with_the_petastorm_reader_on_uneven_partitions(local_spark, models_
     model = classifier(4, 3)
     estimator = TorchEstimator(
         num_proc=2, model=model, optimizer=torch.optim.Adam(model.parameters(), lr=0.02),
-        loss=torch.nn.CrossEntropyLoss(), metrics=[accuracy], feature_cols=["features"], label_cols=["label"],
+        loss=class_loss, metrics=[accuracy], feature_cols=["features"], label_cols=["label"],
         validation="is_val", batch_size=32, epochs=3, reader="petastorm", verbose=0,
         store=Store.create(str(tmp_path / "store")))
-    history = estimator.fit(df).getHistory()
+    history = estimator.fit(df).getEpochMetrics()
     assert [h["epoch"] for h in history] == [0, 1, 2]
     assert history[-1]["loss"] < history[0]["loss"] and history[-1]["val_accuracy"] > 0.9
