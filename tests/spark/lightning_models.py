@@ -161,3 +161,33 @@ class HorovodEraCounter(pl.Callback):
                        "train_epoch_end": self.train_epoch_end_counter,
                        "validation_epoch_end": self.validation_epoch_end_counter,
                        "avg_val_loss": float(trainer.callback_metrics["avg_val_loss"])}, f)
+
+
+class ParquetShardData(pl.LightningDataModule):
+    """A user's data module in Horovod's style: each rank builds it with Horovod's keywords and reads its own
+    shard of the fit's training Parquet with pyarrow. ``record_dir`` (set on a subclass) receives the
+    keywords it was given, as ``kwargs-rank-<r>.json``."""
+
+    record_dir = ""
+
+    def __init__(self, train_dir, cur_shard, shard_count, train_batch_size, steps_per_epoch_train, schema_fields,
+                 **kwargs):
+        super().__init__()
+        self.train_dir, self.cur_shard, self.shard_count = train_dir, cur_shard, shard_count
+        self.batch_size, self.steps, self.fields = train_batch_size, steps_per_epoch_train, schema_fields
+        with open(os.path.join(self.record_dir, f"kwargs-rank-{cur_shard}.json"), "w") as f:
+            json.dump({"cur_shard": cur_shard, "shard_count": shard_count, "steps": steps_per_epoch_train,
+                       "fields": schema_fields, "has_val": kwargs["has_val"], "train_dir": train_dir}, f)
+
+    def train_dataloader(self):
+        import numpy as np
+        import pyarrow.dataset as ds
+
+        table = ds.dataset(self.train_dir, format="parquet").to_table(columns=self.fields)
+        mine = np.arange(self.cur_shard, table.num_rows, self.shard_count)
+        features = np.stack(table["features"].to_numpy(zero_copy_only=False))[mine].astype(np.float32)
+        labels = table["label"].to_numpy()[mine]
+        batches = [{"features": torch.from_numpy(features[i * self.batch_size:(i + 1) * self.batch_size]),
+                    "label": torch.from_numpy(labels[i * self.batch_size:(i + 1) * self.batch_size])}
+                   for i in range(self.steps)]
+        return torch.utils.data.DataLoader(batches, batch_size=None)

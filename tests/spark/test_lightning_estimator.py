@@ -207,8 +207,10 @@ def test_a_horovod_era_module_and_callbacks_train_unchanged(local_spark, store, 
 
     best = [p for p in store.list(store.get_checkpoint_path(model.getRunId())) if "epoch=" in p]
     assert len(best) == 1
-    saved = torch.load(io.BytesIO(store.read_bytes(best[0])), weights_only=False)["state_dict"]
-    for name, value in saved.items():
+    saved = torch.load(io.BytesIO(store.read_bytes(best[0])), weights_only=False)
+    # Kept unscaled (the module's 0.05, not 0.05 * 2 ranks), so it trains on one process as it is.
+    assert saved["optimizer_states"][0]["param_groups"][0]["lr"] == pytest.approx(0.05)
+    for name, value in saved["state_dict"].items():
         torch.testing.assert_close(model.getModel().state_dict()[name], value)
 
     test = with_ids(blobs(local_spark, 100, partitions=2))
@@ -251,3 +253,55 @@ def test_horovod_names_exist() -> None:
     assert estimator.getNumGPUs() == 0 and estimator.getLogEveryNSteps() == 5
     assert estimator.getTrainerArgs() == {"gradient_clip_val": 1.0}
     assert estimator.getLearningRateScaling() == "linear"
+
+
+def test_a_data_module_class_is_built_on_every_rank_with_horovods_keywords(local_spark, store, tmp_path) -> None:
+    from lightning_models import ParquetShardData
+
+    data_module = type("RecordedParquetShardData", (ParquetShardData,), {"record_dir": str(tmp_path)})
+    model = make_estimator(store, data_module=data_module, epochs=1).fit(blobs(local_spark, 256))
+    assert "train_loss" in model.getHistory()
+    for rank in (0, 1):
+        given = json.loads((tmp_path / f"kwargs-rank-{rank}.json").read_text())
+        assert given["cur_shard"] == rank and given["shard_count"] == 2 and given["steps"] == 256 // (2 * 32)
+        assert given["fields"] == ["features", "label"] and given["has_val"] is False
+        assert given["train_dir"].startswith("file://")
+
+
+def test_an_unfitted_pipeline_holding_the_estimator_saves_and_loads(local_spark, store, tmp_path) -> None:
+    from pyspark.ml import Pipeline
+
+    from spark_hvd.lightning import TorchEstimator
+
+    estimator = make_estimator(store, trainer_args={"gradient_clip_val": 0.5}, log_every_n_steps=7)
+    Pipeline(stages=[estimator]).write().save(str(tmp_path / "unfitted"))
+    loaded = Pipeline.load(str(tmp_path / "unfitted")).getStages()[0]
+    assert isinstance(loaded, TorchEstimator) and loaded.uid == estimator.uid
+    assert isinstance(loaded.getModel(), Classifier)
+    assert loaded.getTrainerArgs() == {"gradient_clip_val": 0.5} and loaded.getLogEveryNSteps() == 7
+
+
+def test_checkpoints_keep_the_unscaled_rate_and_loading_scales_it_again() -> None:
+    from spark_hvd.lightning.learning_rate import scale_checkpoint_learning_rates, scale_live_learning_rates
+
+    module = Regressor64()
+    optimizer = torch.optim.SGD(module.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    scale_live_learning_rates([optimizer], [type("Config", (), {"scheduler": scheduler})()], 4)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.4) and scheduler.base_lrs == [pytest.approx(0.4)]
+    checkpoint = {"optimizer_states": [optimizer.state_dict()], "lr_schedulers": [scheduler.state_dict()]}
+    scale_checkpoint_learning_rates(checkpoint, 1 / 4)
+    assert checkpoint["optimizer_states"][0]["param_groups"][0]["lr"] == pytest.approx(0.1)
+    assert checkpoint["lr_schedulers"][0]["base_lrs"] == [pytest.approx(0.1)]
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.4)       # the live ones are left alone
+    scale_checkpoint_learning_rates(checkpoint, 2)
+    assert checkpoint["optimizer_states"][0]["param_groups"][0]["lr"] == pytest.approx(0.2)
+
+
+def test_terminate_on_nan_stops_at_a_non_finite_loss() -> None:
+    from spark_hvd.lightning.rank_callbacks import TerminateOnNan
+
+    trainer = type("Trainer", (), {"current_epoch": 1})()
+    TerminateOnNan().on_train_batch_end(trainer, None, {"loss": torch.tensor(0.5)}, None, 0)
+    with pytest.raises(ValueError, match="nan at epoch 1, batch 3"):
+        TerminateOnNan().on_train_batch_end(trainer, None, torch.tensor(float("nan")), None, 3)
