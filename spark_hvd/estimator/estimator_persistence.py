@@ -39,16 +39,22 @@ class EstimatorWriter(MLWriter):
             f.write(cloudpickle.dumps(params))
 
 
+def load_stage_metadata(cls: type, path: str, spark: Any) -> dict[str, Any]:
+    """Spark ML's metadata at ``path``, which must describe a ``cls`` (models and estimators alike)."""
+    metadata = DefaultParamsReader.loadMetadata(path, spark)
+    expected = f"{cls.__module__}.{cls.__name__}"
+    if metadata["class"] != expected:
+        raise ValueError(f"{path} holds a {metadata['class']}, not a {expected}")
+    return metadata
+
+
 class EstimatorReader(MLReader):
     def __init__(self, cls: type) -> None:
         super().__init__()
         self.cls = cls
 
     def load(self, path: str) -> Any:
-        metadata = DefaultParamsReader.loadMetadata(path, self.sparkSession)
-        expected = f"{self.cls.__module__}.{self.cls.__name__}"
-        if metadata["class"] != expected:
-            raise ValueError(f"{path} holds a {metadata['class']}, not a {expected}")
+        metadata = load_stage_metadata(self.cls, path, self.sparkSession)
         fs, root = fsspec.core.url_to_fs(path)
         with fs.open(f"{root.rstrip('/')}/{metadata.get('paramsFile', _PARAMS_FILE)}", "rb") as f:
             params = cloudpickle.loads(f.read())

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import fsspec
 import numpy as np
 from pyspark.ml import Model
-from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReadable, MLReader, MLWritable, MLWriter
+from pyspark.ml.util import DefaultParamsWriter, MLReadable, MLReader, MLWritable, MLWriter
 
 from spark_hvd.estimator.batch_transform import InputSpec, OutputSpec, batched_transform
 from spark_hvd.estimator.param_table import declare_params, set_defaults
@@ -130,10 +130,9 @@ class _HorovodModelReader(MLReader):
         self.cls = cls
 
     def load(self, path: str) -> HorovodModel:
-        metadata = DefaultParamsReader.loadMetadata(path, self.sparkSession)
-        expected = f"{self.cls.__module__}.{self.cls.__name__}"
-        if metadata["class"] != expected:
-            raise ValueError(f"{path} holds a {metadata['class']}, not a {expected}")
+        from spark_hvd.estimator.estimator_persistence import load_stage_metadata
+
+        metadata = load_stage_metadata(self.cls, path, self.sparkSession)
         model = self.cls()
         model._resetUid(metadata["uid"])
         model._set(**metadata["paramMap"])
