@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import IO, BinaryIO, Callable, Mapping
+from typing import IO, Any, BinaryIO, Callable, Mapping
 
 from collective.bootstrap.rendezvous import RendezvousServer
 from collective.config import (
@@ -34,6 +34,8 @@ from collective.config import (
 )
 
 TIMEOUT_EXIT_CODE = 124
+# launch() ended early by Stopper.stop(): the ranks were stopped as SIGTERM would stop them.
+STOPPED_EXIT_CODE = 128 + signal.SIGTERM
 DEFAULT_TERM_GRACE_S = 5.0
 LAUNCHER_TAG = "[collective.run]"
 # After every rank has exited, how long to keep draining its pipes. A grandchild that
@@ -57,11 +59,13 @@ def launch(
     stdout: IO | None = None,
     stderr: IO | None = None,
     timeline: str | None = None,
+    stopper: "Stopper | None" = None,
 ) -> int:
     """Runs ``python script_args...`` as ``num_proc`` ranks and returns the job's exit code.
 
     0 when every rank exits 0; the first failing rank's exit code (1 if it died by a signal);
-    124 when ``timeout_s`` elapses; 128+signum when the launcher itself is signalled.
+    124 when ``timeout_s`` elapses; 128+signum when the launcher itself is signalled;
+    ``STOPPED_EXIT_CODE`` when ``stopper.stop()`` ended the job (from any thread).
     ``env`` is the base environment for the ranks (default: this process's environment).
     ``host_key_per_rank`` gives every rank its own host key, so same-host ranks are treated
     as remote (no shared memory) - useful to exercise the TCP path on one machine.
@@ -80,6 +84,8 @@ def launch(
     secret = secrets.token_bytes(32)
     server = RendezvousServer("127.0.0.1", 0, secret=secret)
     job = _Job(out, err)
+    if stopper is not None:
+        stopper._attach(job.events)
     # Signals are forwarded for the whole lifetime, teardown included, so a second ^C cannot
     # interrupt the cleanup half-way and orphan ranks.
     with _SignalsAsEvents(job.events):
@@ -166,6 +172,36 @@ class _Signalled:
     signum: int
 
 
+@dataclass(frozen=True)
+class _Stopped:
+    pass
+
+
+class Stopper:
+    """Lets another thread end a ``launch()``: ``stop()`` tears the ranks down as a signal would.
+
+    A caller that runs ``launch()`` in a thread of its own (signal handlers only work in the main
+    thread) uses this to cancel it. Stopping before the launch starts ends it right after spawning.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._events: "queue.SimpleQueue[Any] | None" = None
+        self._stopped = False
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            if self._events is not None:
+                self._events.put(_Stopped())
+
+    def _attach(self, events: "queue.SimpleQueue[Any]") -> None:
+        with self._lock:
+            self._events = events
+            if self._stopped:
+                events.put(_Stopped())
+
+
 class LineSink:
     """Writes whole lines to one stream; the lock keeps lines from different ranks intact."""
 
@@ -207,7 +243,7 @@ class _Job:
         self._out = out
         self._err = err
         # SimpleQueue.put is reentrant, so the signal handler may post to it safely.
-        self.events: queue.SimpleQueue[_Exited | _Signalled] = queue.SimpleQueue()
+        self.events: queue.SimpleQueue[_Exited | _Signalled | _Stopped] = queue.SimpleQueue()
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._running: set[int] = set()
         self._pumps: list[threading.Thread] = []
@@ -249,6 +285,10 @@ class _Job:
                 self._err.message(f"launcher received {name}; stopping all ranks")
                 self.terminate(event.signum, term_grace_s)
                 return 128 + event.signum
+            if isinstance(event, _Stopped):
+                self._err.message("stop requested; stopping all ranks")
+                self.terminate(signal.SIGTERM, term_grace_s)
+                return STOPPED_EXIT_CODE
             self._running.discard(event.rank)
             if event.returncode != 0:
                 others = len(self._running)
@@ -291,7 +331,7 @@ class _Job:
                 return
             if isinstance(event, _Exited):
                 self._running.discard(event.rank)
-            # A second signal during teardown changes nothing: SIGKILL follows anyway.
+            # A second signal (or stop) during teardown changes nothing: SIGKILL follows anyway.
 
     def _signal_groups(self, signum: int, *, only_running: bool) -> None:
         for rank, proc in self._procs.items():

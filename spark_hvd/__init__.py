@@ -22,6 +22,7 @@ from spark_hvd.errors import (
 from spark_hvd.rank_context import RankContext, rank_context
 from spark_hvd.rank_events import emit_event
 from spark_hvd.runner import run, run_elastic
+from spark_hvd.torch_distributor import TorchDistributor
 
 # Estimators, models and the Store import heavy frameworks, so they load on first use.
 _LAZY = {
@@ -47,5 +48,5 @@ def __getattr__(name: str):  # noqa: ANN202 - module-level lazy attribute (PEP 5
 __all__ = [*_LAZY,
     "DynamicAllocationError", "ElasticNotSupportedError", "IgnoredArgumentWarning", "LaunchError",
     "NotEnoughSlotsError", "RankContext", "RankFailure", "RunError", "SparkJobError",
-    "StartTimeoutError", "emit_event", "rank_context", "run", "run_elastic",
+    "StartTimeoutError", "TorchDistributor", "emit_event", "rank_context", "run", "run_elastic",
 ]

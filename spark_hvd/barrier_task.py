@@ -13,27 +13,16 @@ One task per rank; rank = partition id. The task:
 from __future__ import annotations
 
 import json
-import os
-import sys
-import threading
-import traceback
 from typing import Any, Iterator
 
 from collective.bootstrap import RendezvousServer
 from collective.bootstrap.interfaces import mesh_host
-from collective.config import (
-    default_host_key,
-    env_for_rank,
-    format_host_port,
-    inherited_environ,
-    parse_host_port,
-)
+from collective.config import default_host_key, env_for_rank, format_host_port, parse_host_port
 from collective.topology import topology_from_host_keys
-from spark_hvd.errors import RankFailure
-from spark_hvd.gpus import CUDA_VISIBLE_DEVICES, visible_devices
 from spark_hvd.output_channel import OutputSender
 from spark_hvd.rank_child import ChildOutcome, RankChild
 from spark_hvd.rank_context import RankContext
+from spark_hvd.rank_task import run_task
 from spark_hvd.task_spec import TaskSpec
 
 RESULT_DDL = "rank INT, result BINARY"
@@ -62,38 +51,15 @@ def run_rank(spec: TaskSpec) -> tuple[int, bytes]:
 
     ctx = BarrierTaskContext.get()
     rank = ctx.partitionId()
-    driver_gone = threading.Event()
-    child: RankChild | None = None
 
-    def stop_child() -> None:
-        driver_gone.set()
-        if child is not None:
-            child.kill()
+    def prepare() -> tuple[str, ...]:
+        _check_stage(ctx, spec)
+        return _gpu_addresses(ctx)
 
-    sender = OutputSender.connect(spec.collector_address, spec.secret, rank,
-                                  spec.connect_timeout_s, stop_child)
-    try:
-        try:
-            _check_stage(ctx, spec)
-            gpu_addresses = _gpu_addresses(ctx)
-            child = RankChild(rank, _child_env(spec, gpu_addresses), sender.send_line, sender.send_event,
-                              executable=spec.executable)
-            if driver_gone.is_set():
-                child.kill()
-            child.send_payload_in_background(spec.payload)
-            outcome = _meet_and_wait(ctx, spec, rank, child, gpu_addresses, sender)
-        except Exception as e:
-            # The task itself failed (not fn): report it like a rank failure, then let Spark know.
-            if not driver_gone.is_set():
-                sender.send_failure(RankFailure(rank, f"its Spark task failed: {type(e).__name__}: {e}",
-                                                traceback=traceback.format_exc()))
-            raise
-        finally:
-            if child is not None:
-                child.close()
-        return rank, _result_or_raise(outcome, sender, driver_gone.is_set())
-    finally:
-        sender.close()
+    def meet(child: RankChild, gpu_addresses: tuple[str, ...], sender: OutputSender) -> ChildOutcome:
+        return _meet_and_wait(ctx, spec, rank, child, gpu_addresses, sender)
+
+    return rank, run_task(spec, rank, prepare, meet)
 
 
 def _meet_and_wait(ctx: Any, spec: TaskSpec, rank: int, child: RankChild,
@@ -141,21 +107,6 @@ def _start_rendezvous(spec: TaskSpec, task_address: str) -> tuple[RendezvousServ
     return server, format_host_port(host, server.address[1])
 
 
-def _result_or_raise(outcome: ChildOutcome, sender: OutputSender, driver_gone: bool) -> bytes:
-    if outcome.failure is None and outcome.result is not None and not driver_gone:
-        if outcome.returncode != 0:
-            sender.send_notice(f"fn returned, but its process then exited with status {outcome.returncode}")
-        return outcome.result
-    if driver_gone:
-        raise RuntimeError(f"spark_hvd rank {outcome.rank} stopped: the driver ended the job")
-    failure = outcome.failure
-    assert failure is not None
-    if not outcome.reported:
-        # It died without a report; reports were sent as soon as they were read (wait_outcome).
-        sender.send_failure(failure)
-    raise RuntimeError(f"spark_hvd rank {failure.rank} failed: {failure.summary}")
-
-
 def _check_stage(ctx: Any, spec: TaskSpec) -> None:
     size = len(ctx.getTaskInfos())
     if size != spec.num_proc:
@@ -169,27 +120,3 @@ def _check_stage(ctx: Any, spec: TaskSpec) -> None:
 def _gpu_addresses(ctx: Any) -> tuple[str, ...]:
     gpu = ctx.resources().get("gpu")
     return tuple(gpu.addresses) if gpu is not None else ()
-
-
-def _child_env(spec: TaskSpec, gpu_addresses: tuple[str, ...]) -> dict[str, str]:
-    env = inherited_environ()
-    env["PYTHONPATH"] = _child_pythonpath(env.get("PYTHONPATH"))
-    env["PYTHONUNBUFFERED"] = "1"
-    if gpu_addresses:
-        env[CUDA_VISIBLE_DEVICES] = visible_devices(gpu_addresses, env.get(CUDA_VISIBLE_DEVICES))
-    env.update(spec.env)
-    return env
-
-
-def _child_pythonpath(inherited: str | None) -> str:
-    """Lets the child import what this worker can, including files shipped with addPyFile.
-
-    Only the entries a fresh interpreter would not find by itself: listing the interpreter's own
-    stdlib or site-packages here would put site-packages ahead of the stdlib in the child.
-    """
-    own_roots = {os.path.realpath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
-    entries = [p for p in (inherited or "").split(os.pathsep) if p]
-    for path in sys.path:
-        if path and not any((os.path.realpath(path) + os.sep).startswith(root) for root in own_roots):
-            entries.append(path)
-    return os.pathsep.join(dict.fromkeys(entries))

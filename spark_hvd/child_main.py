@@ -24,6 +24,7 @@ import cloudpickle
 import collective
 from spark_hvd import init_shim, rank_events
 from spark_hvd.framing import read_frame, write_frame
+from spark_hvd.peer_failures import is_peer_failure
 from spark_hvd.rank_context import RankContext, set_rank_context
 
 _SUMMARY_LIMIT = 1000
@@ -58,7 +59,7 @@ def main(argv: list[str]) -> int:
             "stage": stage,
             "summary": _summary(e, stage),
             "traceback": _traceback_text(e, skip_own_frame=stage == "fn"),
-            "peer_failure": isinstance(e, collective.PeerFailureError),
+            "peer_failure": is_peer_failure(e),
         })
         results.close()
         return 1

@@ -8,6 +8,8 @@ import secrets
 import socket
 import sys
 import time
+import uuid
+from dataclasses import dataclass
 from typing import IO, Any, Callable, Collection, Mapping, Sequence
 
 import cloudpickle
@@ -25,9 +27,10 @@ from spark_hvd.errors import (
     StartTimeoutError,
     spark_error_summary,
 )
-from spark_hvd.launch_checks import ClusterShape, describe_cluster, resolve_num_proc
+from spark_hvd.launch_checks import describe_cluster, resolve_num_proc
 from spark_hvd.output_collector import DRIVER_TAG, OutputCollector, RankConnected, RankEvent, RankFailed
 from spark_hvd.task_spec import TaskSpec
+from spark_hvd.torch_distributed_call import TorchDistributedCall
 
 # Once a rank has failed and the job is cancelled, how long to wait for Spark to wind it down.
 _CANCEL_DEADLINE_S = 60.0
@@ -57,6 +60,7 @@ def run(
     spark: Any = None,
     tail_lines: int = 20,
     on_event: Callable[[int, dict[str, Any]], None] | None = None,
+    torch_distributed: bool = False,
 ) -> list[Any]:
     """Runs ``fn(*args, **kwargs)`` on ``num_proc`` ranks and returns their results in rank order.
 
@@ -87,6 +91,12 @@ def run(
     tail_lines: how many of the failing rank's last output lines a RunError carries.
     on_event: called as ``on_event(rank, data)`` in this (the driver's) thread for every
         ``spark_hvd.emit_event(data)`` a rank makes while the job runs; what it raises ends the job.
+    torch_distributed: also give fn torchrun's worker environment (MASTER_ADDR, MASTER_PORT, RANK,
+        WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK...), so that
+        ``torch.distributed.init_process_group("gloo")`` (or ``"nccl"``) works with ``env://``.
+        Rank 0 hosts torch's store on a port it holds for the whole job, agreed through the job's
+        own rendezvous. Each task is one torchrun node, as in pyspark's TorchDistributor:
+        LOCAL_RANK is 0 and the task's GPUs are its CUDA_VISIBLE_DEVICES.
 
     Raises RunError naming the failing rank (with its traceback and last output lines) when ``fn``
     raises or its process dies on any rank; the other ranks are stopped.
@@ -97,31 +107,70 @@ def run(
     verbose = checked.verbose(verbose)
     nics = checked.nics(nics)
     timestamps = checked.flag("prefix_output_with_timestamp", prefix_output_with_timestamp)
+    torch_distributed = checked.flag("torch_distributed", torch_distributed)
     executable = checked.executable(executable)
     spark = spark if spark is not None else _active_session()
     shape = describe_cluster(spark)
     num_proc = resolve_num_proc(num_proc, shape)
+    if torch_distributed:
+        # Each Spark task is one torchrun node, as in pyspark's TorchDistributor.
+        fn = TorchDistributedCall(fn, uuid.uuid4().hex, node_per_task=True)
+    launch = RanksLaunch(
+        num_proc=num_proc, payload=cloudpickle.dumps((fn, tuple(args), dict(kwargs or {}))),
+        env=env, nics=nics, executable=executable, start_timeout=start_timeout, stdout=stdout,
+        stderr=stderr, verbose=verbose, tail_lines=tail_lines, timestamps=timestamps,
+        on_event=on_event, collector_host=_driver_host(spark),
+        where=f"the cluster has {shape.slots} task slot(s) (master {shape.master}), which other "
+              "jobs may be holding", job_label=f"the Spark job on {shape.master}")
+    return run_ranks(launch, lambda spec, events: BarrierJob(spark, spec, events))
+
+
+@dataclass(frozen=True)
+class RanksLaunch:
+    """What the driver needs to run one job's ranks, checked already, whichever launcher starts them."""
+
+    num_proc: int
+    payload: bytes                     # cloudpickle((fn, args, kwargs))
+    env: dict[str, str]
+    start_timeout: float
+    stdout: IO | None
+    stderr: IO | None
+    verbose: int
+    tail_lines: int
+    on_event: Callable[[int, dict[str, Any]], None] | None
+    collector_host: str                # where the ranks' tasks reach this driver
+    where: str                         # why ranks may not start, for the start timeout's message
+    job_label: str                     # what runs the ranks, for messages ("the Spark job")
+    nics: tuple[str, ...] | None = None
+    executable: str | None = None
+    timestamps: bool = False
+    collector_bind_host: str = "0.0.0.0"
+
+
+def run_ranks(launch: RanksLaunch,
+              make_job: Callable[[TaskSpec, "queue.SimpleQueue[Any]"], Any]) -> list[Any]:
+    """Runs the ranks with the job ``make_job`` builds (it has start() and cancel(), and ends by
+    putting JobFinished or JobFailed on the queue); returns their results in rank order."""
     secret = secrets.token_bytes(32)
-    payload = cloudpickle.dumps((fn, tuple(args), dict(kwargs or {})))
     events: queue.SimpleQueue[Any] = queue.SimpleQueue()
-    err = LineSink(stderr if stderr is not None else sys.stderr)
-    out = LineSink(stdout if stdout is not None else sys.stdout)
-    collector = OutputCollector(secret, num_proc, events.put, out, err, echo=verbose >= 1,
-                                tail_lines=tail_lines, timestamps=timestamps)
+    err = LineSink(launch.stderr if launch.stderr is not None else sys.stderr)
+    out = LineSink(launch.stdout if launch.stdout is not None else sys.stdout)
+    collector = OutputCollector(secret, launch.num_proc, events.put, out, err, echo=launch.verbose >= 1,
+                                tail_lines=launch.tail_lines, timestamps=launch.timestamps,
+                                bind_host=launch.collector_bind_host)
     port = collector.start()
     try:
-        spec = TaskSpec(num_proc=num_proc, secret=secret, payload=payload, env=env, nics=nics,
-                        executable=executable,
-                        collector_address=format_host_port(_driver_host(spark), port))
-        job = BarrierJob(spark, spec, events)
-        supervisor = _Supervisor(job, collector, events, num_proc, start_timeout, shape, err, verbose,
-                                 on_event)
-        supervisor.progress(f"launching {num_proc} rank(s) on {shape.master}")
+        spec = TaskSpec(num_proc=launch.num_proc, secret=secret, payload=launch.payload, env=launch.env,
+                        nics=launch.nics, executable=launch.executable,
+                        collector_address=format_host_port(launch.collector_host, port))
+        job = make_job(spec, events)
+        supervisor = _Supervisor(job, collector, events, launch, err)
+        supervisor.progress(f"launching {launch.num_proc} rank(s) in {launch.job_label}")
         job.start()
         results = supervisor.wait()
     finally:
         collector.stop()
-    return [_unpickle_result(rank, results[rank]) for rank in range(num_proc)]
+    return [_unpickle_result(rank, results[rank]) for rank in range(launch.num_proc)]
 
 
 def run_elastic(
@@ -157,18 +206,18 @@ def run_elastic(
 class _Supervisor:
     """Waits for the job, and turns whatever ends it first into the result or one clear error."""
 
-    def __init__(self, job: BarrierJob, collector: OutputCollector, events: "queue.SimpleQueue[Any]",
-                 num_proc: int, start_timeout: float, shape: ClusterShape, err: LineSink,
-                 verbose: int, on_event: Callable[[int, dict[str, Any]], None] | None = None) -> None:
+    def __init__(self, job: Any, collector: OutputCollector, events: "queue.SimpleQueue[Any]",
+                 launch: RanksLaunch, err: LineSink) -> None:
         self._job = job
         self._collector = collector
         self._events = events
-        self._num_proc = num_proc
-        self._start_timeout = start_timeout
-        self._shape = shape
+        self._num_proc = launch.num_proc
+        self._start_timeout = launch.start_timeout
+        self._where = launch.where
+        self._job_label = launch.job_label
         self._err = err
-        self._verbose = verbose
-        self._on_event = on_event
+        self._verbose = launch.verbose
+        self._on_event = launch.on_event
         self._started: set[int] = set()
         self._failures: list[RankFailure] = []
         self._t0 = time.monotonic()
@@ -217,7 +266,7 @@ class _Supervisor:
         self._collector.wait_until_all_closed(_OUTPUT_DRAIN_S)
         missing = sorted(set(range(self._num_proc)) - set(results))
         if missing:
-            raise SparkJobError(f"the Spark job returned no result for rank(s) {missing}")
+            raise SparkJobError(f"{self._job_label} returned no result for rank(s) {missing}")
         self.progress(f"{self._num_proc} rank(s) done after {time.monotonic() - self._t0:.1f}s")
         return results
 
@@ -249,7 +298,7 @@ class _Supervisor:
             failure = self._run_error()
             failure.__cause__ = error
             return failure
-        wrapped = SparkJobError(f"spark_hvd.run: the Spark job failed before any rank reported a "
+        wrapped = SparkJobError(f"spark_hvd.run: {self._job_label} failed before any rank reported a "
                                 f"failure: {spark_error_summary(error)}")
         wrapped.__cause__ = error
         return wrapped
@@ -263,8 +312,7 @@ class _Supervisor:
     def _start_timeout_message(self) -> str:
         missing = sorted(set(range(self._num_proc)) - self._started)
         return (f"spark_hvd.run: rank(s) {missing} of {self._num_proc} did not start within "
-                f"start_timeout={self._start_timeout:g}s; the cluster has {self._shape.slots} task "
-                f"slot(s) (master {self._shape.master}), which other jobs may be holding")
+                f"start_timeout={self._start_timeout:g}s; {self._where}")
 
     def progress(self, text: str) -> None:
         if self._verbose >= 2:

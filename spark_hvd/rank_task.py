@@ -1,0 +1,104 @@
+"""The task side of one rank, in the process that owns it (a Spark task, or a local-mode task):
+spawn the rank's child, hand it fn and its job, relay its output, return its result or fail."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import traceback
+from typing import Callable
+
+from collective.config import inherited_environ
+from collective.run import describe_exit
+from spark_hvd.errors import RankFailure
+from spark_hvd.gpus import CUDA_VISIBLE_DEVICES, visible_devices
+from spark_hvd.output_channel import OutputSender
+from spark_hvd.rank_child import ChildOutcome, RankChild
+from spark_hvd.task_spec import TaskSpec
+
+# prepare() checks the task and returns the GPU addresses Spark gave it; meet(child, gpus, sender)
+# sends the child its job once the ranks have met, and returns how the child ended.
+Prepare = Callable[[], tuple[str, ...]]
+Meet = Callable[[RankChild, tuple[str, ...], OutputSender], ChildOutcome]
+
+
+def run_task(spec: TaskSpec, rank: int, prepare: Prepare, meet: Meet, task_kind: str = "Spark task") -> bytes:
+    """Runs rank ``rank`` of the job and returns fn's pickled result; raises when it failed.
+
+    Every failure is reported to the driver before this raises, so the driver can name it.
+    ``task_kind`` names this process in the report of a failure of its own (not fn's).
+    """
+    driver_gone = threading.Event()
+    child: RankChild | None = None
+
+    def stop_child() -> None:
+        driver_gone.set()
+        if child is not None:
+            child.kill()
+
+    sender = OutputSender.connect(spec.collector_address, spec.secret, rank,
+                                  spec.connect_timeout_s, stop_child)
+    try:
+        try:
+            gpu_addresses = prepare()
+            child = RankChild(rank, child_env(spec, gpu_addresses), sender.send_line, sender.send_event,
+                              executable=spec.executable)
+            if driver_gone.is_set():
+                child.kill()
+            child.send_payload_in_background(spec.payload)
+            outcome = meet(child, gpu_addresses, sender)
+        except Exception as e:
+            # The task itself failed (not fn): report it like a rank failure, then let Spark know.
+            if not driver_gone.is_set():
+                sender.send_failure(RankFailure(rank, f"its {task_kind} failed: {type(e).__name__}: {e}",
+                                                traceback=traceback.format_exc()))
+            raise
+        finally:
+            if child is not None:
+                child.close()
+        return _result_or_raise(outcome, sender, driver_gone.is_set())
+    finally:
+        sender.close()
+
+
+def _result_or_raise(outcome: ChildOutcome, sender: OutputSender, driver_gone: bool) -> bytes:
+    if outcome.failure is None and outcome.result is not None and not driver_gone:
+        if outcome.returncode != 0:
+            # fn's result arrived, so fn succeeded: a process that then dies in interpreter
+            # teardown (torch 2.13 after DDP over gloo sometimes aborts there) is not fn failing.
+            sender.send_notice(f"fn returned its result, but its process then "
+                               f"{describe_exit(outcome.returncode)} while exiting; the result stands")
+        return outcome.result
+    if driver_gone:
+        raise RuntimeError(f"spark_hvd rank {outcome.rank} stopped: the driver ended the job")
+    failure = outcome.failure
+    assert failure is not None
+    if not outcome.reported:
+        # It died without a report; reports were sent as soon as they were read (wait_outcome).
+        sender.send_failure(failure)
+    raise RuntimeError(f"spark_hvd rank {failure.rank} failed: {failure.summary}")
+
+
+def child_env(spec: TaskSpec, gpu_addresses: tuple[str, ...]) -> dict[str, str]:
+    env = inherited_environ()
+    env["PYTHONPATH"] = importable_path(env.get("PYTHONPATH"))
+    env["PYTHONUNBUFFERED"] = "1"
+    if gpu_addresses:
+        env[CUDA_VISIBLE_DEVICES] = visible_devices(gpu_addresses, env.get(CUDA_VISIBLE_DEVICES))
+    env.update(spec.env)
+    return env
+
+
+def importable_path(inherited: str | None) -> str:
+    """A PYTHONPATH that lets a child import what this process can (e.g. files shipped with addPyFile).
+
+    Only the entries a fresh interpreter would not find by itself: listing the interpreter's own
+    stdlib or site-packages here would put site-packages ahead of the stdlib in the child.
+    """
+    own_roots = {os.path.realpath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    entries = [p for p in (inherited or "").split(os.pathsep) if p]
+    for path in sys.path:
+        if path and not any((os.path.realpath(path) + os.sep).startswith(root) for root in own_roots):
+            entries.append(path)
+    return os.pathsep.join(dict.fromkeys(entries))
