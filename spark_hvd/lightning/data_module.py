@@ -44,9 +44,10 @@ class ShardDataModule(pl.LightningDataModule):
     """The training loader; a fit with a validation split uses ValidatedShardDataModule (a data module that
     defines val_dataloader gets a validation loop, or a warning where the module has no validation_step)."""
 
-    def __init__(self, plan: FitPlan, rank: int, size: int, transformation_fn: Any) -> None:
+    def __init__(self, plan: FitPlan, rank: int, size: int, transformation_fn: Any, debug: bool = False) -> None:
         super().__init__()
         self.plan, self.rank, self.size, self.transformation_fn = plan, rank, size, transformation_fn
+        self.debug = debug        # Horovod's debug_data_loader: say what each loader reads
         self.readers: dict[str, Any] = {}
 
     def setup(self, stage: str) -> None:
@@ -62,7 +63,11 @@ class ShardDataModule(pl.LightningDataModule):
         return self._loader("train", self.plan.train_steps)
 
     def _loader(self, split: str, steps: int) -> DataLoader:
-        dataset = LockstepBatches(self.readers[split], steps, self._epoch, self._convert)
+        reader = self.readers[split]
+        if self.debug:
+            print(f"rank {self.rank}: {split} loader: {steps} steps an epoch of {reader.batch_size} rows, "
+                  f"from a shard of {reader.rows} rows", flush=True)
+        dataset = LockstepBatches(reader, steps, self._epoch, self._convert)
         # In this process: the reader is this rank's shard, which loader workers would each read again.
         return DataLoader(dataset, batch_size=None, collate_fn=_as_is, num_workers=0)
 
@@ -85,9 +90,10 @@ class ValidatedShardDataModule(ShardDataModule):
         return self._loader("val", self.plan.val_steps)
 
 
-def shard_data_module(plan: FitPlan, rank: int, size: int, transformation_fn: Any) -> ShardDataModule:
+def shard_data_module(plan: FitPlan, rank: int, size: int, transformation_fn: Any,
+                      debug: bool = False) -> ShardDataModule:
     cls = ValidatedShardDataModule if plan.val_steps else ShardDataModule
-    return cls(plan, rank, size, transformation_fn)
+    return cls(plan, rank, size, transformation_fn, debug)
 
 
 def horovod_data_module_kwargs(plan: FitPlan, objects: Any, rank: int, size: int) -> dict[str, Any]:

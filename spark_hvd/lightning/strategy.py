@@ -90,8 +90,6 @@ def _reduce_op(reduce_op: Any) -> Any:
 
 
 class CollectiveStrategy(ParallelStrategy):
-    strategy_name = "spark_hvd_collective"
-
     def __init__(self, device: torch.device, lr_factor: float = 1.0, compression: Any = None,
                  checkpoint_io: Any = None) -> None:
         super().__init__(parallel_devices=[device], cluster_environment=CollectiveEnvironment(),

@@ -98,20 +98,22 @@ def train_rank(spec: LightningRankSpec) -> dict[str, Any] | None:
     data = _data_module(plan, objects, rank, size)
     module = objects.model
     restore_module = adapt_module(module)
+    # Everything worth keeping is in the Store by the end (checkpoints as written, logs by sync_logs).
     try:
-        trainer.fit(module, datamodule=data, ckpt_path=resume_path if resume else None)
-    except BaseException:
-        _best_effort(sync_logs)
-        raise
-    finally:
-        restore_module()
-    sync_logs()
-    try:
+        try:
+            trainer.fit(module, datamodule=data, ckpt_path=resume_path if resume else None)
+        except BaseException:
+            _best_effort(sync_logs)
+            raise
+        finally:
+            restore_module()
+        sync_logs()
         if rank != 0:
             return None
         best = _best_checkpoint(user_callbacks)
         state = checkpoint_io.load_checkpoint(best)["state_dict"] if best else module.state_dict()
         return {"state_dict": torch_bytes({name: value.detach().cpu() for name, value in state.items()}),
+                # Horovod's history is trainer.logged_metrics; a refit of a finished run logs nothing new.
                 "history": scalar_metrics(trainer.logged_metrics) or dict(recorder.logged),
                 "epoch_metrics": list(recorder.epoch_metrics)}
     finally:
@@ -221,7 +223,7 @@ def _data_module(plan: FitPlan, objects: LightningObjects, rank: int, size: int)
     from spark_hvd.lightning.data_module import horovod_data_module_kwargs, shard_data_module
 
     if objects.data_module is None:
-        return shard_data_module(plan, rank, size, objects.transformation_fn)
+        return shard_data_module(plan, rank, size, objects.transformation_fn, objects.debug_data_loader)
     return objects.data_module(**horovod_data_module_kwargs(plan, objects, rank, size))
 
 

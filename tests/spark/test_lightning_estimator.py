@@ -45,6 +45,11 @@ def make_estimator(store, **overrides):
     return TorchEstimator(**settings)
 
 
+def _walk(store, path: str) -> list[str]:
+    children = store.list(path)
+    return [leaf for child in children for leaf in (_walk(store, child) if store.list(child) else [child])]
+
+
 def rank_logs(directory) -> dict[int, list]:
     return {rank: json.loads((directory / f"rank-{rank}.json").read_text()) for rank in (0, 1)}
 
@@ -66,6 +71,9 @@ def test_fit_validates_logs_across_ranks_transforms_saves_and_loads(local_spark,
     epochs = model.getEpochMetrics()
     assert [e["epoch"] for e in epochs] == [0, 1, 2]
     assert epochs[-1]["val_loss"] < epochs[0]["val_loss"]
+    # The default logger's files (CSV here: no TensorBoard installed) were copied under the Store.
+    logs = store.get_logs_path(model.getRunId())
+    assert store.exists(logs) and any(p.endswith("metrics.csv") for p in _walk(store, logs))
 
     # The callback ran on both ranks, each for the same lockstep number of batches per epoch.
     steps = 512 // (2 * 32)
@@ -138,7 +146,8 @@ def test_pipeline_with_the_estimator_saves_loads_and_transforms(local_spark, sto
     raw = blobs(local_spark, 256).withColumn("arr", vector_to_array("features"))
     raw = raw.select(*[F.col("arr")[i].alias(f"x{i}") for i in range(4)], "label")
     assembler = VectorAssembler(inputCols=[f"x{i}" for i in range(4)], outputCol="features")
-    fitted = Pipeline(stages=[assembler, make_estimator(store, epochs=1, output_cols=["scores"])]).fit(raw)
+    estimator = make_estimator(store, epochs=1, output_cols=["scores"], debug_data_loader=True)
+    fitted = Pipeline(stages=[assembler, estimator]).fit(raw)
     path = str(tmp_path / "pipeline")
     fitted.save(path)
     loaded = PipelineModel.load(path)
