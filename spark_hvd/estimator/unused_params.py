@@ -18,9 +18,12 @@ _READER_POOL = ("train_reader_num_workers", "val_reader_num_workers", "reader_po
 
 
 def warn_unused_params(estimator: Any) -> None:
-    for name, why in _WITHOUT_EFFECT.items():
+    """One warning per set parameter without effect: the shared ones, and the estimator class's own
+    ``params_without_effect`` (name -> why)."""
+    own = getattr(type(estimator), "params_without_effect", {})
+    for name, why in {**_WITHOUT_EFFECT, **own}.items():
         param = getattr(estimator, name, None)
-        if param is not None and estimator.isSet(param):
+        if param is not None and estimator.isSet(param) and estimator.getOrDefault(param) not in (None, [], ()):
             _warn(f"{type(estimator).__name__}: {name} has no effect: {why}")
     for name in _READER_POOL:
         if estimator.isSet(getattr(estimator, name)):

@@ -15,7 +15,6 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from spark_hvd.errors import InputError
 
 
 def column_to_tensor(array: np.ndarray, float_dtype: torch.dtype) -> torch.Tensor:
@@ -31,16 +30,6 @@ def batch_dict(batch: dict[str, np.ndarray], float_dtype: torch.dtype) -> dict[s
 def forward_inputs(columns: Sequence[np.ndarray], names: Sequence[str], input_shapes: Sequence[Any] | None,
                    float_dtype: torch.dtype) -> list[torch.Tensor]:
     """The arguments of ``module(*inputs)``: one tensor per feature column, reshaped to ``input_shapes``."""
-    tensors = [column_to_tensor(column, float_dtype) for column in columns]
-    if not input_shapes:
-        return tensors
-    if len(input_shapes) != len(tensors):
-        raise InputError(f"input_shapes has {len(input_shapes)} shape(s) for {len(tensors)} feature column(s)")
-    shaped = []
-    for name, tensor, shape in zip(names, tensors, input_shapes):
-        try:
-            shaped.append(tensor.reshape([int(d) for d in shape]))
-        except RuntimeError as e:
-            raise InputError(f"feature column {name!r} (per-row shape {tuple(tensor.shape[1:])}) cannot be "
-                             f"reshaped to its input_shapes entry {list(shape)}: {e}") from e
-    return shaped
+    from spark_hvd.torch.batch_tensors import reshape_features
+
+    return reshape_features([column_to_tensor(column, float_dtype) for column in columns], input_shapes, names)

@@ -79,6 +79,8 @@ class TorchEstimator(HorovodEstimator):
     weights, as in Horovod. ``getHistory()`` is the metrics the trainer logged last.
     """
 
+    params_without_effect = _WITHOUT_EFFECT
+
     @keyword_only
     def __init__(self, *, num_proc: int | None = None, model: Any = None, backend: Any = None, store: Any = None,
                  optimizer: Any = None, loss: Any = None, loss_constructors: Any = None, metrics: Any = None,
@@ -166,10 +168,6 @@ class TorchEstimator(HorovodEstimator):
                              "spark-hvd's collective strategy (use use_gpu / num_gpus to choose the device)")
 
     def _warn_without_effect(self) -> None:
-        for name, why in _WITHOUT_EFFECT.items():
-            value = self.getOrDefault(getattr(self, name))
-            if self.isSet(getattr(self, name)) and value not in (None, [], ()):
-                warnings.warn(f"TorchEstimator (Lightning): {name} has no effect: {why}", UserWarning, stacklevel=5)
         num_gpus = self.getNumGpus()
         if num_gpus is not None and num_gpus > 1:
             warnings.warn(f"TorchEstimator (Lightning): num_gpus={num_gpus} trains on one GPU per rank: spark-hvd "

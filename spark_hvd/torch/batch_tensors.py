@@ -38,7 +38,12 @@ def column_tensor(array: np.ndarray, float_dtype: torch.dtype, device: torch.dev
 def feature_tensors(columns: Sequence[np.ndarray], input_shapes: Sequence[Sequence[int]] | None,
                     float_dtype: torch.dtype, device: torch.device,
                     names: Sequence[str] | None = None) -> list[torch.Tensor]:
-    tensors = [column_tensor(column, float_dtype, device) for column in columns]
+    return reshape_features([column_tensor(column, float_dtype, device) for column in columns], input_shapes, names)
+
+
+def reshape_features(tensors: list[torch.Tensor], input_shapes: Sequence[Sequence[int]] | None,
+                     names: Sequence[str] | None = None) -> list[torch.Tensor]:
+    """Each feature batch reshaped to its ``input_shapes`` entry (batch dimension included), when given."""
     if not input_shapes:
         return tensors
     if len(input_shapes) != len(tensors):
@@ -50,7 +55,7 @@ def feature_tensors(columns: Sequence[np.ndarray], input_shapes: Sequence[Sequen
         except RuntimeError as e:
             name = names[i] if names else f"#{i}"
             raise InputError(f"feature column {name!r} (per-row shape {tuple(tensor.shape[1:])}) cannot be "
-                             f"reshaped to input_shapes[{i}] = {list(shape)}: {e}") from e
+                             f"reshaped to its input_shapes entry {list(shape)}: {e}") from e
     return shaped
 
 
