@@ -85,6 +85,20 @@ class KerasEstimator(HorovodEstimator, KerasParams):
                 f"{name!r}: use {KERAS_REPLACEMENTS[name]}" for name in theirs))
         super()._set_init_params(kwargs)
 
+    def _plan(self, data: Any, num_proc: int) -> FitPlan:
+        """Horovod's KerasEstimator rounds a training epoch up, ceil(rows / (batch_size * num_proc)), where
+        its TorchEstimator (and the shared plan) rounds down."""
+        import dataclasses
+
+        from spark_hvd.data import steps_per_epoch
+
+        plan = super()._plan(data, num_proc)
+        if self.getTrainStepsPerEpoch() is not None:
+            return plan
+        bpps = plan.backward_passes_per_step
+        steps = steps_per_epoch(data.train_rows, num_proc, plan.batch_size)
+        return dataclasses.replace(plan, train_steps=-(-steps // bpps) * bpps)
+
     # --- the framework's part -------------------------------------------------------------
     def _optimizer(self) -> Any:
         """The optimizer param, else the compiled model's own (Horovod's fallback)."""
@@ -114,7 +128,7 @@ class KerasEstimator(HorovodEstimator, KerasParams):
                              "schedule (scale the schedule itself and use learning_rate_scaling='none')")
         if self.getLoss() is None:
             raise InputError("loss is required")
-        custom_objects = self.getCustomObjects()
+        custom_objects = self.getOrDefault(self.custom_objects)
         if custom_objects is not None and not isinstance(custom_objects, dict):
             raise InputError(f"custom_objects must be a dict of name -> object, got {type(custom_objects).__name__}")
         callbacks = self.getCallbacks() or []
@@ -143,7 +157,7 @@ class KerasEstimator(HorovodEstimator, KerasParams):
             self.getModel(), model_bytes, sample, self.getFeatureCols(), self.getLabelCols(),
             self.getSampleWeightCol(), self.getLabelShapes(),
             CompileArgs(self.getLoss(), self.getLossWeights(), list(self.getMetrics() or []),
-                        dict(self.getCustomObjects() or {})))
+                        self.getCustomObjects()))
         self._sample = (model_bytes, result)
 
     def _rank_fn(self, plan: FitPlan) -> KerasRankFn:
@@ -154,7 +168,7 @@ class KerasEstimator(HorovodEstimator, KerasParams):
         objects = KerasObjects(
             optimizer=optimizer if isinstance(optimizer, str) else keras.optimizers.serialize(optimizer),
             loss=self.getLoss(), loss_weights=self.getLossWeights(), metrics=list(self.getMetrics() or []),
-            custom_objects=dict(self.getCustomObjects() or {}), transformation=self._transformation(),
+            custom_objects=self.getCustomObjects(), transformation=self._transformation(),
             compression=self.getGradientCompression(), callbacks=list(self.getCallbacks() or []),
             checkpoint_callback=self.getCheckpointCallback(),
             prefetch=self.getTensorflowDatasetPrefetchBufferSize())

@@ -16,7 +16,8 @@ _MODEL_FILE = "model.keras"                 # the native Keras format: architect
 _CUSTOM_OBJECTS_FILE = "custom_objects.pkl"  # cloudpickle of what Keras needs to load it, by name
 
 KERAS_MODEL_PARAMS: list[ParamSpec] = [
-    ParamSpec("custom_objects", "dict of name -> class or function Keras needs to load the model", {}),
+    ParamSpec("custom_objects", "dict of name -> class or function Keras needs to load the model; default {}",
+              None),
     ParamSpec("_floatx", "the Keras float type (keras.config.floatx()) floating features are given to the "
               "model in; default float32", None),
 ]

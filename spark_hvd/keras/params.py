@@ -12,7 +12,7 @@ from spark_hvd.estimator.param_table import ParamSpec, declare_params, to_option
 
 KERAS_PARAMS: list[ParamSpec] = [
     ParamSpec("custom_objects", "dict of name -> class or function that Keras needs to load the model "
-              "(custom layers, activations, losses, metrics), as for keras.saving.load_model", {}),
+              "(custom layers, activations, losses, metrics), as for keras.saving.load_model; default {}", None),
     ParamSpec("checkpoint_callback", "a keras.callbacks.ModelCheckpoint (or collective.keras.callbacks."
               "BestModelCheckpoint) that rank 0 runs after the user's callbacks; its filepath is replaced "
               "by the run's, and the returned model is the one it saved last (the best one, for "
@@ -41,6 +41,10 @@ HOROVOD_KERAS_ARGUMENTS = (
 
 class KerasParams(Params):
     """Mixin: the Keras-only Params, with getters and setters (getCustomObjects, setCheckpointCallback, ...)."""
+
+    def getCustomObjects(self) -> dict:
+        """The custom objects (Horovod's default: an empty dict), as a new dict."""
+        return dict(self.getOrDefault(self.getParam("custom_objects")) or {})
 
 
 declare_params(KerasParams, KERAS_PARAMS)

@@ -84,10 +84,13 @@ def check_sample(model: Any, model_bytes: bytes, batch: dict[str, np.ndarray], f
 
 
 def _compiled_copy(model_bytes: bytes, args: CompileArgs) -> Any:
-    """The model as the ranks load it, compiled as they compile it (the optimizer aside): the user's own
-    model is left uncompiled."""
+    """The model as the ranks load it, compiled as they compile it (the optimizer aside). The user's own
+    model stays uncompiled, and their loss and metric objects untouched (compiling builds metrics)."""
+    import cloudpickle
+
     from spark_hvd.keras.saving import loading_objects, model_from_bytes
 
+    args = cloudpickle.loads(cloudpickle.dumps(args))
     copy = model_from_bytes(model_bytes, loading_objects(args.custom_objects, args.loss, args.metrics),
                             compile=False)
     try:
