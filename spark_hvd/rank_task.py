@@ -67,8 +67,8 @@ def _result_or_raise(outcome: ChildOutcome, sender: OutputSender, driver_gone: b
         if outcome.returncode != 0:
             # fn's result arrived, so fn succeeded: a process that then dies in interpreter
             # teardown (torch 2.13 after DDP over gloo sometimes aborts there) is not fn failing.
-            sender.send_notice(f"fn returned its result, but its process then "
-                               f"{describe_exit(outcome.returncode)} while exiting; the result stands")
+            sender.send_notice(f"fn returned its result; then its process ended while exiting "
+                               f"({describe_exit(outcome.returncode)}); the result stands")
         return outcome.result
     if driver_gone:
         raise RuntimeError(f"spark_hvd rank {outcome.rank} stopped: the driver ended the job")
