@@ -162,6 +162,11 @@ def return_then_abort_at_exit(aborting_rank: int) -> str:
     return f"rank {collective.rank()} outlived rank {aborting_rank}: {bool(exited)}"
 
 
+def visible_devices() -> dict[str, str | None]:
+    return {name: os.environ.get(name) for name in ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                                                    "CUDA_VISIBLE_DEVICES")}
+
+
 def chatty(lines: int) -> int:
     rank = int(os.environ["RANK"])
     for i in range(lines):
