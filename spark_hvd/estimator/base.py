@@ -78,6 +78,12 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
     - ``_create_model(plan, result, output_cols)``: the trained Model.
     """
 
+    # Horovod's torch and Lightning estimators round a training epoch down to whole batches per rank;
+    # its Keras estimator rounds up. A subclass says which it follows.
+    whole_training_batches = True
+    # Keywords of other estimators or libraries -> what to use here, beside the shared table.
+    param_replacements: dict[str, str] = {}
+
     def __init__(self) -> None:
         super().__init__()
         set_defaults(self, ESTIMATOR_PARAMS)
@@ -86,7 +92,7 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         """The constructor's keywords: each must name a Param (an unknown one fails, naming it)."""
         from spark_hvd.estimator.unknown_params import param_names, reject_unknown
 
-        reject_unknown(type(self).__name__, kwargs, param_names(self))
+        reject_unknown(type(self).__name__, kwargs, param_names(self), self.param_replacements)
         # None means "the default" throughout Horovod's signatures.
         self._set(**{name: value for name, value in kwargs.items() if value is not None})
 
@@ -202,7 +208,7 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         val_batch_size = self.getValBatchSize() or batch_size
         bpps = self.getBackwardPassesPerStep()
         train_steps = steps_per_epoch(data.train_rows, num_proc, batch_size, self.getTrainStepsPerEpoch(),
-                                      whole_batches_only=True)
+                                      whole_batches_only=self.whole_training_batches)
         # Whole accumulation windows only, so that every epoch ends on an optimizer step.
         train_steps = -(-train_steps // bpps) * bpps
         val_steps = (steps_per_epoch(data.val_rows, num_proc, val_batch_size, self.getValidationStepsPerEpoch())
@@ -217,7 +223,8 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
             seed=self._seed(0), reader=self.getReader(), inmemory_cache_all=self.getInmemoryCacheAll(),
             backward_passes_per_step=bpps, learning_rate_scaling=self.getLearningRateScaling(),
             num_proc=num_proc,
-            label_shapes=[tuple(int(d) for d in shape) for shape in label_shapes] if label_shapes else None,
+            label_shapes=[tuple(-1 if d is None else int(d) for d in shape) for shape in label_shapes]
+            if label_shapes else None,
             transformation_edit_fields=self.getTransformationEditFields(),
             transformation_removed_fields=self.getTransformationRemovedFields())
 

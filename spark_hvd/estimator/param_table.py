@@ -7,6 +7,7 @@ Spark ML users expect of a stage (``explainParams()``, ``copy()``, ``extractPara
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -40,7 +41,8 @@ def declare_params(cls: type, specs: Sequence[ParamSpec]) -> type:
 
 
 def set_defaults(instance: Params, specs: Sequence[ParamSpec]) -> None:
-    instance._setDefault(**{s.name: s.default for s in specs if s.default is not _NO_DEFAULT})
+    # Each stage gets its own copy of a list or dict default, so one stage's edit cannot reach another's.
+    instance._setDefault(**{s.name: copy.copy(s.default) for s in specs if s.default is not _NO_DEFAULT})
 
 
 def _getter(name: str) -> Callable[[Params], Any]:

@@ -27,15 +27,19 @@ class UnknownParamError(InputError, TypeError):
     """A keyword the estimator does not have (a TypeError too, as Python's own for a bad keyword)."""
 
 
-def reject_unknown(owner: str, given: Iterable[str], known: Iterable[str]) -> None:
+def reject_unknown(owner: str, given: Iterable[str], known: Iterable[str],
+                   replacements: dict[str, str] | None = None) -> None:
+    """UnknownParamError naming every keyword of ``given`` that is not ``known``, with its replacement
+    (the owner's own ``replacements`` first, then the shared table) or the closest known name."""
     known = set(known)
+    table = {**REPLACEMENTS, **(replacements or {})}
     unknown = [name for name in given if name not in known]
     if not unknown:
         return
     hints = []
     for name in unknown:
-        if name in REPLACEMENTS:
-            hints.append(f"{name!r}: use {REPLACEMENTS[name]}")
+        if name in table:
+            hints.append(f"{name!r}: use {table[name]}")
             continue
         close = difflib.get_close_matches(name, sorted(known), n=1)
         hints.append(f"{name!r}: did you mean {close[0]!r}?" if close else f"{name!r}")

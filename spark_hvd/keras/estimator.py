@@ -47,6 +47,11 @@ class KerasEstimator(HorovodEstimator, KerasParams):
     checkpoint_callback's best model and value. Custom layers, losses and metrics go in ``custom_objects``.
     """
 
+    # Horovod's KerasEstimator rounds a training epoch up: ceil(rows / (batch_size * num_proc)).
+    whole_training_batches = False
+    # Keywords of the other estimators get Keras's answer rather than a guess at a similar name.
+    param_replacements = KERAS_REPLACEMENTS
+
     @keyword_only
     def __init__(self, *, num_proc: int | None = None, model: Any = None, backend: Any = None, store: Any = None,
                  custom_objects: Any = None, optimizer: Any = None, loss: Any = None, loss_weights: Any = None,
@@ -74,30 +79,6 @@ class KerasEstimator(HorovodEstimator, KerasParams):
         """Sets any of the constructor's keyword parameters."""
         self._set_init_params(self._input_kwargs)
         return self
-
-    def _set_init_params(self, kwargs: dict[str, Any]) -> None:
-        from spark_hvd.estimator.unknown_params import UnknownParamError
-
-        # Keywords of the other estimators get Keras's answer rather than a guess at a similar name.
-        theirs = [name for name in kwargs if name in KERAS_REPLACEMENTS]
-        if theirs:
-            raise UnknownParamError(f"{type(self).__name__} got unknown parameter(s): " + "; ".join(
-                f"{name!r}: use {KERAS_REPLACEMENTS[name]}" for name in theirs))
-        super()._set_init_params(kwargs)
-
-    def _plan(self, data: Any, num_proc: int) -> FitPlan:
-        """Horovod's KerasEstimator rounds a training epoch up, ceil(rows / (batch_size * num_proc)), where
-        its TorchEstimator (and the shared plan) rounds down."""
-        import dataclasses
-
-        from spark_hvd.data import steps_per_epoch
-
-        plan = super()._plan(data, num_proc)
-        if self.getTrainStepsPerEpoch() is not None:
-            return plan
-        bpps = plan.backward_passes_per_step
-        steps = steps_per_epoch(data.train_rows, num_proc, plan.batch_size)
-        return dataclasses.replace(plan, train_steps=-(-steps // bpps) * bpps)
 
     # --- the framework's part -------------------------------------------------------------
     def _optimizer(self) -> Any:
