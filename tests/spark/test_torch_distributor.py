@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import runpy
+import socket
 import sys
 import threading
 from pathlib import Path
@@ -132,21 +133,34 @@ def test_local_mode_is_one_torchrun_node_on_the_driver(local_spark) -> None:
 
 
 def test_two_jobs_at_once_never_share_a_master_port(local_spark) -> None:
-    views: dict[int, Any] = {}
+    results: dict[int, Any] = {}
 
-    def launch(index: int) -> None:
+    def launch(index: int, address: tuple[str, int]) -> None:
         try:
-            views[index] = distributor(True).run(torch_training.torch_environment)
+            results[index] = distributor(True).run(torch_training.hold_master_port_until_released, address)
         except BaseException as e:  # noqa: BLE001 - the test reports it
-            views[index] = e
+            results[index] = e
 
-    threads = [threading.Thread(target=launch, args=(i,)) for i in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(240)
-    assert all(isinstance(v, dict) for v in views.values()) and len(views) == 2, views
-    assert views[0]["MASTER_PORT"] != views[1]["MASTER_PORT"]
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(180)
+        threads = [threading.Thread(target=launch, args=(i, server.getsockname()), daemon=True)
+                   for i in range(2)]
+        for thread in threads:
+            thread.start()
+        held = [server.accept()[0] for _ in threads]
+        try:
+            # Both jobs' rank 0 are inside fn now, each holding its store open.
+            ports = [int(conn.makefile().readline()) for conn in held]
+            assert ports[0] != ports[1]
+            for port in ports:
+                socket.create_connection(("127.0.0.1", port), timeout=10).close()
+        finally:
+            for conn in held:
+                conn.sendall(b"x")
+                conn.close()
+            for thread in threads:
+                thread.join(120)
+    assert sorted(int(r) for r in results.values()) == sorted(ports), results
 
 
 @pytest.mark.parametrize("local_mode", [False, True], ids=["spark", "local_mode"])

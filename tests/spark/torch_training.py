@@ -112,6 +112,19 @@ def torch_environment() -> dict[str, Any]:
     return env
 
 
+def hold_master_port_until_released(address: tuple[str, int]) -> str:
+    """Rank 0 tells the test its MASTER_PORT, then keeps fn (and so its store) running until the
+    test answers, so that two jobs' stores are certainly open at the same time."""
+    import socket
+
+    port = os.environ["MASTER_PORT"]
+    if os.environ["RANK"] == "0":
+        with socket.create_connection(address, timeout=120) as test:
+            test.sendall(port.encode() + b"\n")
+            test.recv(1)
+    return port
+
+
 def ddp_then_kill_rank(victim: int) -> int:
     """The victim SIGKILLs itself once DDP is built; its peer then waits in a DDP allreduce and
     gets gloo's "Connection closed by peer"."""
