@@ -140,7 +140,7 @@ class RanksLaunch:
     on_event: Callable[[int, dict[str, Any]], None] | None
     collector_host: str                # where the ranks' tasks reach this driver
     where: str                         # why ranks may not start, for the start timeout's message
-    job_label: str                     # what runs the ranks, for messages ("the Spark job")
+    job_label: str                     # what runs the ranks, for messages ("the Spark job on ...")
     nics: tuple[str, ...] | None = None
     executable: str | None = None
     timestamps: bool = False

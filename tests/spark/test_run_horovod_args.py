@@ -74,7 +74,8 @@ def test_run_takes_horovods_parameters_in_horovods_order() -> None:
     parameters = inspect.signature(spark_hvd.run).parameters
     positional = [n for n, p in parameters.items() if p.kind is p.POSITIONAL_OR_KEYWORD]
     assert positional == HOROVOD_RUN_PARAMETERS
-    assert {n for n, p in parameters.items() if p.kind is p.KEYWORD_ONLY} == {"spark", "tail_lines", "on_event"}
+    assert {n for n, p in parameters.items() if p.kind is p.KEYWORD_ONLY} == {"spark", "tail_lines", "on_event",
+                                                                             "torch_distributed"}
     assert parameters["start_timeout"].default is None
     assert parameters["prefix_output_with_timestamp"].default is False
 
