@@ -9,7 +9,7 @@ NATIVE_SOURCES := $(shell find native -type f) CMakeLists.txt pyproject.toml
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all build test test-mpi demo bench clean
+.PHONY: all build test test-mpi demo bench clean wheel wheel-test docs
 
 all: build
 
@@ -44,6 +44,26 @@ $(PETASTORM_VENV)/.built: requirements-petastorm.txt $(NATIVE_SOURCES)
 petastorm-test: $(PETASTORM_VENV)/.built
 	$(PETASTORM_VENV)/bin/python -m pytest -q tests/data/with_petastorm
 
+# Manylinux wheels for CPython 3.10-3.13 in dist/, compiled by zig's clang against glibc 2.26 (no container),
+# each checked by auditwheel; a CPython this machine lacks is named and the target fails after the others.
+WHEEL_VENV := .venv-wheel
+WHEEL_PYTHONS ?= 3.10 3.11 3.12 3.13
+$(WHEEL_VENV)/.deps: requirements-wheel.txt
+	test -x $(WHEEL_VENV)/bin/python || $(PYTHON) -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/pip install --disable-pip-version-check -q -r requirements-wheel.txt
+	touch $@
+
+wheel: $(WHEEL_VENV)/.deps
+	$(WHEEL_VENV)/bin/python wheels/build.py $(addprefix --python ,$(WHEEL_PYTHONS))
+
+# The package as a user installs it: this machine's CPython's wheel, in fresh venvs outside the source tree,
+# runs a 2-rank numpy job and spark_hvd.run, and ships to standalone executors as a packed venv.
+PY_VERSION = $(shell $(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+wheel-test: build
+	$(MAKE) wheel WHEEL_PYTHONS=$(PY_VERSION)
+	$(PY) -m pytest -q tests/install tests/spark/test_packed_env_standalone.py \
+		--wheel=$$(ls dist/spark_hvd-*-cp$(subst .,,$(PY_VERSION))-*manylinux*.whl)
+
 test-mpi: build
 	$(PY) -m pytest -q tests/mpi
 
@@ -58,4 +78,4 @@ bench: build
 	$(PY) bench/estimator.py
 
 clean:
-	rm -rf build $(VENV)/.built
+	rm -rf build dist site $(VENV)/.built
