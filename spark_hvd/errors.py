@@ -108,3 +108,7 @@ class ElasticNotSupportedError(NotImplementedError):
 
 class IgnoredArgumentWarning(UserWarning):
     """A Horovod argument that has no effect in spark-hvd, with what spark-hvd does instead."""
+
+
+class NonFiniteLossError(FloatingPointError):
+    """A rank's training loss became NaN or infinite (raised on that rank; stop_on_nonfinite_loss=False warns)."""

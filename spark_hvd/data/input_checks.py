@@ -13,11 +13,12 @@ SUPPORTED = "numeric scalars, fixed-length arrays of numbers, or ml Vectors"
 
 
 def check_input(df: Any, feature_cols: Sequence[str] | str, label_cols: Sequence[str] | str,
-                sample_weight_col: str | None = None, validation: float | str | None = None
-                ) -> dict[str, ColumnSpec]:
+                sample_weight_col: str | None = None, validation: float | str | None = None,
+                check_finite: bool = True) -> dict[str, ColumnSpec]:
     """The specs of the feature, label and sample-weight columns (in that order), or InputError.
 
-    Runs one Spark aggregation: the row count, nulls per column and the array lengths seen.
+    Runs one Spark aggregation: the row count, nulls per column, the array lengths seen and, with
+    check_finite, the rows holding NaN or infinite values in each floating column.
     """
     validation = normalized_validation(validation)
     features = _names("feature_cols", feature_cols)
@@ -33,7 +34,8 @@ def check_input(df: Any, feature_cols: Sequence[str] | str, label_cols: Sequence
     if sample_weight_col and kinds[sample_weight_col] != "scalar":
         raise InputError(f"sample_weight_col {sample_weight_col!r} must be a numeric scalar column, "
                          f"not {fields[sample_weight_col].dataType.simpleString()}")
-    stats = _aggregate(df, kinds, validation)
+    floating = {name for name in wanted if check_finite and _is_floating(fields[name].dataType)}
+    stats = _aggregate(df, kinds, validation, floating)
     if stats["rows"] == 0:
         raise InputError("the DataFrame is empty: there is nothing to train on")
     specs = {}
@@ -41,6 +43,10 @@ def check_input(df: Any, feature_cols: Sequence[str] | str, label_cols: Sequence
         nulls = stats[f"nulls:{name}"]
         if nulls:
             raise InputError(f"column {name!r} has {nulls} null value(s) in {stats['rows']} rows")
+        non_finite = stats.get(f"nonfinite:{name}", 0)
+        if non_finite:
+            raise InputError(f"column {name!r} has {non_finite} row(s) with NaN or infinite values in "
+                             f"{stats['rows']} rows; drop or fix them, or pass check_finite=False")
         specs[name] = _spec(name, fields[name].dataType, kinds[name], stats)
     if isinstance(validation, str):
         _check_validation_rows(validation, stats)
@@ -87,7 +93,22 @@ def _column_kind(data_type: Any, name: str) -> str:
                      f"supported: {SUPPORTED}")
 
 
-def _aggregate(df: Any, kinds: dict[str, str], validation: float | str | None) -> dict[str, int]:
+def _is_floating(data_type: Any) -> bool:
+    if is_vector_type(data_type):
+        return True
+    if data_type.typeName() == "array":
+        data_type = data_type.elementType
+    return data_type.typeName() in ("float", "double")
+
+
+def _non_finite(column: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    return F.isnan(column) | (F.abs(column) == float("inf"))
+
+
+def _aggregate(df: Any, kinds: dict[str, str], validation: float | str | None,
+               floating: set[str] = frozenset()) -> dict[str, int]:
     from pyspark.ml.functions import vector_to_array
     from pyspark.sql import functions as F
 
@@ -99,6 +120,10 @@ def _aggregate(df: Any, kinds: dict[str, str], validation: float | str | None) -
             length = F.size(vector_to_array(column) if kind == "vector" else column)
             valid_length = F.when(column.isNotNull(), length)
             expressions += [F.min(valid_length).alias(f"lo{i}"), F.max(valid_length).alias(f"hi{i}")]
+        if name in floating:
+            values = vector_to_array(column) if kind == "vector" else column
+            bad = _non_finite(values) if kind == "scalar" else F.exists(values, _non_finite)
+            expressions.append(F.sum(F.coalesce(bad, F.lit(False)).cast("long")).alias(f"f{i}"))
     if isinstance(validation, str):
         flag = validation_flag(df, validation, seed=0)
         expressions += [F.sum(flag.cast("long")).alias("val_rows"),
@@ -109,6 +134,8 @@ def _aggregate(df: Any, kinds: dict[str, str], validation: float | str | None) -
         stats[f"nulls:{name}"] = int(row[f"n{i}"] or 0)
         if f"lo{i}" in row:
             stats[f"lo:{name}"], stats[f"hi:{name}"] = row[f"lo{i}"], row[f"hi{i}"]
+        if f"f{i}" in row:
+            stats[f"nonfinite:{name}"] = int(row[f"f{i}"] or 0)
     if "val_rows" in row:
         stats["val_rows"], stats["val_nulls"] = int(row["val_rows"] or 0), int(row["val_nulls"] or 0)
     return stats

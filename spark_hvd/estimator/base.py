@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame
 
 from spark_hvd.data.validation_split import normalized_validation
 from spark_hvd.errors import InputError
-from spark_hvd.estimator.mlflow_logging import log_fit_to_mlflow
+from spark_hvd.estimator.mlflow_logging import start_mlflow_fit_log
 from spark_hvd.estimator.param_table import declare_params, set_defaults
 from spark_hvd.estimator.params import ESTIMATOR_PARAMS, LR_SCALING_POLICIES, READERS, default_output_cols
 from spark_hvd.estimator.progress import FitProgress
@@ -52,6 +52,7 @@ class FitPlan:
     label_shapes: list[tuple[int, ...]] | None = None
     transformation_edit_fields: list[Any] | None = None
     transformation_removed_fields: list[str] | None = None
+    stop_on_nonfinite_loss: bool = True
 
     def reader_for(self, split: str, rank: int, size: int) -> Any:
         """This rank's reader of ``split``, as the plan says (shuffling only the training split)."""
@@ -142,7 +143,8 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         backend = self._backend(spark)
         num_proc = backend.num_processes()
         validation = normalized_validation(self.getValidation())
-        columns = check_input(df, feature_cols, label_cols, self.getSampleWeightCol(), validation)
+        columns = check_input(df, feature_cols, label_cols, self.getSampleWeightCol(), validation,
+                              check_finite=self.getCheckFinite())
         store = self._store_for(spark)
         seed = self._seed(DEFAULT_SPLIT_SEED)
         data = materialize(df, store, columns, validation, seed, num_proc)
@@ -181,7 +183,9 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
                              f"(validation={self.getValidation()!r})")
         self._check_sample(read_sample(data, rows=2))
         plan = self._plan(data, backend.num_processes())
-        progress = FitProgress(plan.epochs, plan.train_steps, enabled=self.getVerbose() >= 1)
+        mlflow_log = start_mlflow_fit_log(self, plan.num_proc)   # None without an active MLflow run
+        progress = FitProgress(plan.epochs, plan.train_steps, enabled=self.getVerbose() >= 1,
+                               on_epoch=None if mlflow_log is None else mlflow_log.log_epoch)
         env = dict(self.getBackendEnv() or {})
         prepared = time.monotonic()
         try:
@@ -193,12 +197,17 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
                                       **{k: v for k, v in ours.items() if k not in given or k == "on_event"})
             else:
                 results = backend.run(self._rank_fn(plan), args=(), env=env)
+            output_cols = self.getOutputCols() or default_output_cols(plan.label_cols)
+            model = self._create_model(plan, results[0], output_cols)
+        except BaseException as error:
+            if mlflow_log is not None:
+                mlflow_log.fail(error)
+            raise
         finally:
             progress.close()
-        output_cols = self.getOutputCols() or default_output_cols(plan.label_cols)
-        model = self._create_model(plan, results[0], output_cols)
         model._fit_timings = _timings(began, prepared, progress, time.monotonic())
-        log_fit_to_mlflow(self, model)
+        if mlflow_log is not None:
+            mlflow_log.log_model(model)
         return model
 
     def _plan(self, data: Any, num_proc: int) -> FitPlan:
@@ -226,7 +235,8 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
             label_shapes=[tuple(-1 if d is None else int(d) for d in shape) for shape in label_shapes]
             if label_shapes else None,
             transformation_edit_fields=self.getTransformationEditFields(),
-            transformation_removed_fields=self.getTransformationRemovedFields())
+            transformation_removed_fields=self.getTransformationRemovedFields(),
+            stop_on_nonfinite_loss=self.getStopOnNonfiniteLoss())
 
     def _seed(self, default: int) -> int:
         seed = self.getRandomSeed()

@@ -84,6 +84,10 @@ ESTIMATOR_PARAMS: list[ParamSpec] = [
               "linear", TypeConverters.toString),
     ParamSpec("output_cols", "prediction column names of the model; default '<label>__output'", None,
               to_optional(to_str_list)),
+    ParamSpec("check_finite", "before launch, refuse NaN or infinite values in the feature, label and weight "
+              "columns (one pass with the null check)", True, TypeConverters.toBoolean),
+    ParamSpec("stop_on_nonfinite_loss", "a NaN or infinite training loss raises on the rank that saw it, naming the "
+              "epoch and step; False warns once and trains on", True, TypeConverters.toBoolean),
     ParamSpec("verbose", "0 quiet, 1 progress bar and rank output, 2 also launch details", 1,
               TypeConverters.toInt),
     ParamSpec("use_gpu", "train on the GPU of each task when Spark assigns one", True,

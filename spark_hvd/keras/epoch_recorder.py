@@ -8,6 +8,7 @@ from typing import Any
 
 import keras
 
+from spark_hvd.estimator.nonfinite import LossGuard
 from spark_hvd.keras.rank_callbacks import CheckpointFile
 
 
@@ -20,6 +21,7 @@ class EpochRecorder(keras.callbacks.Callback):
         self.plan, self.rank, self.lr_factor, self.checkpoint_file = plan, rank, lr_factor, checkpoint_file
         self.history = list(history)
         self.progress = RankProgress(rank)
+        self.loss_guard = LossGuard(rank, plan.stop_on_nonfinite_loss)
         self._epoch = 0
 
     def on_train_begin(self, logs: dict | None = None) -> None:
@@ -30,7 +32,9 @@ class EpochRecorder(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         loss = (logs or {}).get("loss")
-        self.progress.step(self._epoch, batch + 1, None if loss is None else float(loss))
+        loss = None if loss is None else float(loss)
+        self.loss_guard.check(loss, self._epoch, batch)
+        self.progress.step(self._epoch, batch + 1, loss)
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         from spark_hvd.keras.checkpoint import save_checkpoint

@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from spark_hvd.estimator.base import FitPlan
+from spark_hvd.estimator.nonfinite import LossGuard
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class EpochLoop:
         self.metrics = metrics
         self.objects, self.device, self.hvd = objects, device, hvd
         self.float_dtype = model_dtype(model)
+        self.loss_guard = LossGuard(hvd.rank(), plan.stop_on_nonfinite_loss)
         self.transformation = ((objects.transformation_fn, plan.transformation_edit_fields,
                                 plan.transformation_removed_fields) if objects.transformation_fn else None)
 
@@ -69,6 +71,7 @@ class EpochLoop:
             features, labels, weights = self._tensors(next(batches))
             outputs, labels, loss = self._step(step, features, labels, weights)
             loss_value = float(loss.detach())
+            self.loss_guard.check(loss_value, epoch, step)
             with torch.no_grad():
                 totals.add(loss_value, self._metric_values(outputs, labels), rows=len(labels[0]))
             progress.step(epoch, step + 1, loss_value)

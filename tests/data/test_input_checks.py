@@ -114,3 +114,21 @@ def test_bad_column_lists_and_weight(good_df):
         check_input(good_df, ["features"], ["label"], sample_weight_col="emb")
     with pytest.raises(InputError, match="validation column 'is_val' is also a feature"):
         check_input(good_df, ["features", "is_val"], ["label"], validation="is_val")
+
+
+def test_nan_and_infinite_values_are_counted_and_named(local_spark):
+    from pyspark.ml.linalg import VectorUDT
+
+    schema = T.StructType([T.StructField("x", T.DoubleType()), T.StructField("arr", T.ArrayType(T.FloatType())),
+                           T.StructField("v", VectorUDT()), T.StructField("y", T.LongType())])
+    nan, inf = float("nan"), float("inf")
+    df = local_spark.createDataFrame([(1.0, [1.0, 2.0], Vectors.dense([1.0]), 0),
+                                      (nan, [inf, 2.0], Vectors.dense([nan]), 1),
+                                      (-inf, [1.0, 2.0], Vectors.dense([2.0]), 1)], schema)
+    with pytest.raises(InputError, match=r"column 'x' has 2 row\(s\) with NaN or infinite values in 3 rows"):
+        check_input(df, ["x"], ["y"])
+    with pytest.raises(InputError, match=r"column 'arr' has 1 row\(s\) with NaN or infinite"):
+        check_input(df, ["arr"], ["y"])
+    with pytest.raises(InputError, match=r"column 'v' has 1 row\(s\) with NaN or infinite.*check_finite=False"):
+        check_input(df, ["v"], ["y"])
+    assert set(check_input(df, ["x", "arr", "v"], ["y"], check_finite=False)) == {"x", "arr", "v", "y"}

@@ -329,3 +329,16 @@ def test_best_model_checkpoint_is_horovods_save_best_only_model_checkpoint(tmp_p
     fitted = net.fit(x, 2 * x, epochs=3, batch_size=8, verbose=0, callbacks=[best])
     assert best.best == pytest.approx(fitted.history["loss"][0])     # max mode keeps the first epoch's
     assert keras.saving.load_model(str(tmp_path / "best.keras")) is not None
+
+
+def test_a_nan_loss_stops_the_fit_on_the_rank_that_saw_it(local_spark, store) -> None:
+    from pyspark.ml.functions import array_to_vector, vector_to_array
+    from pyspark.sql import functions as F
+
+    from spark_hvd import RunError
+
+    df = blobs(local_spark, 128)
+    arrays = vector_to_array("features")
+    poisoned = df.withColumn("features", array_to_vector(F.transform(arrays, lambda x: x * F.lit(float("nan")))))
+    with pytest.raises(RunError, match=r"NonFiniteLossError: rank \d: the training loss is nan at epoch 0, step 0"):
+        make_estimator(store, epochs=1, check_finite=False).fit(poisoned)

@@ -212,3 +212,21 @@ def test_horovod_params_without_effect_warn_once_each(local_spark, store) -> Non
     messages = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
     assert sum("partitions_per_process has no effect" in m for m in messages) == 1
     assert sum("reader_pool_type has no effect" in m for m in messages) == 1
+
+
+def test_non_finite_values_stop_the_fit_before_launch_or_on_the_rank(local_spark, store) -> None:
+    from spark_hvd import RunError
+    from spark_hvd.errors import InputError
+
+    poisoned = local_spark.createDataFrame([(1.0, 2.0)] * 15 + [(float("nan"), 2.0)], "x double, y double")
+    with pytest.raises(InputError, match=r"column 'x' has 1 row\(s\) with NaN or infinite values"):
+        slope_estimator(store, num_proc=2).fit(poisoned)
+    # Past the check, the first NaN loss raises on the rank that computed it, naming epoch and step.
+    with pytest.raises(RunError, match=r"NonFiniteLossError: rank \d: the training loss is nan at epoch 0, step \d"):
+        slope_estimator(store, num_proc=2, check_finite=False, batch_size=8, train_steps_per_epoch=None,
+                        shuffle=False).fit(poisoned.repartition(1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # the ranks' warning is theirs; the fit must finish
+        fitted = slope_estimator(store, num_proc=2, check_finite=False, stop_on_nonfinite_loss=False,
+                                 batch_size=8, train_steps_per_epoch=None).fit(poisoned.repartition(1))
+    assert np.isnan(fitted.getHistory()[0]["train"]["loss"])
