@@ -17,6 +17,9 @@ from spark_hvd.output_channel import OutputSender
 from spark_hvd.rank_child import ChildOutcome, RankChild
 from spark_hvd.task_spec import TaskSpec
 
+# A task whose rank failed only in reaction to another's waits this long for the driver to end the job.
+_PEER_FAILURE_WAIT_S = 30.0
+
 # prepare() checks the task and returns the GPU addresses Spark gave it; meet(child, gpus, sender)
 # sends the child its job once the ranks have met, and returns how the child ended.
 Prepare = Callable[[], tuple[str, ...]]
@@ -57,26 +60,31 @@ def run_task(spec: TaskSpec, rank: int, prepare: Prepare, meet: Meet, task_kind:
         finally:
             if child is not None:
                 child.close()
-        return _result_or_raise(outcome, sender, driver_gone.is_set())
+        return _result_or_raise(outcome, sender, driver_gone)
     finally:
         sender.close()
 
 
-def _result_or_raise(outcome: ChildOutcome, sender: OutputSender, driver_gone: bool) -> bytes:
-    if outcome.failure is None and outcome.result is not None and not driver_gone:
+def _result_or_raise(outcome: ChildOutcome, sender: OutputSender, driver_gone: threading.Event) -> bytes:
+    if outcome.failure is None and outcome.result is not None and not driver_gone.is_set():
         if outcome.returncode != 0:
             # fn's result arrived, so fn succeeded: a process that then dies in interpreter
             # teardown (torch 2.13 after DDP over gloo sometimes aborts there) is not fn failing.
             sender.send_notice(f"fn returned its result; then its process ended while exiting "
                                f"({describe_exit(outcome.returncode)}); the result stands")
         return outcome.result
-    if driver_gone:
+    if driver_gone.is_set():
         raise RuntimeError(f"spark_hvd rank {outcome.rank} stopped: the driver ended the job")
     failure = outcome.failure
     assert failure is not None
     if not outcome.reported:
         # It died without a report; reports were sent as soon as they were read (wait_outcome).
         sender.send_failure(failure)
+    if failure.peer_failure:
+        # Only a reaction to another rank's failure. Ending this task now would have Spark (or
+        # collective.run) stop the others, maybe before that rank's own report is out; the driver
+        # ends the job once it has heard the root cause.
+        driver_gone.wait(_PEER_FAILURE_WAIT_S)
     raise RuntimeError(f"spark_hvd rank {failure.rank} failed: {failure.summary}")
 
 

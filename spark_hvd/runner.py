@@ -34,7 +34,8 @@ from spark_hvd.torch_distributed_call import TorchDistributedCall
 
 # Once a rank has failed and the job is cancelled, how long to wait for Spark to wind it down.
 _CANCEL_DEADLINE_S = 60.0
-# When Spark reports the failure first, how long the failing rank's own report may lag behind.
+# When Spark reports the failure first, or a rank reports only its reaction to another rank's
+# failure, how long the failing rank's own report may lag behind.
 _REPORT_LAG_S = 3.0
 # After success, how long the ranks' last output lines may take to arrive.
 _OUTPUT_DRAIN_S = 10.0
@@ -243,7 +244,8 @@ class _Supervisor:
                         self._deliver(event)
                 elif isinstance(event, RankFailed):
                     self._failures.append(event.failure)
-                    self._cancel_and_wait()
+                    if not (event.failure.peer_failure and self._await_root_cause()):
+                        self._cancel_and_wait()
                     raise self._run_error()
                 elif isinstance(event, JobFailed):
                     raise self._error_after_job_failed(event.error)
@@ -269,6 +271,22 @@ class _Supervisor:
             raise SparkJobError(f"{self._job_label} returned no result for rank(s) {missing}")
         self.progress(f"{self._num_proc} rank(s) done after {time.monotonic() - self._t0:.1f}s")
         return results
+
+    def _await_root_cause(self) -> bool:
+        """The first report is a rank's reaction to another's failure (its peer vanished): cancelling
+        now could stop that other rank before its own report is out, so wait a moment for it.
+        Returns whether the job ended meanwhile."""
+        deadline = time.monotonic() + _REPORT_LAG_S
+        while all(f.peer_failure for f in self._failures):
+            try:
+                event = self._events.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                return False
+            if isinstance(event, RankFailed):
+                self._failures.append(event.failure)
+            elif isinstance(event, (JobFailed, JobFinished)):
+                return True
+        return False
 
     def _cancel_and_wait(self) -> None:
         """Cancels the stage and waits for Spark to end it, collecting later failure reports."""

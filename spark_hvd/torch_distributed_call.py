@@ -62,7 +62,7 @@ class TorchDistributedCall:
         with _rendezvous_client(host, port) as client:
             if context.rank == 0:
                 store = TCPStore(master_addr, 0, is_master=True, wait_for_workers=False,
-                                 timeout=_STORE_TIMEOUT, use_libuv=True)
+                                 timeout=_STORE_TIMEOUT)
                 master_port = store.port
                 client.set(f"{_KEY_PREFIX}/master_port", str(master_port).encode())
             else:
