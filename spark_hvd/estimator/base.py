@@ -24,7 +24,7 @@ from spark_hvd.errors import InputError
 from spark_hvd.estimator.mlflow_logging import start_mlflow_fit_log
 from spark_hvd.estimator.param_table import declare_params, set_defaults
 from spark_hvd.estimator.params import ESTIMATOR_PARAMS, LR_SCALING_POLICIES, READERS, default_output_cols
-from spark_hvd.estimator.progress import FitProgress
+from spark_hvd.estimator.progress import FitProgress, FitStatus
 from spark_hvd.estimator.unused_params import warn_unused_params
 
 
@@ -143,12 +143,18 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         backend = self._backend(spark)
         num_proc = backend.num_processes()
         validation = normalized_validation(self.getValidation())
+        status = FitStatus(enabled=self.getVerbose() >= 1)
+        status.phase("checking the input columns")
         columns = check_input(df, feature_cols, label_cols, self.getSampleWeightCol(), validation,
                               check_finite=self.getCheckFinite())
+        status.done(f"input checked: {', '.join(columns)}")
         store = self._store_for(spark)
         seed = self._seed(DEFAULT_SPLIT_SEED)
+        status.phase("materialising the columns as Parquet under the Store")
         data = materialize(df, store, columns, validation, seed, num_proc)
-        return self._fit_on_materialized(data, spark, backend, began)
+        status.done(f"{'reusing' if data.reused else 'materialised'} {data.train_rows} training and "
+                    f"{data.val_rows} validation rows")
+        return self._fit_on_materialized(data, spark, backend, began, status)
 
     def fit_on_parquet(self, params: dict | None = None, dataset_idx: str | None = None) -> Any:
         """Trains on data materialised before by ``spark_hvd.common.util.prepare_data`` (Horovod's API):
@@ -174,18 +180,23 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         spark = SparkSession.active()
         return self._fit_on_materialized(data, spark, self._backend(spark), began)
 
-    def _fit_on_materialized(self, data: Any, spark: Any, backend: Any, began: float) -> Any:
+    def _fit_on_materialized(self, data: Any, spark: Any, backend: Any, began: float,
+                             status: FitStatus | None = None) -> Any:
         from spark_hvd.common.backend import SparkBackend
         from spark_hvd.estimator.sample import read_sample
 
         if data.train_rows == 0:
             raise InputError("the training split is empty: every row went to validation "
                              f"(validation={self.getValidation()!r})")
+        status = status if status is not None else FitStatus(enabled=self.getVerbose() >= 1)
+        # Ends when rank 0 starts training (FitProgress says so).
+        status.phase(f"checking a sample against the model, launching {backend.num_processes()} ranks")
         self._check_sample(read_sample(data, rows=2))
         plan = self._plan(data, backend.num_processes())
         mlflow_log = start_mlflow_fit_log(self, plan.num_proc)   # None without an active MLflow run
         progress = FitProgress(plan.epochs, plan.train_steps, enabled=self.getVerbose() >= 1,
-                               on_epoch=None if mlflow_log is None else mlflow_log.log_epoch)
+                               on_epoch=None if mlflow_log is None else mlflow_log.log_epoch,
+                               status=status, num_proc=plan.num_proc)
         env = dict(self.getBackendEnv() or {})
         prepared = time.monotonic()
         try:

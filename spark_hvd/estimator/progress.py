@@ -1,29 +1,124 @@
-"""The driver's view of a fit: a tqdm bar over epochs and steps with the live metrics rank 0
-streams (``spark_hvd.emit_event``), and the per-epoch history.
+"""What the driver shows during a fit: a status line per phase before training (with its time), then a
+progress bar over epochs and steps with the loss rank 0 streams (``spark_hvd.emit_event``), a line per
+epoch with its metrics, and a closing line whose rate counts training only (not the ranks winding down).
 
-Rank 0 sends ``{"type": "start", "first_epoch"}``, ``{"type": "step", "epoch", "step", "loss"}`` now
-and then, and ``{"type": "epoch", "epoch", "metrics"}`` after each epoch's validation.
+Rank 0 sends ``{"type": "start", "first_epoch"}``, ``{"type": "step", "epoch", "step", "loss"}`` now and
+then, and ``{"type": "epoch", "epoch", "metrics"}`` after each epoch's validation.
+
+Where it draws: in a terminal, a text bar sized to the terminal (readable at 80 columns); in Jupyter, a
+widget bar when ipywidgets is installed, else no bar at all (the epoch lines only), so a notebook never shows
+tqdm's ``IProgress not found`` warning or a stream of carriage returns. Lines start by clearing the
+terminal's current line, so a Spark console progress bar (``[Stage N:>...]``) left on it does not garble them.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Callable, Mapping
+from typing import IO, Any, Callable, Mapping
 
 EVENT_START, EVENT_STEP, EVENT_EPOCH = "start", "step", "epoch"
+_PREFIX = "spark-hvd: "
+# Erase the terminal line the cursor is on (whatever Spark's console bar left there) before writing.
+_CLEAR_LINE = "\r\x1b[K"
+# desc, percentage, bar, steps, times and rate, then the loss: the bar takes what is left of the width.
+_BAR_FORMAT = "{desc} {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
+
+
+def _in_notebook() -> bool:
+    shell = sys.modules.get("IPython")
+    if shell is None:
+        return False
+    ip = shell.get_ipython() if hasattr(shell, "get_ipython") else None
+    return ip is not None and type(ip).__name__ == "ZMQInteractiveShell"
+
+
+def _has_widgets() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("ipywidgets") is not None
+
+
+class _Display:
+    """Where the lines and the bar go: ``stream`` (stderr by default), as a terminal or as plain text."""
+
+    def __init__(self, stream: IO[str] | None = None, notebook: bool | None = None) -> None:
+        self.notebook = _in_notebook() if notebook is None else notebook
+        # A notebook shows stderr as an error-coloured block: progress is not an error there.
+        self.stream = stream if stream is not None else (sys.stdout if self.notebook else sys.stderr)
+        isatty = getattr(self.stream, "isatty", None)
+        self.terminal = not self.notebook and bool(isatty and isatty())
+        self.bar: Any = None
+
+    def line(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.write(text, file=self.stream)   # tqdm clears its bar, writes, redraws
+            return
+        self.stream.write(f"{_CLEAR_LINE if self.terminal else ''}{text}\n")
+        self.stream.flush()
+
+    def open_bar(self, total: int, initial: int, desc: str) -> None:
+        if self.notebook:
+            if not _has_widgets():
+                return
+            from tqdm.notebook import tqdm as widget_tqdm
+
+            self.bar = widget_tqdm(total=total, initial=initial, unit="step", desc=desc)
+            return
+        from tqdm.std import tqdm as text_tqdm
+
+        if self.terminal:
+            self.stream.write(_CLEAR_LINE)
+        self.bar = text_tqdm(total=total, initial=initial, unit="step", file=self.stream, dynamic_ncols=True,
+                             mininterval=0.5, desc=desc, bar_format=_BAR_FORMAT,
+                             # Not a terminal (a log file, a pipe): one bar line now and then, not hundreds.
+                             miniters=None if self.terminal else max(1, total // 10))
+
+    def close_bar(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+class FitStatus:
+    """The status lines before training: ``phase("materialising ...")`` starts one, ``done("...")`` ends it
+    with its time."""
+
+    def __init__(self, enabled: bool = True, display: _Display | None = None) -> None:
+        self.enabled = enabled
+        self.display = display if display is not None else (_Display() if enabled else None)
+        self._phase_started: float | None = None
+
+    def phase(self, doing: str) -> None:
+        self._phase_started = time.monotonic()
+        if self.enabled:
+            self.display.line(f"{_PREFIX}{doing} ...")
+
+    def done(self, what: str) -> None:
+        elapsed = 0.0 if self._phase_started is None else time.monotonic() - self._phase_started
+        self._phase_started = None
+        if self.enabled:
+            self.display.line(f"{_PREFIX}{what} ({_seconds(elapsed)})")
 
 
 class FitProgress:
     def __init__(self, epochs: int, steps_per_epoch: int, enabled: bool = True,
-                 on_epoch: Callable[[int, dict[str, float]], None] | None = None) -> None:
+                 on_epoch: Callable[[int, dict[str, float]], None] | None = None,
+                 status: FitStatus | None = None, num_proc: int | None = None,
+                 display: _Display | None = None) -> None:
         self.epochs = epochs
         self.steps_per_epoch = steps_per_epoch
         self.history: list[dict[str, float]] = []
         self._on_epoch = on_epoch
-        self._bar: Any = None
         self._enabled = enabled
+        self._display = display if display is not None else (
+            status.display if status is not None and status.display is not None else
+            (_Display() if enabled else None))
+        self._status = status
+        self._num_proc = num_proc
         self._done_steps = 0
+        self._first_epoch = 0
+        self._epoch_started: float | None = None
         # time.monotonic() when rank 0 started training and when it finished its last epoch.
         self.started_at: float | None = None
         self.finished_at: float | None = None
@@ -33,7 +128,7 @@ class FitProgress:
             return
         kind = data.get("type")
         if kind == EVENT_START:
-            self.started_at = time.monotonic()
+            self.started_at = self._epoch_started = time.monotonic()
             self._start(int(data.get("first_epoch", 0)))
         elif kind == EVENT_STEP:
             self._step(int(data["epoch"]), int(data["step"]), data.get("loss"))
@@ -44,36 +139,57 @@ class FitProgress:
             self._epoch_done(int(data["epoch"]), metrics)
 
     def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
-            self._bar = None
+        if self._display is not None:
+            self._display.close_bar()
 
     def _start(self, first_epoch: int) -> None:
+        self._first_epoch = first_epoch
         self._done_steps = first_epoch * self.steps_per_epoch
-        if not self._enabled:
-            return
-        from tqdm.auto import tqdm
-
-        self._bar = tqdm(total=self.epochs * self.steps_per_epoch, initial=self._done_steps, unit="step",
-                         file=sys.stderr, dynamic_ncols=True, mininterval=0.5, desc=self._description(first_epoch))
+        if self._status is not None:
+            ranks = f"{self._num_proc} ranks" if self._num_proc is not None else "the ranks"
+            resumed = f", resuming after epoch {first_epoch}" if first_epoch else ""
+            self._status.done(f"{ranks} launched{resumed}")
+        if self._enabled and first_epoch < self.epochs:
+            self._display.open_bar(self.epochs * self.steps_per_epoch, self._done_steps,
+                                   self._description(first_epoch))
 
     def _step(self, epoch: int, step: int, loss: Any) -> None:
         target = epoch * self.steps_per_epoch + step
-        if self._bar is not None and target > self._done_steps:
-            self._bar.update(target - self._done_steps)
-            self._bar.set_description(self._description(epoch), refresh=False)
+        bar = self._display.bar if self._display is not None else None
+        if bar is not None and target > self._done_steps:
+            bar.update(target - self._done_steps)
+            bar.set_description_str(self._description(epoch), refresh=False)
             if loss is not None:
-                self._bar.set_postfix(loss=f"{float(loss):.4g}", refresh=False)
+                bar.set_postfix_str(f"loss={float(loss):.4g}", refresh=False)
         self._done_steps = max(self._done_steps, target)
 
     def _epoch_done(self, epoch: int, metrics: dict[str, float]) -> None:
         self._step(epoch, self.steps_per_epoch, None)
-        if self._bar is not None:
-            self._bar.set_postfix({k: f"{v:.4g}" for k, v in metrics.items()})
-            self._bar.write(f"epoch {epoch + 1}/{self.epochs}: " +
-                            ", ".join(f"{k}={v:.4f}" for k, v in metrics.items()))
+        now = time.monotonic()
+        took = now - (self._epoch_started if self._epoch_started is not None else now)
+        self._epoch_started = now
+        if self._enabled:
+            values = ", ".join(f"{k}={v:.4g}" for k, v in metrics.items())
+            self._display.line(f"epoch {epoch + 1}/{self.epochs}: {values} ({_seconds(took)})")
+            if epoch + 1 >= self.epochs:
+                self._finish()
         if self._on_epoch is not None:
             self._on_epoch(epoch, metrics)
 
+    def _finish(self) -> None:
+        # The bar closes at the last epoch, so its rate (and ours) leaves out the ranks winding down.
+        self._display.close_bar()
+        if self.started_at is None or self.finished_at is None:
+            return
+        trained = self.finished_at - self.started_at
+        steps = (self.epochs - self._first_epoch) * self.steps_per_epoch
+        rate = f"{steps / trained:.3g} steps/s" if trained > 0 else "-"
+        self._display.line(f"{_PREFIX}trained {self.epochs - self._first_epoch} epoch(s), {steps} steps in "
+                           f"{_seconds(trained)} ({rate})")
+
     def _description(self, epoch: int) -> str:
         return f"epoch {min(epoch + 1, self.epochs)}/{self.epochs}"
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f} s" if value < 120 else f"{int(value // 60)} min {value % 60:.0f} s"
