@@ -7,8 +7,9 @@ partition on the executor, that returns ``predict(features: list[np.ndarray]) ->
 A prediction column is typed after its label column, as in Horovod: a vector label gives a
 DenseVector, an array label an array of doubles, and a scalar label with one output value per row
 a scalar of the label's own type (integer and boolean labels get the rounded output). A scalar
-label whose output has several values per row (class scores) gets an array of doubles: Horovod
-would keep only the first value.
+label whose output has several values per row (class scores) gets a DenseVector where the model
+says ``scores_as_vectors`` (Horovod's torch and Lightning models), else an array of doubles
+(Horovod's Keras model would keep only the first value).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ class OutputSpec:
     shape: tuple[int, ...]      # per row; () is a scalar
     label_kind: str = ""        # the label column's kind: "scalar", "array", "vector" ("" unknown: a double)
     label_dtype: str = "float64"
+    scores_as_vectors: bool = False   # several values per row for a scalar label: a DenseVector
+
 
     @property
     def scalar(self) -> bool:
@@ -46,7 +49,8 @@ class OutputSpec:
 
     @property
     def vector(self) -> bool:
-        return self.label_kind == "vector"
+        return self.label_kind == "vector" or (self.scores_as_vectors and self.label_kind == "scalar"
+                                                and not self.scalar)
 
     def spark_type(self) -> Any:
         from pyspark.sql import types as T

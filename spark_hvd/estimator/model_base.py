@@ -27,6 +27,10 @@ _DATA_DIR = "data"
 class HorovodModel(Model, MLWritable, MLReadable):
     """Subclasses provide ``_predict_factory()``, ``_save_data(fs, dir)`` and ``_load_data(fs, dir)``."""
 
+    # A scalar label's prediction with several values per row (class scores) is a DenseVector column
+    # (Horovod's torch models), or an array of doubles.
+    scores_as_vectors = False
+
     def __init__(self) -> None:
         super().__init__()
         set_defaults(self, MODEL_PARAMS)
@@ -69,7 +73,7 @@ class HorovodModel(Model, MLWritable, MLReadable):
                 dataset, self.getFeatureColumns(), self.getLabelColumns(), self.getOutputCols(),
                 self._predict_factory())
         # The names may have been changed with setOutputCols since the fit.
-        outputs = [OutputSpec(column, spec.shape, spec.label_kind, spec.label_dtype)
+        outputs = [OutputSpec(column, spec.shape, spec.label_kind, spec.label_dtype, self.scores_as_vectors)
                    for column, spec in zip(self.getOutputCols(), self._output_specs)]
         return batched_transform(dataset, self._input_specs, outputs, self._predict_factory(),
                                  self.getTransformBatchSize())

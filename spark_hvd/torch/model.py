@@ -29,6 +29,9 @@ class TorchModel(HorovodModel):
     input and output shapes are then read off the DataFrame and the model at the first transform.
     """
 
+    # Horovod's TorchModel gives class scores of a scalar label as a DenseVector column.
+    scores_as_vectors = True
+
     @keyword_only
     def __init__(self, *, history: Any = None, model: Any = None, feature_columns: Any = None,
                  input_shapes: Any = None, label_columns: Any = None, optimizer: Any = None,
