@@ -36,12 +36,23 @@ _LAZY = {
 }
 
 
+# Horovod's subpackages under their own names, so `import horovod.spark` followed by `horovod.spark.run(...)`
+# or `horovod.spark.common.store.Store(...)` ports as `import spark_hvd as horovod`: spark_hvd is its own
+# `spark`.
+_SUBPACKAGES = ("common", "torch", "keras", "lightning")
+
+
 def __getattr__(name: str):  # noqa: ANN202 - module-level lazy attribute (PEP 562)
+    import importlib
+    import sys
+
+    if name == "spark":
+        return sys.modules[__name__]
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"{__name__}.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'spark_hvd' has no attribute {name!r}")
-    import importlib
-
     return getattr(importlib.import_module(module), name)
 
 
