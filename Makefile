@@ -30,6 +30,8 @@ build: $(VENV)/.built
 test: build
 	$(PY) -m pytest -q tests
 	$(MAKE) petastorm-test
+	$(MAKE) wheel-test
+	$(MAKE) docs
 
 # Petastorm needs an old stack (pyarrow 14, pyspark 4.0, numpy 1): its reader is tested in a venv of its own,
 # with its own build of the extension. The main venv skips those tests (petastorm does not import there).
@@ -63,6 +65,17 @@ wheel-test: build
 	$(MAKE) wheel WHEEL_PYTHONS=$(PY_VERSION)
 	$(PY) -m pytest -q tests/install tests/spark/test_packed_env_standalone.py \
 		--wheel=$$(ls dist/spark_hvd-*-cp$(subst .,,$(PY_VERSION))-*manylinux*.whl)
+
+# The documentation site (mkdocs Material + mkdocstrings) into site/; --strict: a broken link or API
+# reference fails the build.
+DOCS_VENV := .venv-docs
+$(DOCS_VENV)/.deps: requirements-docs.txt
+	test -x $(DOCS_VENV)/bin/python || $(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/pip install --disable-pip-version-check -q -r requirements-docs.txt
+	touch $@
+
+docs: $(DOCS_VENV)/.deps
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict -q
 
 test-mpi: build
 	$(PY) -m pytest -q tests/mpi
