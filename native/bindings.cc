@@ -81,6 +81,12 @@ DType dtype_from_format(const char* format, Py_ssize_t itemsize) {
 
 // A tensor handed over either as an object with the buffer protocol (numpy: one call, no copy) or as a
 // raw address with an explicit dtype code and shape (torch and TensorFlow adapters).
+struct TensorRef {
+  void* data = nullptr;
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+};
+
 class TensorArg {
  public:
   TensorArg(nb::handle source, int dtype, nb::handle shape, bool writable, const std::string& name) {
@@ -127,6 +133,16 @@ nb::ndarray<nb::numpy, uint8_t> to_numpy(OwnedResult& result, size_t bytes) {
 }
 
 size_t result_bytes(const OwnedResult& r, int dtype) { return element_count(r.shape) * dtype_size(DType(dtype)); }
+
+// The call a direct method describes, for this rank's tensor.
+CallInfo direct_call(CollectiveKind kind, const std::string& name, const TensorRef& t) {
+  CallInfo call;
+  call.kind = kind;
+  call.name = name;
+  call.dtype = t.dtype;
+  call.shape = t.shape;
+  return call;
+}
 
 // Serialises callers from several Python threads; the mesh itself is single-threaded.
 struct PyCommunicator {
@@ -226,8 +242,7 @@ NB_MODULE(_native, m) {
             mo.tcp_chunk_bytes = tcp_chunk_bytes;
             mo.connect_timeout_s = connect_timeout_s;
             mo.spin_us = spin_us;
-            CommOptions co;
-            co.timeout_s = timeout_s;
+            mo.timeout_s = timeout_s;
             if (rank < 0 || rank >= size) {
               fail(ErrorKind::kInvalidArgument,
                    "rank " + std::to_string(rank) + " is outside [0, " + std::to_string(size) + ")");
@@ -236,7 +251,7 @@ NB_MODULE(_native, m) {
             new (self) PyCommunicator();
             Fd fd = std::move(listener.fd);
             nb::gil_scoped_release release;
-            self->comm = std::make_unique<Communicator>(std::move(mo), std::move(fd), co);
+            self->comm = std::make_unique<Communicator>(std::move(mo), std::move(fd));
           },
           nb::arg("listener"), nb::arg("rank"), nb::arg("size"), nb::arg("secret"), nb::arg("hosts"),
           nb::arg("ports"), nb::arg("host_keys"), nb::arg("enable_shm"), nb::arg("shm_buffer_bytes"),
@@ -249,10 +264,13 @@ NB_MODULE(_native, m) {
           [](PyCommunicator& c, nb::handle tensor, int op, double prescale, double postscale,
              const std::string& name, int dtype, nb::handle shape) {
             TensorArg t(tensor, dtype, shape, true, name);
-            ReduceOp rop = to_op(op);
+            CallInfo call = direct_call(CollectiveKind::kAllreduce, name, t.ref());
+            call.op = to_op(op);
+            call.prescale = prescale;
+            call.postscale = postscale;
             nb::gil_scoped_release release;
             DirectCall lock(c);
-            c.comm->allreduce(t.ref(), rop, prescale, postscale, name);
+            c.comm->run(std::move(call), t.ref().data);
           },
           nb::arg("tensor"), nb::arg("op"), nb::arg("prescale"), nb::arg("postscale"), nb::arg("name"),
           nb::arg("dtype") = -1, nb::arg("shape") = nb::none(),
@@ -265,7 +283,7 @@ NB_MODULE(_native, m) {
             {
               nb::gil_scoped_release release;
               DirectCall lock(c);
-              r = c.comm->allgather(t.ref(), name);
+              r = c.comm->run(direct_call(CollectiveKind::kAllgather, name, t.ref()), t.ref().data);
             }
             size_t bytes = result_bytes(r, int(t.ref().dtype));
             return nb::make_tuple(to_numpy(r, bytes), r.shape);
@@ -275,9 +293,11 @@ NB_MODULE(_native, m) {
           "broadcast",
           [](PyCommunicator& c, nb::handle tensor, int root, const std::string& name, int dtype, nb::handle shape) {
             TensorArg t(tensor, dtype, shape, true, name);
+            CallInfo call = direct_call(CollectiveKind::kBroadcast, name, t.ref());
+            call.root = root;
             nb::gil_scoped_release release;
             DirectCall lock(c);
-            c.comm->broadcast(t.ref(), root, name);
+            c.comm->run(std::move(call), t.ref().data);
           },
           nb::arg("tensor"), nb::arg("root"), nb::arg("name"), nb::arg("dtype") = -1, nb::arg("shape") = nb::none())
       .def(
@@ -285,11 +305,13 @@ NB_MODULE(_native, m) {
           [](PyCommunicator& c, nb::handle tensor, std::vector<int64_t> splits, const std::string& name, int dtype,
              nb::handle shape) {
             TensorArg t(tensor, dtype, shape, false, name);
+            CallInfo call = direct_call(CollectiveKind::kAlltoall, name, t.ref());
+            call.splits = std::move(splits);
             OwnedResult r;
             {
               nb::gil_scoped_release release;
               DirectCall lock(c);
-              r = c.comm->alltoall(t.ref(), splits, name);
+              r = c.comm->run(std::move(call), t.ref().data);
             }
             size_t bytes = result_bytes(r, int(t.ref().dtype));
             return nb::make_tuple(to_numpy(r, bytes), r.shape, r.received_splits);
@@ -301,12 +323,15 @@ NB_MODULE(_native, m) {
           [](PyCommunicator& c, nb::handle tensor, int op, double prescale, double postscale,
              const std::string& name, int dtype, nb::handle shape) {
             TensorArg t(tensor, dtype, shape, false, name);
-            ReduceOp rop = to_op(op);
+            CallInfo call = direct_call(CollectiveKind::kReducescatter, name, t.ref());
+            call.op = to_op(op);
+            call.prescale = prescale;
+            call.postscale = postscale;
             OwnedResult r;
             {
               nb::gil_scoped_release release;
               DirectCall lock(c);
-              r = c.comm->reducescatter(t.ref(), rop, prescale, postscale, name);
+              r = c.comm->run(std::move(call), t.ref().data);
             }
             size_t bytes = result_bytes(r, int(t.ref().dtype));
             return nb::make_tuple(to_numpy(r, bytes), r.shape);
@@ -317,7 +342,9 @@ NB_MODULE(_native, m) {
            [](PyCommunicator& c) {
              nb::gil_scoped_release release;
              DirectCall lock(c);
-             c.comm->barrier();
+             CallInfo call;
+             call.kind = CollectiveKind::kBarrier;
+             c.comm->run(std::move(call), nullptr);
            })
       .def("shutdown", [](PyCommunicator& c) {
         nb::gil_scoped_release release;
@@ -335,10 +362,10 @@ NB_MODULE(_native, m) {
             o.fusion_threshold_bytes = fusion_threshold_bytes;
             o.cycle_time_ms = cycle_time_ms;
             o.cache_capacity = cache_capacity;
-            o.timeline_path = timeline_path;
-            o.stall_warning_s = stall_warning_s;
+            o.timeline = timeline_path;
+            o.stall_check_s = stall_warning_s;
             o.stall_shutdown_s = stall_shutdown_s;
-            o.timeout_s = timeout_s;
+            (void)timeout_s;  // the mesh's
             new (self) PyEngine();
             std::lock_guard<std::mutex> lock(comm.mutex);
             if (comm.engine_running) fail(ErrorKind::kInvalidArgument, "an engine already runs on this communicator");
@@ -371,29 +398,6 @@ NB_MODULE(_native, m) {
               data = t.ref().data;
               spec.dtype = t.ref().dtype;
               spec.shape = t.ref().shape;
-            }
-            if (spec.kind == CollectiveKind::kBroadcast && (root < 0 || root >= e.comm->comm->size())) {
-              fail(ErrorKind::kInvalidArgument, "broadcast '" + name + "': root_rank " + std::to_string(root) +
-                                                    " is outside [0, " + std::to_string(e.comm->comm->size()) + ")");
-            }
-            if ((spec.kind == CollectiveKind::kAllgather || spec.kind == CollectiveKind::kAlltoall ||
-                 spec.kind == CollectiveKind::kReducescatter) && spec.shape.empty()) {
-              fail(ErrorKind::kInvalidArgument, std::string(collective_name(spec.kind)) + " '" + name +
-                                                    "' needs a tensor with at least one dimension");
-            }
-            if (spec.kind == CollectiveKind::kAlltoall) {
-              const int size = e.comm->comm->size();
-              int64_t sum = 0;
-              bool negative = false;
-              for (int64_t s : spec.splits) {
-                sum += s;
-                negative |= s < 0;
-              }
-              if (int(spec.splits.size()) != size || negative || sum != spec.shape[0]) {
-                fail(ErrorKind::kInvalidArgument,
-                     "alltoall '" + name + "': splits must be " + std::to_string(size) +
-                         " non-negative row counts summing to the first dimension " + std::to_string(spec.shape[0]));
-              }
             }
             return e.engine->enqueue(std::move(spec), data);
           },

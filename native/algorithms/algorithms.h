@@ -1,5 +1,6 @@
-// Data-movement algorithms. They assume every rank already agreed on the call (the communicator's
-// descriptor round, or the engine's negotiation), so sizes here are trusted to match across ranks.
+// Data-movement algorithms, each defined in its collective's file. They assume every rank already
+// agreed on the call (the communicator's descriptor round, or the engine's negotiation), so sizes here
+// are trusted to match across ranks.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -18,9 +19,9 @@ void ring_allreduce(Mesh& mesh, void* data, size_t count, DType dtype, ReduceOp 
 
 // In place, for small tensors: every rank sends its whole tensor to every peer and reduces all of them
 // locally in rank order, so all ranks get identical bits after one round instead of 2(p-1) steps.
-// `scratch[0]` holds every rank's copy side by side (reused across calls).
+// `slots` holds every rank's copy side by side (reused across calls).
 void direct_allreduce(Mesh& mesh, void* data, size_t count, DType dtype, ReduceOp op, const CollectiveOptions& opts,
-                      std::vector<ByteBuffer>& scratch);
+                      ByteBuffer& slots);
 
 // `out` holds every rank's block at byte_offset[r] (byte_len[r] long); this rank's block is already in
 // place. Ring allgather of variable-size blocks.

@@ -1,6 +1,13 @@
+// Allreduce: every rank ends with the reduction of all ranks' tensors, in place.
+//
+// Small tensors go to every peer at once and each rank reduces all of them locally in rank order, so
+// all ranks get identical bits after one round (for direct calls the tensors travel inside the
+// descriptor round itself); larger ones take the pipelined ring. Prescaling happens before anything
+// is sent, Average's division and the postscale after.
 #include <algorithm>
 
 #include "algorithms/algorithms.h"
+#include "algorithms/collective_op.h"
 #include "algorithms/ring.h"
 #include "reduce/reduce.h"
 
@@ -29,14 +36,12 @@ void ring_allreduce(Mesh& mesh, void* data, size_t count, DType dtype, ReduceOp 
 }
 
 void direct_allreduce(Mesh& mesh, void* data, size_t count, DType dtype, ReduceOp op, const CollectiveOptions& opts,
-                      std::vector<ByteBuffer>& scratch) {
+                      ByteBuffer& slots) {
   const int size = mesh.size();
   const int rank = mesh.rank();
   if (size == 1) return;
   const size_t bytes = count * dtype_size(dtype);
-  if (scratch.empty()) scratch.resize(1);
   // An alltoall in which every rank sends its whole tensor to everyone; slot r then holds rank r's.
-  ByteBuffer& slots = scratch[0];
   slots.resize(std::max<size_t>(bytes * size_t(size), 1));
   std::vector<size_t> send_offset(size, 0), lengths(size, bytes), recv_offset(size);
   for (int r = 0; r < size; ++r) recv_offset[r] = size_t(r) * bytes;
@@ -46,5 +51,40 @@ void direct_allreduce(Mesh& mesh, void* data, size_t count, DType dtype, ReduceO
   for (int r = 0; r < size; ++r) inputs[r] = r == rank ? data : slots.data() + recv_offset[r];
   reduce_many(data, inputs.data(), inputs.size(), count, dtype, op);
 }
+
+namespace {
+
+InlineBytes prepare_allreduce(OpContext&, const CallInfo& call, void* data) {
+  if (call.prescale != 1.0) scale(data, element_count(call.shape), call.dtype, call.prescale);
+  return {static_cast<const uint8_t*>(data), call_bytes(call)};
+}
+
+OwnedResult run_allreduce(OpContext& ctx, const CallInfo& call, void* data, const Agreed& agreed) {
+  const int size = ctx.mesh.size();
+  const size_t count = element_count(call.shape);
+  const size_t bytes = call_bytes(call);
+  if (size > 1 && all_inline(agreed, [&](int) { return bytes; })) {
+    std::vector<const void*> inputs(size);
+    for (int r = 0; r < size; ++r) inputs[r] = r == ctx.mesh.rank() ? data : agreed.inline_data[r].data;
+    reduce_many(data, inputs.data(), inputs.size(), count, call.dtype, call.op);
+  } else if (is_small_call(bytes, size)) {
+    direct_allreduce(ctx.mesh, data, count, call.dtype, call.op, ctx.options, ctx.slots);
+  } else {
+    ring_allreduce(ctx.mesh, data, count, call.dtype, call.op, ctx.options);
+  }
+  finish_reduction(data, count, call.dtype, call.op, size, call.postscale);
+  return {};
+}
+
+}  // namespace
+
+const CollectiveOp kAllreduceOp = [] {
+  CollectiveOp op;
+  op.rules.shape = op.rules.op = op.rules.scales = true;
+  op.cacheable = true;
+  op.prepare = prepare_allreduce;
+  op.run = run_allreduce;
+  return op;
+}();
 
 }  // namespace shvd

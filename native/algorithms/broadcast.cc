@@ -1,4 +1,10 @@
+// Broadcast: every rank ends with the root's tensor, in place. Small tensors travel inside a direct
+// call's descriptor round; larger ones down a pipelined chain.
+#include <cstring>
+
 #include "algorithms/algorithms.h"
+#include "algorithms/collective_op.h"
+#include "common/error.h"
 
 namespace shvd {
 
@@ -28,5 +34,43 @@ void chain_broadcast(Mesh& mesh, void* data, size_t bytes, int root, const Colle
   }
   mesh.run(sends, recvs, opts.deadline, opts.tag);
 }
+
+namespace {
+
+void validate_broadcast(CallInfo& call, int size) {
+  if (call.root < 0 || call.root >= size) {
+    fail(ErrorKind::kInvalidArgument, call_label(call) + ": root_rank " + std::to_string(call.root) +
+                                          " is outside [0, " + std::to_string(size) + ")");
+  }
+}
+
+// Only the root has something to send.
+InlineBytes offer_root_tensor(OpContext& ctx, const CallInfo& call, void* data) {
+  if (ctx.mesh.rank() != call.root) return {};
+  return {static_cast<const uint8_t*>(data), call_bytes(call)};
+}
+
+OwnedResult run_broadcast(OpContext& ctx, const CallInfo& call, void* data, const Agreed& agreed) {
+  const size_t bytes = call_bytes(call);
+  const bool came_inline = !agreed.inline_data.empty() && agreed.inline_data[call.root].len == bytes;
+  if (!came_inline) {
+    chain_broadcast(ctx.mesh, data, bytes, call.root, ctx.options);
+  } else if (ctx.mesh.rank() != call.root) {
+    std::memcpy(data, agreed.inline_data[call.root].data, bytes);
+  }
+  return {};
+}
+
+}  // namespace
+
+const CollectiveOp kBroadcastOp = [] {
+  CollectiveOp op;
+  op.rules.shape = op.rules.root = true;
+  op.cacheable = true;
+  op.validate = validate_broadcast;
+  op.prepare = offer_root_tensor;
+  op.run = run_broadcast;
+  return op;
+}();
 
 }  // namespace shvd

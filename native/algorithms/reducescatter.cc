@@ -1,5 +1,13 @@
+// Reducescatter: the reduction of every rank's tensor, of which rank r keeps its share of the first
+// dimension (the first rows % size ranks get one row more). The input stays intact: the reduction
+// works on a copy.
+#include <algorithm>
+#include <cstring>
+
 #include "algorithms/algorithms.h"
+#include "algorithms/collective_op.h"
 #include "algorithms/ring.h"
+#include "reduce/reduce.h"
 
 namespace shvd {
 
@@ -17,5 +25,74 @@ void ring_reducescatter(Mesh& mesh, void* data, const std::vector<size_t>& elem_
                           dtype, op, -1);
   mesh.run(sends, recvs, opts.deadline, opts.tag);
 }
+
+namespace {
+
+void validate_reducescatter(CallInfo& call, int) { require_rows(call); }
+
+// Each rank's share, in elements.
+struct ReducescatterPlan {
+  std::vector<size_t> elem_offset, elem_count;
+  std::vector<size_t> rows;
+};
+
+ReducescatterPlan plan_reducescatter(const CallInfo& call, int size) {
+  const size_t row_elems = row_elements(call.shape);
+  Partition parts = split_rows(size_t(call.shape[0]), size);
+  ReducescatterPlan plan;
+  for (int i = 0; i < size; ++i) {
+    plan.elem_offset.push_back(parts.offset[i] * row_elems);
+    plan.elem_count.push_back(parts.rows[i] * row_elems);
+  }
+  plan.rows = std::move(parts.rows);
+  return plan;
+}
+
+// The working copy, prescaled, is what this rank contributes.
+InlineBytes prepare_reducescatter(OpContext& ctx, const CallInfo& call, void* data) {
+  const size_t bytes = call_bytes(call);
+  ctx.work.resize(std::max<size_t>(bytes, 1));
+  std::memcpy(ctx.work.data(), data, bytes);
+  if (call.prescale != 1.0) scale(ctx.work.data(), element_count(call.shape), call.dtype, call.prescale);
+  return {ctx.work.data(), bytes};
+}
+
+OwnedResult run_reducescatter(OpContext& ctx, const CallInfo& call, void*, const Agreed& agreed) {
+  const int size = ctx.mesh.size();
+  const int me = ctx.mesh.rank();
+  const size_t elem = dtype_size(call.dtype);
+  const size_t bytes = call_bytes(call);
+  ReducescatterPlan plan = plan_reducescatter(call, size);
+  uint8_t* work = ctx.work.data();
+  const size_t mine_at = plan.elem_offset[me] * elem;
+  const size_t my_count = plan.elem_count[me];
+  if (size > 1 && all_inline(agreed, [&](int) { return bytes; })) {
+    std::vector<const void*> inputs(size);
+    for (int r = 0; r < size; ++r) inputs[r] = (r == me ? work : agreed.inline_data[r].data) + mine_at;
+    reduce_many(work + mine_at, inputs.data(), inputs.size(), my_count, call.dtype, call.op);
+  } else {
+    ring_reducescatter(ctx.mesh, work, plan.elem_offset, plan.elem_count, call.dtype, call.op, ctx.options);
+  }
+  finish_reduction(work + mine_at, my_count, call.dtype, call.op, size, call.postscale);
+  OwnedResult out;
+  out.shape = call.shape;
+  out.shape[0] = int64_t(plan.rows[me]);
+  out.data.reset(new uint8_t[std::max<size_t>(my_count * elem, 1)]);
+  std::memcpy(out.data.get(), work + mine_at, my_count * elem);
+  return out;
+}
+
+}  // namespace
+
+const CollectiveOp kReducescatterOp = [] {
+  CollectiveOp op;
+  op.rules.shape = op.rules.op = op.rules.scales = true;
+  op.cacheable = true;
+  op.returns_result = true;
+  op.validate = validate_reducescatter;
+  op.prepare = prepare_reducescatter;
+  op.run = run_reducescatter;
+  return op;
+}();
 
 }  // namespace shvd

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "algorithms/collective_op.h"
 #include "common/error.h"
 
 namespace shvd {
@@ -25,9 +26,49 @@ bool fusible(const Response& a, const Response& b) {
   return x.dtype == y.dtype && x.op == y.op && x.prescale == y.prescale && x.postscale == y.postscale;
 }
 
+bool fuses_small(const Response& r) {
+  return r.entries.size() > 1 || call_bytes(r.entries.front().spec) <= kLargestFusedTensor;
+}
+
+Response error_response(CollectiveKind kind, ErrorKind error_kind, const std::string& error, const RequestSpec& spec) {
+  Response resp;
+  resp.type = ResponseType::kError;
+  resp.kind = kind;
+  resp.error_kind = error_kind;
+  resp.error = error;
+  resp.entries.emplace_back();
+  resp.entries.back().spec = spec;
+  return resp;
+}
+
 }  // namespace
 
 Coordinator::Coordinator(CoordinatorOptions options) : options_(options), joined_(options.size, false) {}
+
+ResponseList Coordinator::process(const std::vector<RankMessage>& messages, Clock::time_point now,
+                                  std::vector<std::string>* warnings) {
+  ResponseList list;
+  fold_in(messages, now, &list);
+  respond(ready_in_order(), &list.responses);
+  inspect_stalls(now, &list.responses, warnings);
+  finish_join(&list.responses);
+  return list;
+}
+
+void Coordinator::fold_in(const std::vector<RankMessage>& messages, Clock::time_point now, ResponseList* list) {
+  for (int r = 0; r < int(messages.size()); ++r) {
+    const RankMessage& m = messages[r];
+    if (m.shutdown && !list->shutdown) {
+      list->shutdown = true;
+      list->shutdown_rank = r;
+    }
+    for (const RequestSpec& spec : m.requests) add(r, spec, now);
+    for (uint32_t id : m.cached) {
+      if (id >= cache_by_id_.size()) fail(ErrorKind::kPeerFailure, "rank " + std::to_string(r) + " sent an unknown cache id");
+      add(r, cache_by_id_[id], now);
+    }
+  }
+}
 
 void Coordinator::add(int rank, const RequestSpec& spec, Clock::time_point now) {
   if (spec.kind == CollectiveKind::kJoin) {
@@ -47,99 +88,104 @@ void Coordinator::add(int rank, const RequestSpec& spec, Clock::time_point now) 
   p.submitted[rank] = true;
 }
 
-bool Coordinator::ready(const Pending& p) const {
-  bool any = false;
-  for (int r = 0; r < options_.size; ++r) {
-    if (p.submitted[r]) {
-      any = true;
-    } else if (!joined_[r]) {
-      return false;
-    }
+// Ready entries, in the order they were first submitted anywhere.
+std::vector<Coordinator::Table::iterator> Coordinator::ready_in_order() {
+  std::vector<Table::iterator> ready_now;
+  for (auto it = table_.begin(); it != table_.end(); ++it) {
+    if (ready(it->second)) ready_now.push_back(it);
   }
-  return any;
+  std::sort(ready_now.begin(), ready_now.end(), [](auto a, auto b) { return a->second.order < b->second.order; });
+  return ready_now;
 }
 
-std::string Coordinator::missing_ranks(const Pending& p) const {
-  std::vector<int> missing;
-  for (int r = 0; r < options_.size; ++r) {
-    if (!p.submitted[r] && !joined_[r]) missing.push_back(r);
+void Coordinator::respond(const std::vector<Table::iterator>& ready, std::vector<Response>* out) {
+  std::map<int32_t, std::vector<Table::iterator>> groups;
+  std::vector<Table::iterator> finished;
+  for (auto it : ready) {
+    const RequestSpec& spec = it->second.by_rank[submitters(it->second).front()];
+    if (spec.group < 0) {
+      append_fused(*out, to_response(it->first, it->second));
+      finished.push_back(it);
+      continue;
+    }
+    // A group goes out whole, once every member is ready everywhere.
+    auto& members = groups[spec.group];
+    members.push_back(it);
+    if (int(members.size()) < spec.group_size) continue;
+    for (Response& part : fused_group(members)) out->push_back(std::move(part));
+    finished.insert(finished.end(), members.begin(), members.end());
+    groups.erase(spec.group);
   }
-  return rank_list(missing);
+  for (auto it : finished) table_.erase(it);
+}
+
+// Members go out together; members that cannot share a buffer (another dtype, op or scaling) go out as
+// neighbouring responses.
+std::vector<Response> Coordinator::fused_group(const std::vector<Table::iterator>& members) {
+  std::vector<Response> parts;
+  for (auto member : members) {
+    Response part = to_response(member->first, member->second);
+    if (part.type == ResponseType::kCollective && !parts.empty() && fusible(parts.back(), part)) {
+      for (auto& e : part.entries) parts.back().entries.push_back(std::move(e));
+    } else {
+      parts.push_back(std::move(part));
+    }
+  }
+  return parts;
 }
 
 Response Coordinator::to_response(const std::string& name, Pending& p) {
-  std::vector<PeerBlock> blocks;
-  std::vector<int> ranks;
-  const RequestSpec* first = nullptr;
-  for (int r = 0; r < options_.size; ++r) {
-    if (!p.submitted[r]) continue;
-    const RequestSpec& s = p.by_rank[r];
-    if (!first) first = &s;
-    PeerBlock b;
-    b.info = s;  // the agreement check reads the CallInfo part
-    blocks.push_back(std::move(b));
-    ranks.push_back(r);
-  }
-  Response resp;
-  resp.kind = first->kind;
+  std::vector<int> ranks = submitters(p);
+  const RequestSpec& first = p.by_rank[ranks.front()];
   bool someone_joined = std::find(joined_.begin(), joined_.end(), true) != joined_.end();
-  if (someone_joined && first->kind != CollectiveKind::kAllreduce) {
-    std::vector<int> joined;
-    for (int r = 0; r < options_.size; ++r) {
-      if (joined_[r]) joined.push_back(r);
-    }
-    resp.type = ResponseType::kError;
-    resp.error_kind = ErrorKind::kInvalidArgument;
-    resp.error = std::string(collective_name(first->kind)) + " '" + name + "' cannot run while rank(s) " +
-                 rank_list(joined) + " have joined; only allreduce continues until every rank has joined";
-    resp.entries.push_back(ResponseEntry{*first});
-    return resp;
-  }
+  if (someone_joined && first.kind != CollectiveKind::kAllreduce) return refused_while_joined(name, first);
+  std::vector<const CallInfo*> calls;
+  for (int r : ranks) calls.push_back(&p.by_rank[r]);
   try {
-    check_agreement(blocks, 0, &ranks);
+    check_agreement(calls, ranks, 0);
   } catch (const Error& e) {
-    resp.type = ResponseType::kError;
-    resp.error_kind = ErrorKind::kMismatch;
-    resp.error = e.what();
-    resp.entries.push_back(ResponseEntry{*first});
-    return resp;
+    return error_response(first.kind, ErrorKind::kMismatch, e.what(), first);
   }
+  std::vector<const CallInfo*> by_rank;
+  for (const RequestSpec& s : p.by_rank) by_rank.push_back(&s);
+  Agreed agreed = agreed_from(first.kind, by_rank);
   ResponseEntry entry;
-  entry.spec = *first;
-  if (first->kind == CollectiveKind::kAllgather) {
-    for (int r = 0; r < options_.size; ++r) entry.first_dims.push_back(p.by_rank[r].shape.empty() ? 0 : p.by_rank[r].shape[0]);
-  }
-  if (first->kind == CollectiveKind::kAlltoall) {
-    for (int r = 0; r < options_.size; ++r) {
-      const std::vector<int64_t>& splits = p.by_rank[r].splits;
-      if (int(splits.size()) != options_.size) {
-        resp.type = ResponseType::kError;
-        resp.error_kind = ErrorKind::kInvalidArgument;
-        resp.error = "alltoall '" + name + "': rank " + std::to_string(r) + " passed " +
-                     std::to_string(splits.size()) + " splits for " + std::to_string(options_.size) + " ranks";
-        return resp;
-      }
-      entry.split_matrix.insert(entry.split_matrix.end(), splits.begin(), splits.end());
-    }
-  }
-  std::string signature = signature_of(*first);
-  auto cached = cache_ids_.find(signature);
-  if (cached != cache_ids_.end()) {
-    entry.cache_id = cached->second;
-  } else if (cache_by_id_.size() < options_.cache_capacity) {
-    entry.cache_id = int32_t(cache_by_id_.size());
-    cache_ids_.emplace(signature, entry.cache_id);
-    cache_by_id_.push_back(*first);
-  }
+  entry.spec = first;
+  entry.first_dims = std::move(agreed.first_dims);
+  entry.split_matrix = std::move(agreed.split_matrix);
+  assign_cache_id(&entry);
+  Response resp;
+  resp.kind = first.kind;
   resp.entries.push_back(std::move(entry));
   return resp;
 }
 
+Response Coordinator::refused_while_joined(const std::string& name, const RequestSpec& first) const {
+  std::vector<int> joined;
+  for (int r = 0; r < options_.size; ++r) {
+    if (joined_[r]) joined.push_back(r);
+  }
+  return error_response(first.kind, ErrorKind::kInvalidArgument,
+                        std::string(collective_name(first.kind)) + " '" + name + "' cannot run while rank(s) " +
+                            rank_list(joined) + " have joined; only allreduce continues until every rank has joined",
+                        first);
+}
+
+void Coordinator::assign_cache_id(ResponseEntry* entry) {
+  std::string signature = signature_of(entry->spec);
+  auto cached = cache_ids_.find(signature);
+  if (cached != cache_ids_.end()) {
+    entry->cache_id = cached->second;
+  } else if (cache_by_id_.size() < options_.cache_capacity) {
+    entry->cache_id = int32_t(cache_by_id_.size());
+    cache_ids_.emplace(signature, entry->cache_id);
+    cache_by_id_.push_back(entry->spec);
+  }
+}
+
 void Coordinator::append_fused(std::vector<Response>& out, Response resp) {
-  bool small = resp.entries.size() == 1 && call_bytes(resp.entries.front().spec) <= kLargestFusedTensor;
-  bool back_small = !out.empty() && (out.back().entries.size() > 1 ||
-                                     call_bytes(out.back().entries.front().spec) <= kLargestFusedTensor);
-  if (options_.fusion_threshold_bytes > 0 && !out.empty() && small && back_small && fusible(out.back(), resp)) {
+  if (options_.fusion_threshold_bytes > 0 && !out.empty() && resp.entries.size() == 1 && fuses_small(resp) &&
+      fuses_small(out.back()) && fusible(out.back(), resp)) {
     size_t total = 0;
     for (const auto& e : out.back().entries) total += call_bytes(e.spec);
     for (const auto& e : resp.entries) total += call_bytes(e.spec);
@@ -152,106 +198,71 @@ void Coordinator::append_fused(std::vector<Response>& out, Response resp) {
   out.push_back(std::move(resp));
 }
 
-ResponseList Coordinator::process(const std::vector<RankMessage>& messages, Clock::time_point now,
-                                  std::vector<std::string>* warnings) {
-  ResponseList list;
-  for (int r = 0; r < int(messages.size()); ++r) {
-    const RankMessage& m = messages[r];
-    if (m.shutdown && !list.shutdown) {
-      list.shutdown = true;
-      list.shutdown_rank = r;
-    }
-    for (const RequestSpec& spec : m.requests) add(r, spec, now);
-    for (uint32_t id : m.cached) {
-      if (id >= cache_by_id_.size()) fail(ErrorKind::kPeerFailure, "rank " + std::to_string(r) + " sent an unknown cache id");
-      add(r, cache_by_id_[id], now);
-    }
-  }
-
-  // Ready entries, in the order they were first submitted anywhere.
-  std::vector<std::map<std::string, Pending>::iterator> ready_now;
-  std::map<int32_t, std::vector<std::map<std::string, Pending>::iterator>> groups;
-  for (auto it = table_.begin(); it != table_.end(); ++it) {
-    if (!ready(it->second)) continue;
-    ready_now.push_back(it);
-  }
-  std::sort(ready_now.begin(), ready_now.end(), [](auto a, auto b) { return a->second.order < b->second.order; });
-
-  std::vector<Response> responses;
-  std::vector<std::map<std::string, Pending>::iterator> finished;
-  for (auto it : ready_now) {
-    const RequestSpec* spec = nullptr;
-    for (int r = 0; r < options_.size && !spec; ++r) {
-      if (it->second.submitted[r]) spec = &it->second.by_rank[r];
-    }
-    if (spec->group >= 0) {
-      // A group goes out whole, once every member is ready everywhere.
-      auto& members = groups[spec->group];
-      members.push_back(it);
-      if (int(members.size()) < spec->group_size) continue;
-      // Members go out together; members that cannot share a buffer (another dtype, op or scaling)
-      // go out as neighbouring responses.
-      std::vector<Response> parts;
-      for (auto member : members) {
-        Response part = to_response(member->first, member->second);
-        if (part.type == ResponseType::kCollective && !parts.empty() && fusible(parts.back(), part)) {
-          for (auto& e : part.entries) parts.back().entries.push_back(std::move(e));
-        } else {
-          parts.push_back(std::move(part));
-        }
-        finished.push_back(member);
-      }
-      for (auto& part : parts) responses.push_back(std::move(part));
-      groups.erase(spec->group);
-      continue;
-    }
-    append_fused(responses, to_response(it->first, it->second));
-    finished.push_back(it);
-  }
-  for (auto it : finished) table_.erase(it);
-
-  // The stall inspector: name the ranks that have not submitted what others are waiting on.
+// The stall inspector: names the ranks that have not submitted what others are waiting on.
+void Coordinator::inspect_stalls(Clock::time_point now, std::vector<Response>* out,
+                                 std::vector<std::string>* warnings) {
   for (auto it = table_.begin(); it != table_.end();) {
     Pending& p = it->second;
     double waited = std::chrono::duration<double>(now - p.first_seen).count();
-    std::string missing = missing_ranks(p);
-    std::vector<int> have;
-    for (int r = 0; r < options_.size; ++r) {
-      if (p.submitted[r]) have.push_back(r);
-    }
+    std::vector<int> absent = missing(p);
+    std::vector<int> have = submitters(p);
     const RequestSpec& spec = p.by_rank[have.empty() ? 0 : have.front()];
     std::string what = std::string(collective_name(spec.kind)) + " '" + it->first + "'";
-    if (options_.stall_shutdown_s > 0 && waited >= options_.stall_shutdown_s && !missing.empty()) {
-      Response err;
-      err.type = ResponseType::kError;
-      err.kind = spec.kind;
-      err.error_kind = ErrorKind::kTimeout;
-      err.error = what + " stalled: rank(s) " + rank_list(have) + " submitted it but rank(s) " + missing +
-                  " did not within " + std::to_string(int(options_.stall_shutdown_s)) + " s";
-      err.entries.push_back(ResponseEntry{spec});
-      responses.push_back(std::move(err));
+    if (options_.stall_shutdown_s > 0 && waited >= options_.stall_shutdown_s && !absent.empty()) {
+      out->push_back(error_response(spec.kind, ErrorKind::kTimeout,
+                                    what + " stalled: rank(s) " + rank_list(have) + " submitted it but rank(s) " +
+                                        rank_list(absent) + " did not within " +
+                                        std::to_string(int(options_.stall_shutdown_s)) + " s",
+                                    spec));
       it = table_.erase(it);
       continue;
     }
-    if (options_.stall_warning_s > 0 && waited >= options_.stall_warning_s && !p.warned && !missing.empty()) {
+    if (options_.stall_check_s > 0 && waited >= options_.stall_check_s && !p.warned && !absent.empty()) {
       p.warned = true;
-      warnings->push_back("stall: " + what + " was submitted by rank(s) " + rank_list(have) +
-                          " but not by rank(s) " + missing + " for " + std::to_string(int(waited)) + " s");
+      warnings->push_back("stall: " + what + " was submitted by rank(s) " + rank_list(have) + " but not by rank(s) " +
+                          rank_list(absent) + " for " + std::to_string(int(waited)) + " s");
     }
     ++it;
   }
+}
 
-  if (std::all_of(joined_.begin(), joined_.end(), [](bool j) { return j; })) {
-    Response done;
-    done.type = ResponseType::kJoinDone;
-    done.kind = CollectiveKind::kJoin;
-    done.last_joined = last_joined_;
-    responses.push_back(std::move(done));
-    joined_.assign(options_.size, false);
-    last_joined_ = -1;
+void Coordinator::finish_join(std::vector<Response>* out) {
+  if (!std::all_of(joined_.begin(), joined_.end(), [](bool j) { return j; })) return;
+  Response done;
+  done.type = ResponseType::kJoinDone;
+  done.kind = CollectiveKind::kJoin;
+  done.last_joined = last_joined_;
+  out->push_back(std::move(done));
+  joined_.assign(options_.size, false);
+  last_joined_ = -1;
+}
+
+bool Coordinator::ready(const Pending& p) const {
+  bool any = false;
+  for (int r = 0; r < options_.size; ++r) {
+    if (p.submitted[r]) {
+      any = true;
+    } else if (!joined_[r]) {
+      return false;
+    }
   }
-  list.responses = std::move(responses);
-  return list;
+  return any;
+}
+
+std::vector<int> Coordinator::submitters(const Pending& p) const {
+  std::vector<int> ranks;
+  for (int r = 0; r < options_.size; ++r) {
+    if (p.submitted[r]) ranks.push_back(r);
+  }
+  return ranks;
+}
+
+std::vector<int> Coordinator::missing(const Pending& p) const {
+  std::vector<int> ranks;
+  for (int r = 0; r < options_.size; ++r) {
+    if (!p.submitted[r] && !joined_[r]) ranks.push_back(r);
+  }
+  return ranks;
 }
 
 }  // namespace shvd

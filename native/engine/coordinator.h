@@ -15,7 +15,7 @@ namespace shvd {
 struct CoordinatorOptions {
   int size = 1;
   size_t fusion_threshold_bytes = 128 << 20;  // 0 disables fusion
-  double stall_warning_s = 60.0;              // 0 disables the warning
+  double stall_check_s = 60.0;                // 0 disables the warning
   double stall_shutdown_s = 0.0;              // 0 never gives up
   size_t cache_capacity = 1024;
 };
@@ -38,14 +38,27 @@ class Coordinator {
     uint64_t order = 0;
     bool warned = false;
   };
+  using Table = std::map<std::string, Pending>;
+
+  // The steps of process(), in order.
+  void fold_in(const std::vector<RankMessage>& messages, Clock::time_point now, ResponseList* list);
+  std::vector<Table::iterator> ready_in_order();
+  void respond(const std::vector<Table::iterator>& ready, std::vector<Response>* out);
+  void inspect_stalls(Clock::time_point now, std::vector<Response>* out, std::vector<std::string>* warnings);
+  void finish_join(std::vector<Response>* out);
+
   void add(int rank, const RequestSpec& spec, Clock::time_point now);
   bool ready(const Pending& p) const;
-  std::string missing_ranks(const Pending& p) const;
+  std::vector<int> submitters(const Pending& p) const;
+  std::vector<int> missing(const Pending& p) const;
   Response to_response(const std::string& name, Pending& p);
+  Response refused_while_joined(const std::string& name, const RequestSpec& first) const;
+  void assign_cache_id(ResponseEntry* entry);
+  std::vector<Response> fused_group(const std::vector<Table::iterator>& members);
   void append_fused(std::vector<Response>& out, Response resp);
 
   CoordinatorOptions options_;
-  std::map<std::string, Pending> table_;
+  Table table_;
   uint64_t next_order_ = 0;
   std::vector<bool> joined_;
   int last_joined_ = -1;

@@ -1,11 +1,8 @@
 #include "engine/engine.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
-
-#include "algorithms/algorithms.h"
-#include "algorithms/ring.h"
-#include "reduce/reduce.h"
 
 namespace shvd {
 namespace {
@@ -13,29 +10,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr char kJoinName[] = "__join__";
-// Small allreduces go to every peer at once: one round instead of 2(p-1) ring steps.
-constexpr size_t kDirectAllreduceBytes = 64 << 10;
 // Negotiation rounds happen every cycle even when idle: wait for peers without burning a core.
 constexpr WaitPolicy kNegotiationWait{0, 0};
-
-// Only kinds whose request is identical on every rank can be named by a cache id.
-bool cacheable(CollectiveKind kind) {
-  return kind == CollectiveKind::kAllreduce || kind == CollectiveKind::kBroadcast ||
-         kind == CollectiveKind::kReducescatter || kind == CollectiveKind::kBarrier;
-}
-
-const char* phase_name(CollectiveKind kind) {
-  switch (kind) {
-    case CollectiveKind::kAllreduce: return "ALLREDUCE";
-    case CollectiveKind::kAllgather: return "ALLGATHER";
-    case CollectiveKind::kBroadcast: return "BROADCAST";
-    case CollectiveKind::kAlltoall: return "ALLTOALL";
-    case CollectiveKind::kReducescatter: return "REDUCESCATTER";
-    case CollectiveKind::kBarrier: return "BARRIER";
-    case CollectiveKind::kJoin: return "JOIN";
-  }
-  return "COLLECTIVE";
-}
+// A negotiation message is at most this long.
+constexpr size_t kMaxNegotiationBytes = size_t(1) << 30;
 
 HandleOutcome failure(ErrorKind kind, int rank, const std::string& message) {
   HandleOutcome out;
@@ -53,11 +31,11 @@ Engine::Engine(Mesh& mesh, EngineOptions options) : mesh_(mesh), options_(std::m
     CoordinatorOptions co;
     co.size = mesh_.size();
     co.fusion_threshold_bytes = options_.fusion_threshold_bytes;
-    co.stall_warning_s = options_.stall_warning_s;
+    co.stall_check_s = options_.stall_check_s;
     co.stall_shutdown_s = options_.stall_shutdown_s;
     co.cache_capacity = options_.cache_capacity;
     coordinator_ = std::make_unique<Coordinator>(co);
-    timeline_.open(options_.timeline_path, 0);
+    timeline_.open(options_.timeline, 0);
   }
   thread_ = std::thread([this] { loop(); });
 }
@@ -77,6 +55,7 @@ int64_t Engine::enqueue(RequestSpec spec, void* data) {
   }
   if (spec.kind == CollectiveKind::kJoin) spec.name = kJoinName;
   if (spec.name.empty()) fail(ErrorKind::kInvalidArgument, "every asynchronous collective needs a name");
+  validate_call(spec, mesh_.size());
   if (!names_in_flight_.insert(spec.name).second) {
     fail(ErrorKind::kInvalidArgument, "a collective named '" + spec.name +
                                           "' is already in flight; wait for it or use another name");
@@ -157,7 +136,7 @@ void Engine::cycle() {
     mine.shutdown = stop_requested_;
     for (LocalRequest& req : queue_) {
       std::string signature = signature_of(req.spec);
-      auto hit = cacheable(req.spec.kind) ? cache_.find(signature) : cache_.end();
+      auto hit = op_for(req.spec.kind).cacheable ? cache_.find(signature) : cache_.end();
       if (hit != cache_.end()) {
         mine.cached.push_back(uint32_t(hit->second));
       } else {
@@ -181,47 +160,53 @@ void Engine::cycle() {
 }
 
 ResponseList Engine::negotiate(const RankMessage& mine) {
-  std::vector<std::string> warnings;
-  if (mesh_.size() == 1) return coordinator_->process({mine}, Clock::now(), &warnings);
-  Deadline deadline = Deadline::after_seconds(options_.timeout_s);
-  const std::string what = "negotiation";
   if (int(scratch_.size()) < mesh_.size()) scratch_.resize(mesh_.size());
-  if (mesh_.rank() != 0) {
-    std::vector<uint8_t> out = encode(mine);
-    std::vector<SendItem> sends(1);
-    sends[0].peer = 0;
-    sends[0].data = out.data();
-    sends[0].len = out.size();
-    std::vector<RecvItem> recvs(1);
-    recvs[0].peer = 0;
-    recvs[0].grow_into = &scratch_[0];
-    recvs[0].max_len = size_t(1) << 30;
-    mesh_.run(sends, recvs, deadline, what, &kNegotiationWait);
-    return decode_response_list(scratch_[0].data(), scratch_[0].size());
-  }
+  return mesh_.rank() == 0 ? coordinate(mine) : ask_coordinator(mine);
+}
+
+ResponseList Engine::ask_coordinator(const RankMessage& mine) {
+  std::vector<uint8_t> out = encode(mine);
+  std::vector<SendItem> sends(1);
+  sends[0].peer = 0;
+  sends[0].data = out.data();
+  sends[0].len = out.size();
+  std::vector<RecvItem> recvs(1);
+  recvs[0].peer = 0;
+  recvs[0].grow_into = &scratch_[0];
+  recvs[0].max_len = kMaxNegotiationBytes;
+  mesh_.run(sends, recvs, Deadline::after_seconds(mesh_.options().timeout_s), "negotiation", &kNegotiationWait);
+  return decode_response_list(scratch_[0].data(), scratch_[0].size());
+}
+
+// Rank 0: every rank's message in, the coordinator's answer out to all.
+ResponseList Engine::coordinate(const RankMessage& mine) {
+  const int size = mesh_.size();
+  const Deadline deadline = Deadline::after_seconds(mesh_.options().timeout_s);
   std::vector<SendItem> none;
-  std::vector<RecvItem> recvs(mesh_.size() - 1);
-  for (int r = 1; r < mesh_.size(); ++r) {
+  std::vector<RecvItem> recvs(size - 1);
+  for (int r = 1; r < size; ++r) {
     recvs[r - 1].peer = r;
     recvs[r - 1].grow_into = &scratch_[r];
-    recvs[r - 1].max_len = size_t(1) << 30;
+    recvs[r - 1].max_len = kMaxNegotiationBytes;
   }
-  mesh_.run(none, recvs, deadline, what, &kNegotiationWait);
-  std::vector<RankMessage> messages(mesh_.size());
+  if (size > 1) mesh_.run(none, recvs, deadline, "negotiation", &kNegotiationWait);
+  std::vector<RankMessage> messages(size);
   messages[0] = mine;
-  for (int r = 1; r < mesh_.size(); ++r) messages[r] = decode_rank_message(scratch_[r].data(), scratch_[r].size());
+  for (int r = 1; r < size; ++r) messages[r] = decode_rank_message(scratch_[r].data(), scratch_[r].size());
+  std::vector<std::string> warnings;
   ResponseList list = coordinator_->process(messages, Clock::now(), &warnings);
   for (const std::string& w : warnings) std::fprintf(stderr, "[collective] %s\n", w.c_str());
   if (!warnings.empty()) std::fflush(stderr);
+  if (size == 1) return list;
   std::vector<uint8_t> out = encode(list);
-  std::vector<SendItem> sends(mesh_.size() - 1);
-  for (int r = 1; r < mesh_.size(); ++r) {
+  std::vector<SendItem> sends(size - 1);
+  for (int r = 1; r < size; ++r) {
     sends[r - 1].peer = r;
     sends[r - 1].data = out.data();
     sends[r - 1].len = out.size();
   }
   std::vector<RecvItem> no_recvs;
-  mesh_.run(sends, no_recvs, deadline, what, &kNegotiationWait);
+  mesh_.run(sends, no_recvs, deadline, "negotiation", &kNegotiationWait);
   return list;
 }
 
@@ -230,12 +215,11 @@ Engine::LocalRequest* Engine::local(const std::string& name) {
   return it == in_flight_.end() ? nullptr : &it->second;
 }
 
-CollectiveOptions Engine::options_for(const RequestSpec& spec) const {
-  return CollectiveOptions{Deadline::after_seconds(options_.timeout_s),
-                           std::string(collective_name(spec.kind)) + " '" + spec.name + "'"};
+OpContext Engine::context_for(const RequestSpec& spec) {
+  return OpContext{mesh_, {Deadline::after_seconds(mesh_.options().timeout_s), call_label(spec)}, slots_, fusion_};
 }
 
-void Engine::finish(const std::string& name, HandleOutcome outcome) {
+void Engine::finish(std::string name, HandleOutcome outcome) {
   auto it = in_flight_.find(name);
   if (it == in_flight_.end()) return;
   int64_t handle = it->second.handle;
@@ -264,14 +248,6 @@ void Engine::fail_everything(const Error& e) {
   for (const std::string& name : names) finish(name, failure(e.kind(), e.peer_rank(), e.what()));
 }
 
-void Engine::allreduce_buffer(void* data, size_t count, DType dtype, ReduceOp op, const CollectiveOptions& opts) {
-  if (count * dtype_size(dtype) * size_t(mesh_.size() - 1) <= kDirectAllreduceBytes) {
-    direct_allreduce(mesh_, data, count, dtype, op, opts, scratch_);
-  } else {
-    ring_allreduce(mesh_, data, count, dtype, op, opts);
-  }
-}
-
 void Engine::execute(const Response& resp, Clock::time_point negotiated) {
   for (const ResponseEntry& e : resp.entries) {
     if (e.cache_id >= 0) cache_.emplace(signature_of(e.spec), e.cache_id);
@@ -290,63 +266,59 @@ void Engine::execute(const Response& resp, Clock::time_point negotiated) {
     finish(kJoinName, std::move(joined));
     return;
   }
-  if (resp.kind == CollectiveKind::kAllreduce) {
-    run_allreduce(resp);
+  // An allreduce alone reduces in the caller's buffer: no fusion copies.
+  if (resp.kind == CollectiveKind::kAllreduce && (resp.entries.size() > 1 || !local(resp.entries[0].spec.name))) {
+    run_fused(resp);
     return;
   }
   for (const ResponseEntry& e : resp.entries) run_single(e, local(e.spec.name));
 }
 
-void Engine::run_allreduce(const Response& resp) {
-  const RequestSpec& first = resp.entries.front().spec;
-  const DType dtype = first.dtype;
-  const size_t elem = dtype_size(dtype);
-  CollectiveOptions opts = options_for(first);
-  if (resp.entries.size() == 1 && local(first.name) != nullptr) {
-    // Alone: reduce in the caller's buffer, no fusion copies.
-    LocalRequest* req = local(first.name);
-    size_t count = element_count(req->spec.shape);
-    auto start = Clock::now();
-    if (first.prescale != 1.0) scale(req->data, count, dtype, first.prescale);
-    allreduce_buffer(req->data, count, dtype, first.op, opts);
-    finish_reduction(req->data, count, dtype, first.op, mesh_.size(), first.postscale);
-    timeline_.phase(first.name, "ALLREDUCE", start, Clock::now());
-    finish(first.name, HandleOutcome{});
-    return;
-  }
+void Engine::run_fused(const Response& resp) {
+  RequestSpec fused = resp.entries.front().spec;
+  const size_t total = fill_fusion_buffer(resp);
+  fused.shape = {int64_t(total / dtype_size(fused.dtype))};
+  OpContext ctx = context_for(resp.entries.front().spec);
+  auto start = Clock::now();
+  kAllreduceOp.prepare(ctx, fused, fusion_.data());
+  kAllreduceOp.run(ctx, fused, fusion_.data(), {});
+  drain_fusion_buffer(resp, start, Clock::now());
+}
+
+// Copies every request's tensor into the fusion buffer, in response order; returns the bytes in it.
+size_t Engine::fill_fusion_buffer(const Response& resp) {
   size_t total = 0;
   for (const ResponseEntry& e : resp.entries) total += call_bytes(e.spec);
   fusion_.resize(std::max<size_t>(total, 1));
-  uint8_t* buffer = fusion_.data();
   size_t offset = 0;
   for (const ResponseEntry& e : resp.entries) {
     auto start = Clock::now();
-    size_t bytes = call_bytes(e.spec);
+    const size_t bytes = call_bytes(e.spec);
     LocalRequest* req = local(e.spec.name);
     // A rank that has joined has no tensor: it contributes zeros.
     if (req != nullptr) {
-      std::memcpy(buffer + offset, req->data, bytes);
+      std::memcpy(fusion_.data() + offset, req->data, bytes);
+      timeline_.phase(e.spec.name, "MEMCPY_IN_FUSION_BUFFER", start, Clock::now());
     } else {
-      std::memset(buffer + offset, 0, bytes);
+      std::memset(fusion_.data() + offset, 0, bytes);
     }
-    if (req) timeline_.phase(e.spec.name, "MEMCPY_IN_FUSION_BUFFER", start, Clock::now());
     offset += bytes;
   }
-  size_t count = total / elem;
-  auto start = Clock::now();
-  if (first.prescale != 1.0) scale(buffer, count, dtype, first.prescale);
-  allreduce_buffer(buffer, count, dtype, first.op, opts);
-  finish_reduction(buffer, count, dtype, first.op, mesh_.size(), first.postscale);
-  auto end = Clock::now();
-  std::string fused = std::to_string(resp.entries.size()) + " tensors, " + std::to_string(total) + " bytes";
-  offset = 0;
+  return total;
+}
+
+// Copies the reduced tensors back to their requests and completes them.
+void Engine::drain_fusion_buffer(const Response& resp, Clock::time_point start, Clock::time_point end) {
+  size_t total = 0;
+  for (const ResponseEntry& e : resp.entries) total += call_bytes(e.spec);
+  const std::string fused = std::to_string(resp.entries.size()) + " tensors, " + std::to_string(total) + " bytes";
+  size_t offset = 0;
   for (const ResponseEntry& e : resp.entries) {
-    size_t bytes = call_bytes(e.spec);
-    LocalRequest* req = local(e.spec.name);
-    if (req != nullptr) {
+    const size_t bytes = call_bytes(e.spec);
+    if (LocalRequest* req = local(e.spec.name)) {
       timeline_.phase(e.spec.name, "ALLREDUCE", start, end, fused);
       auto copy_start = Clock::now();
-      std::memcpy(req->data, buffer + offset, bytes);
+      std::memcpy(req->data, fusion_.data() + offset, bytes);
       timeline_.phase(e.spec.name, "MEMCPY_OUT_FUSION_BUFFER", copy_start, Clock::now());
       finish(e.spec.name, HandleOutcome{});
     }
@@ -354,89 +326,25 @@ void Engine::run_allreduce(const Response& resp) {
   }
 }
 
+// Runs one negotiated request on this rank's tensor, through its op: the same code as a direct call.
 void Engine::run_single(const ResponseEntry& entry, LocalRequest* req) {
-  const RequestSpec& spec = entry.spec;
-  CollectiveOptions opts = options_for(spec);
-  const int size = mesh_.size();
-  const int me = mesh_.rank();
-  const size_t row_bytes = dtype_size(spec.dtype) * row_elements(spec.shape);
+  const RequestSpec& spec = req->spec;
+  const CollectiveOp& op = op_for(spec.kind);
   auto start = Clock::now();
   HandleOutcome out;
-  switch (spec.kind) {
-    case CollectiveKind::kAllgather: {
-      std::vector<size_t> offset(size), len(size);
-      size_t total = 0, rows = 0;
-      for (int r = 0; r < size; ++r) {
-        offset[r] = total;
-        len[r] = size_t(entry.first_dims[r]) * row_bytes;
-        total += len[r];
-        rows += size_t(entry.first_dims[r]);
-      }
-      out.has_result = true;
-      out.result.data.reset(new uint8_t[std::max<size_t>(total, 1)]);
-      out.result.shape = req->spec.shape;
-      out.result.shape[0] = int64_t(rows);
-      std::memcpy(out.result.data.get() + offset[me], req->data, len[me]);
-      ring_allgatherv(mesh_, out.result.data.get(), offset, len, opts);
-      break;
-    }
-    case CollectiveKind::kBroadcast:
-      chain_broadcast(mesh_, req->data, call_bytes(req->spec), spec.root, opts);
-      break;
-    case CollectiveKind::kAlltoall: {
-      std::vector<size_t> send_offset(size), send_len(size), recv_offset(size), recv_len(size);
-      size_t sent = 0, received = 0;
-      out.result.received_splits.resize(size);
-      for (int r = 0; r < size; ++r) {
-        int64_t to_r = entry.split_matrix[size_t(me) * size + r];
-        int64_t from_r = entry.split_matrix[size_t(r) * size + me];
-        out.result.received_splits[r] = from_r;
-        send_offset[r] = sent * row_bytes;
-        send_len[r] = size_t(to_r) * row_bytes;
-        recv_offset[r] = received * row_bytes;
-        recv_len[r] = size_t(from_r) * row_bytes;
-        sent += size_t(to_r);
-        received += size_t(from_r);
-      }
-      out.has_result = true;
-      out.result.shape = req->spec.shape;
-      out.result.shape[0] = int64_t(received);
-      out.result.data.reset(new uint8_t[std::max<size_t>(received * row_bytes, 1)]);
-      pairwise_alltoallv(mesh_, static_cast<const uint8_t*>(req->data), send_offset, send_len, out.result.data.get(),
-                         recv_offset, recv_len, opts);
-      break;
-    }
-    case CollectiveKind::kReducescatter: {
-      const size_t elem = dtype_size(spec.dtype);
-      const size_t row_elems = row_elements(spec.shape);
-      Partition rows = split_rows(size_t(spec.shape[0]), size);
-      std::vector<size_t> elem_offset(size), elem_count(size);
-      for (int i = 0; i < size; ++i) {
-        elem_offset[i] = rows.offset[i] * row_elems;
-        elem_count[i] = rows.rows[i] * row_elems;
-      }
-      const size_t bytes = call_bytes(spec);
-      fusion_.resize(std::max<size_t>(bytes, 1));
-      std::memcpy(fusion_.data(), req->data, bytes);
-      if (spec.prescale != 1.0) scale(fusion_.data(), element_count(spec.shape), spec.dtype, spec.prescale);
-      ring_reducescatter(mesh_, fusion_.data(), elem_offset, elem_count, spec.dtype, spec.op, opts);
-      uint8_t* mine = fusion_.data() + elem_offset[me] * elem;
-      finish_reduction(mine, elem_count[me], spec.dtype, spec.op, size, spec.postscale);
-      out.has_result = true;
-      out.result.shape = spec.shape;
-      out.result.shape[0] = int64_t(rows.rows[me]);
-      out.result.data.reset(new uint8_t[std::max<size_t>(elem_count[me] * elem, 1)]);
-      std::memcpy(out.result.data.get(), mine, elem_count[me] * elem);
-      break;
-    }
-    case CollectiveKind::kBarrier:
-      break;
-    default:
-      out.failed = true;
-      out.error_kind = ErrorKind::kInvalidArgument;
-      out.error = std::string("unexpected collective in a response: ") + collective_name(spec.kind);
+  if (op.run == nullptr) {
+    out = failure(ErrorKind::kInvalidArgument, -1,
+                  std::string("unexpected collective in a response: ") + collective_name(spec.kind));
+  } else {
+    OpContext ctx = context_for(spec);
+    Agreed agreed;
+    agreed.first_dims = entry.first_dims;
+    agreed.split_matrix = entry.split_matrix;
+    op.prepare(ctx, spec, req->data);
+    out.result = op.run(ctx, spec, req->data, agreed);
+    out.has_result = op.returns_result;
   }
-  timeline_.phase(spec.name, phase_name(spec.kind), start, Clock::now());
+  timeline_.phase(spec.name, collective_phase(spec.kind), start, Clock::now());
   finish(spec.name, std::move(out));
 }
 

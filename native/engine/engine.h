@@ -16,9 +16,9 @@
 #include <unordered_set>
 #include <vector>
 
+#include "algorithms/collective_op.h"
 #include "common/byte_buffer.h"
 #include "common/error.h"
-#include "communicator.h"
 #include "engine/coordinator.h"
 #include "engine/messages.h"
 #include "engine/timeline.h"
@@ -26,14 +26,14 @@
 
 namespace shvd {
 
+// Each collective's deadline is the mesh's (MeshOptions::timeout_s); so is each negotiation round's.
 struct EngineOptions {
   size_t fusion_threshold_bytes = 128 << 20;  // Horovod's default; 0 turns fusion off
   double cycle_time_ms = 1.0;                 // Horovod's default
   size_t cache_capacity = 1024;               // response cache entries
-  std::string timeline_path;                  // Chrome trace JSON, written by rank 0; empty = off
-  double stall_warning_s = 60.0;              // warn about tensors some ranks have not submitted
+  std::string timeline;                       // Chrome trace JSON, written by rank 0; empty = off
+  double stall_check_s = 60.0;                // warn about tensors some ranks have not submitted; 0 = off
   double stall_shutdown_s = 0.0;              // then fail them; 0 = never
-  double timeout_s = 300.0;                   // deadline for each negotiation round and collective
 };
 
 // What a finished handle holds.
@@ -73,13 +73,17 @@ class Engine {
   void loop();
   void cycle();
   ResponseList negotiate(const RankMessage& mine);
+  ResponseList coordinate(const RankMessage& mine);
+  ResponseList ask_coordinator(const RankMessage& mine);
   void execute(const Response& resp, std::chrono::steady_clock::time_point negotiated);
-  void run_allreduce(const Response& resp);
+  void run_fused(const Response& resp);
   void run_single(const ResponseEntry& entry, LocalRequest* local);
-  void finish(const std::string& name, HandleOutcome outcome);
+  size_t fill_fusion_buffer(const Response& resp);
+  void drain_fusion_buffer(const Response& resp, std::chrono::steady_clock::time_point start,
+                           std::chrono::steady_clock::time_point end);
+  void finish(std::string name, HandleOutcome outcome);  // by value: it may name the request it erases
   void fail_everything(const Error& e);
-  void allreduce_buffer(void* data, size_t count, DType dtype, ReduceOp op, const CollectiveOptions& opts);
-  CollectiveOptions options_for(const RequestSpec& spec) const;
+  OpContext context_for(const RequestSpec& spec);
   LocalRequest* local(const std::string& name);
 
   Mesh& mesh_;
@@ -106,6 +110,7 @@ class Engine {
   std::unordered_map<std::string, LocalRequest> in_flight_;
   std::unordered_map<std::string, int32_t> cache_;  // signature -> response cache id
   ByteBuffer fusion_;
+  ByteBuffer slots_;
   std::vector<ByteBuffer> scratch_;
   std::thread thread_;
 };

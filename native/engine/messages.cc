@@ -25,15 +25,15 @@ void put_spec(ByteWriter& w, const RequestSpec& s) {
 RequestSpec get_spec(ByteReader& r) {
   RequestSpec s;
   uint8_t kind = r.get<uint8_t>();
-  if (kind < 1 || kind > uint8_t(CollectiveKind::kJoin)) fail(ErrorKind::kPeerFailure, "bad request kind");
+  if (!is_collective_kind(kind)) fail(ErrorKind::kPeerFailure, "bad request kind");
   s.kind = CollectiveKind(kind);
   s.name = r.get_string();
   int32_t dtype = r.get<int32_t>();
-  if (dtype < 0 || dtype >= kNumDTypes) fail(ErrorKind::kPeerFailure, "bad dtype in request");
+  if (!is_dtype(dtype)) fail(ErrorKind::kPeerFailure, "bad dtype in request");
   s.dtype = DType(dtype);
   s.shape = r.get_ints();
   int32_t op = r.get<int32_t>();
-  if (op < 0 || op >= kNumReduceOps) fail(ErrorKind::kPeerFailure, "bad op in request");
+  if (!is_reduce_op(op)) fail(ErrorKind::kPeerFailure, "bad op in request");
   s.op = ReduceOp(op);
   s.root = r.get<int32_t>();
   s.prescale = r.get<double>();

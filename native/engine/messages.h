@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "algorithms/descriptor.h"
+#include "algorithms/call.h"
 #include "common/error.h"
 #include "common/types.h"
 
@@ -14,7 +14,6 @@ namespace shvd {
 // One submitted collective, as the other ranks must see it: what a direct call agrees on, plus what
 // only the engine needs.
 struct RequestSpec : CallInfo {
-  std::vector<int64_t> splits;  // alltoall
   int32_t group = -1;           // grouped_allreduce: members are negotiated and fused together
   int32_t group_size = 0;
 };

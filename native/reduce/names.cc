@@ -4,25 +4,22 @@ namespace shvd {
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::kUInt8: return "uint8";
-    case DType::kInt8: return "int8";
-    case DType::kInt32: return "int32";
-    case DType::kInt64: return "int64";
-    case DType::kFloat16: return "float16";
-    case DType::kBFloat16: return "bfloat16";
-    case DType::kFloat32: return "float32";
-    case DType::kFloat64: return "float64";
+#define SHVD_DTYPE_NAME(enumerator, code, name, bytes) \
+  case DType::enumerator:                              \
+    return name;
+    SHVD_DTYPES(SHVD_DTYPE_NAME)
+#undef SHVD_DTYPE_NAME
   }
   return "unknown";
 }
 
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return "Sum";
-    case ReduceOp::kAverage: return "Average";
-    case ReduceOp::kMin: return "Min";
-    case ReduceOp::kMax: return "Max";
-    case ReduceOp::kProduct: return "Product";
+#define SHVD_OP_NAME(enumerator, code, python_name, name) \
+  case ReduceOp::enumerator:                              \
+    return name;
+    SHVD_REDUCE_OPS(SHVD_OP_NAME)
+#undef SHVD_OP_NAME
   }
   return "unknown";
 }

@@ -73,7 +73,33 @@ std::string read_frame_blocking(int fd, uint32_t expected_type, const Deadline& 
 }
 
 bool item_complete(const SendItem& s) { return s.done == s.len; }
+// A gated send that has sent all its gate allows waits on this rank's own receive, not on its peer.
+bool waits_on_own_receive(const SendItem& s) { return s.gate && *s.gate <= s.done; }
 bool item_complete(const RecvItem& r) { return r.done == r.len && (r.grow_into == nullptr || r.length_known); }
+
+// Nothing moved for `rounds` passes in a row, since `since`.
+struct IdleSpell {
+  int rounds = 0;
+  std::chrono::steady_clock::time_point since;
+};
+
+// Whether to pass again at once, after a pause instruction or a yield of the core; false once the
+// spell has lasted the policy's spinning and yielding time, and the rank should sleep.
+bool spin_or_yield(const WaitPolicy& wait, IdleSpell& idle) {
+  if (idle.rounds++ == 0) idle.since = std::chrono::steady_clock::now();
+  if ((idle.rounds & 15) != 0 && wait.spin_us != 0) {
+    cpu_relax();
+    return true;
+  }
+  auto idle_us =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - idle.since).count();
+  if (idle_us < wait.spin_us) return true;
+  if (idle_us < wait.spin_us + wait.yield_us) {
+    sched_yield();
+    return true;
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -449,27 +475,29 @@ void Mesh::watch(const std::vector<bool>& reading, const std::vector<bool>& writ
   }
 }
 
-void Mesh::wait_for_progress(std::vector<SendItem>& sends, std::vector<RecvItem>& recvs,
-                             const std::vector<int>& active_send, const std::vector<int>& active_recv,
-                             const Deadline& deadline, const std::string& what) {
-  if (deadline.expired()) {
-    std::string waiting;
-    for (int r = 0; r < options_.size; ++r) {
-      if (active_recv[r] >= 0) {
-        const RecvItem& it = recvs[active_recv[r]];
-        waiting += (waiting.empty() ? "" : "; ") + std::string("receiving from ") + peer_name(r) + " (" +
+void Mesh::time_out(const std::vector<SendItem>& sends, const std::vector<RecvItem>& recvs, const Active& active,
+                    const std::string& what) {
+  std::string waiting;
+  for (int r = 0; r < options_.size; ++r) {
+    if (active.recv[r] >= 0) {
+      const RecvItem& it = recvs[active.recv[r]];
+      waiting += (waiting.empty() ? "" : "; ") + std::string("receiving from ") + peer_name(r) + " (" +
+                 std::to_string(it.done) + " of " + std::to_string(it.len) + " bytes)";
+    }
+    if (active.send[r] >= 0) {
+      const SendItem& it = sends[active.send[r]];
+      if (!waits_on_own_receive(it)) {
+        waiting += (waiting.empty() ? "" : "; ") + std::string("sending to ") + peer_name(r) + " (" +
                    std::to_string(it.done) + " of " + std::to_string(it.len) + " bytes)";
       }
-      if (active_send[r] >= 0) {
-        const SendItem& it = sends[active_send[r]];
-        if (!(it.gate && *it.gate <= it.done)) {
-          waiting += (waiting.empty() ? "" : "; ") + std::string("sending to ") + peer_name(r) + " (" +
-                     std::to_string(it.done) + " of " + std::to_string(it.len) + " bytes)";
-        }
-      }
     }
-    fail(ErrorKind::kTimeout, what + " timed out on " + peer_name(options_.rank) + ": still " + waiting);
   }
+  fail(ErrorKind::kTimeout, what + " timed out on " + peer_name(options_.rank) + ": still " + waiting);
+}
+
+void Mesh::wait_for_progress(const std::vector<SendItem>& sends, const std::vector<RecvItem>& recvs,
+                             const Active& active, const Deadline& deadline, const std::string& what) {
+  if (deadline.expired()) time_out(sends, recvs, active, what);
   std::vector<bool> reading(options_.size, false), writing(options_.size, false);
   bool any_tcp = false;
   ShmRing* shm_wait_data = nullptr;
@@ -477,14 +505,12 @@ void Mesh::wait_for_progress(std::vector<SendItem>& sends, std::vector<RecvItem>
   for (int r = 0; r < options_.size; ++r) {
     if (!peers_[r]) continue;
     Peer& peer = *peers_[r];
-    if (active_recv[r] >= 0) {
+    if (active.recv[r] >= 0) {
       reading[r] = true;
       any_tcp |= !peer.shm;
       if (peer.shm && !shm_wait_data) shm_wait_data = &peer.in;
     }
-    if (active_send[r] >= 0) {
-      const SendItem& it = sends[active_send[r]];
-      if (it.gate && *it.gate <= it.done) continue;  // waits on our own receive, not on this peer
+    if (active.send[r] >= 0 && !waits_on_own_receive(sends[active.send[r]])) {
       writing[r] = true;
       any_tcp |= !peer.shm;
       if (peer.shm && !shm_wait_space) shm_wait_space = &peer.out;
@@ -505,14 +531,13 @@ void Mesh::wait_for_progress(std::vector<SendItem>& sends, std::vector<RecvItem>
   watch(reading, writing, 0);
 }
 
-void Mesh::run(std::vector<SendItem>& sends, std::vector<RecvItem>& recvs, const Deadline& deadline,
-               const std::string& what, const WaitPolicy* policy) {
-  const WaitPolicy wait = policy ? *policy : default_wait_;
+void Mesh::check_items(const std::vector<SendItem>& sends, const std::vector<RecvItem>& recvs,
+                       const std::string& what) const {
   if (broken_ || closed_) {
     fail(ErrorKind::kPeerFailure, "the communicator is unusable after an earlier failure or shutdown; call "
                                   "shutdown() and init() again");
   }
-  for (auto& s : sends) {
+  for (const SendItem& s : sends) {
     if (s.peer < 0 || s.peer >= options_.size || s.peer == options_.rank) {
       fail(ErrorKind::kInvalidArgument, "send to invalid peer " + std::to_string(s.peer));
     }
@@ -521,56 +546,52 @@ void Mesh::run(std::vector<SendItem>& sends, std::vector<RecvItem>& recvs, const
            s.peer);
     }
   }
-  for (auto& r : recvs) {
+  for (const RecvItem& r : recvs) {
     if (r.peer < 0 || r.peer >= options_.size || r.peer == options_.rank) {
       fail(ErrorKind::kInvalidArgument, "receive from invalid peer " + std::to_string(r.peer));
     }
   }
-  const int n = options_.size;
-  std::vector<int> active_send(n), active_recv(n);
-  auto spin_started = std::chrono::steady_clock::now();
-  int idle_rounds = 0;
+}
+
+// One pass over every item: items to the same peer go strictly in order, so only the first unfinished
+// one per peer moves (and is recorded as active).
+Mesh::Pass Mesh::progress_all(std::vector<SendItem>& sends, std::vector<RecvItem>& recvs, Active& active) {
+  std::fill(active.send.begin(), active.send.end(), -1);
+  std::fill(active.recv.begin(), active.recv.end(), -1);
+  Pass pass;
+  for (size_t i = 0; i < sends.size(); ++i) {
+    SendItem& s = sends[i];
+    if (item_complete(s)) continue;
+    pass.pending = true;
+    if (active.send[s.peer] >= 0) continue;
+    pass.progressed |= progress_send(s, *peers_[s.peer]);
+    if (!item_complete(s)) active.send[s.peer] = int(i);
+  }
+  for (size_t i = 0; i < recvs.size(); ++i) {
+    RecvItem& r = recvs[i];
+    if (item_complete(r)) continue;
+    pass.pending = true;
+    if (active.recv[r.peer] >= 0) continue;
+    pass.progressed |= progress_recv(r, *peers_[r.peer]);
+    if (!item_complete(r)) active.recv[r.peer] = int(i);
+  }
+  return pass;
+}
+
+void Mesh::run(std::vector<SendItem>& sends, std::vector<RecvItem>& recvs, const Deadline& deadline,
+               const std::string& what, const WaitPolicy* policy) {
+  const WaitPolicy wait = policy ? *policy : default_wait_;
+  check_items(sends, recvs, what);
+  Active active{std::vector<int>(options_.size), std::vector<int>(options_.size)};
+  IdleSpell idle;
   while (true) {
-    std::fill(active_send.begin(), active_send.end(), -1);
-    std::fill(active_recv.begin(), active_recv.end(), -1);
-    bool pending = false;
-    bool progressed = false;
-    // Items to the same peer go strictly in order: only the first unfinished one per peer is active.
-    for (size_t i = 0; i < sends.size(); ++i) {
-      SendItem& s = sends[i];
-      if (item_complete(s)) continue;
-      pending = true;
-      if (active_send[s.peer] >= 0) continue;
-      progressed |= progress_send(s, *peers_[s.peer]);
-      if (!item_complete(s)) active_send[s.peer] = int(i);
-    }
-    for (size_t i = 0; i < recvs.size(); ++i) {
-      RecvItem& r = recvs[i];
-      if (item_complete(r)) continue;
-      pending = true;
-      if (active_recv[r.peer] >= 0) continue;
-      progressed |= progress_recv(r, *peers_[r.peer]);
-      if (!item_complete(r)) active_recv[r.peer] = int(i);
-    }
-    if (!pending) return;
-    if (progressed) {
-      idle_rounds = 0;
+    Pass pass = progress_all(sends, recvs, active);
+    if (!pass.pending) return;
+    if (pass.progressed) {
+      idle.rounds = 0;
       continue;
     }
-    if (idle_rounds++ == 0) spin_started = std::chrono::steady_clock::now();
-    if ((idle_rounds & 15) == 0 || wait.spin_us == 0) {
-      auto idle = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
-                                                                         spin_started).count();
-      if (idle < wait.spin_us) continue;
-      if (idle < wait.spin_us + wait.yield_us) {
-        sched_yield();
-        continue;
-      }
-    } else {
-      cpu_relax();
-      continue;
-    }
-    wait_for_progress(sends, recvs, active_send, active_recv, deadline, what);
+    if (!spin_or_yield(wait, idle)) wait_for_progress(sends, recvs, active, deadline, what);
   }
 }
 

@@ -32,6 +32,7 @@ struct MeshOptions {
   size_t tcp_chunk_bytes = 1 << 20;
   int tcp_socket_buffer_bytes = 4 << 20;
   double connect_timeout_s = 60.0;
+  double timeout_s = 300.0;  // deadline of each collective on this mesh (direct calls and the engine's)
   int spin_us = -1;     // busy-wait (pause) before yielding; -1 picks by cores vs local ranks
   int yield_us = 2000;  // then keep yielding the core this long before sleeping on a futex or poll()
   std::string job_tag;  // distinguishes shm names of concurrent jobs
@@ -111,9 +112,21 @@ class Mesh {
   [[noreturn]] void peer_lost(Peer& peer, const std::string& context);
   void read_control_frame(Peer& peer);
   void watch(const std::vector<bool>& reading, const std::vector<bool>& writing, int timeout_ms);
-  void wait_for_progress(std::vector<SendItem>& sends, std::vector<RecvItem>& recvs,
-                         const std::vector<int>& active_send, const std::vector<int>& active_recv,
-                         const Deadline& deadline, const std::string& what);
+  // The steps of run().
+  struct Active {
+    std::vector<int> send, recv;  // per peer: the index of the item in progress, or -1
+  };
+  struct Pass {
+    bool pending = false;
+    bool progressed = false;
+  };
+  void check_items(const std::vector<SendItem>& sends, const std::vector<RecvItem>& recvs,
+                   const std::string& what) const;
+  Pass progress_all(std::vector<SendItem>& sends, std::vector<RecvItem>& recvs, Active& active);
+  void wait_for_progress(const std::vector<SendItem>& sends, const std::vector<RecvItem>& recvs,
+                         const Active& active, const Deadline& deadline, const std::string& what);
+  [[noreturn]] void time_out(const std::vector<SendItem>& sends, const std::vector<RecvItem>& recvs,
+                             const Active& active, const std::string& what);
 
   MeshOptions options_;
   Fd listener_;

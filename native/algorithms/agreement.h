@@ -1,0 +1,27 @@
+// The one check that every rank asked for the same collective, used by direct calls (after the
+// descriptor round), by the engine's coordinator and by the MPI backend (through the binding). Each
+// op says which fields must agree (CollectiveOp::rules); a disagreement becomes the same clear error
+// on every rank instead of a hang or garbage.
+#pragma once
+#include <cstddef>
+#include <vector>
+
+#include "algorithms/call.h"
+
+namespace shvd {
+
+// Which fields must agree across ranks for one kind of collective.
+struct AgreementRules {
+  bool dtype = true;
+  bool shape = false;           // the whole shape
+  bool trailing_shape = false;  // all but the first dimension
+  bool op = false;
+  bool root = false;
+  bool scales = false;
+};
+
+// Throws kMismatch, naming the tensor, the field and what each rank passed, if the calls disagree.
+// calls[i] came from rank ranks[i]; calls[mine] is this rank's, whose name and number the message quotes.
+void check_agreement(const std::vector<const CallInfo*>& calls, const std::vector<int>& ranks, size_t mine);
+
+}  // namespace shvd

@@ -1,0 +1,62 @@
+#include "algorithms/collective_op.h"
+
+#include "common/error.h"
+#include "reduce/reduce.h"
+
+namespace shvd {
+
+// A join has no data and no rules: the engine's coordinator counts it, and nothing runs.
+const CollectiveOp kJoinOp = [] {
+  CollectiveOp op;
+  op.rules.dtype = false;
+  return op;
+}();
+
+const CollectiveOp& op_for(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllreduce: return kAllreduceOp;
+    case CollectiveKind::kAllgather: return kAllgatherOp;
+    case CollectiveKind::kBroadcast: return kBroadcastOp;
+    case CollectiveKind::kAlltoall: return kAlltoallOp;
+    case CollectiveKind::kReducescatter: return kReducescatterOp;
+    case CollectiveKind::kBarrier: return kBarrierOp;
+    case CollectiveKind::kJoin: return kJoinOp;
+  }
+  fail(ErrorKind::kInvalidArgument, "unknown collective kind " + std::to_string(uint32_t(kind)));
+}
+
+void validate_call(CallInfo& call, int size) {
+  for (int64_t d : call.shape) {
+    if (d < 0) fail(ErrorKind::kInvalidArgument, call_label(call) + ": negative dimension in shape " + shape_text(call.shape));
+  }
+  const CollectiveOp& op = op_for(call.kind);
+  if (op.validate) op.validate(call, size);
+}
+
+void require_rows(const CallInfo& call) {
+  if (call.shape.empty()) fail(ErrorKind::kInvalidArgument, call_label(call) + " needs a tensor with at least one dimension");
+}
+
+Agreed agreed_from(CollectiveKind kind, const std::vector<const CallInfo*>& by_rank) {
+  Agreed agreed;
+  if (kind == CollectiveKind::kAllgather) {
+    for (const CallInfo* c : by_rank) agreed.first_dims.push_back(c->shape.empty() ? 0 : c->shape[0]);
+  }
+  if (kind == CollectiveKind::kAlltoall) {
+    for (const CallInfo* c : by_rank) agreed.split_matrix.insert(agreed.split_matrix.end(), c->splits.begin(), c->splits.end());
+  }
+  return agreed;
+}
+
+void finish_reduction(void* data, size_t count, DType dtype, ReduceOp op, int world_size, double postscale) {
+  if (op == ReduceOp::kAverage) {
+    if (dtype_is_integer(dtype)) {
+      divide(data, count, dtype, world_size);
+    } else {
+      postscale /= double(world_size);
+    }
+  }
+  if (postscale != 1.0) scale(data, count, dtype, postscale);
+}
+
+}  // namespace shvd
