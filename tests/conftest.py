@@ -6,6 +6,12 @@ import pytest
 os.environ.setdefault("PYTHONUNBUFFERED", "1")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    # Tests of the package as installed (tests/install, the packed env on executors) need a built wheel;
+    # `make wheel-test` builds this machine's and passes it. Without it they skip.
+    parser.addoption("--wheel", default=None, help="path of a built spark-hvd wheel to test as installed")
+
+
 @pytest.fixture(params=["shm", "tcp"])
 def transport(request: pytest.FixtureRequest) -> str:
     return request.param

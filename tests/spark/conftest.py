@@ -10,6 +10,7 @@ import contextlib
 import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Iterator
 
 import cloudpickle
@@ -105,6 +106,13 @@ def _cluster_conf(cores: int) -> dict[str, str]:
         "spark.scheduler.minRegisteredResourcesRatio": "1.0",
         "spark.scheduler.maxRegisteredResourcesWaitingTime": "60s",
     }
+
+
+@pytest.fixture(scope="session")
+def spark_sessions() -> Any:
+    """For a module whose session needs settings of its own: ``session(master, conf)`` (a context manager)
+    and ``cluster_conf(cores)``, as the fixtures here use them."""
+    return SimpleNamespace(session=_session, cluster_conf=_cluster_conf)
 
 
 @pytest.fixture(scope="module")
