@@ -27,7 +27,7 @@ def test_fit_transform_save_load_on_a_standalone_cluster(standalone_spark, tmp_p
 
     df = blobs(standalone_spark, 400)
     model = make_estimator(Store.create(str(tmp_path / "store")), epochs=3, validation=0.25).fit(df)
-    assert model.getHistory()[-1]["val_class_accuracy"] > 0.9
+    assert model.getEpochMetrics()[-1]["val_class_accuracy"] > 0.9
     test = with_ids(blobs(standalone_spark, 100, partitions=2))
     features, labels, scores = features_labels_predictions(model.transform(test))
     assert (scores.argmax(axis=1) == labels).mean() > 0.9
