@@ -21,8 +21,9 @@ EVENT_START, EVENT_STEP, EVENT_EPOCH = "start", "step", "epoch"
 _PREFIX = "spark-hvd: "
 # Erase the terminal line the cursor is on (whatever Spark's console bar left there) before writing.
 _CLEAR_LINE = "\r\x1b[K"
-# desc, percentage, bar, steps, times and rate, then the loss: the bar takes what is left of the width.
-_BAR_FORMAT = "{desc} {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
+# desc, percentage, bar, steps, elapsed<remaining, the loss; the bar takes what is left of the width (about
+# 30 columns of 80). The rate is in the closing line, where it counts training only.
+_BAR_FORMAT = "{desc} {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]"
 
 
 def _in_notebook() -> bool:

@@ -22,5 +22,14 @@ def test_quickstart_notebook_executes(spark_environment, tmp_path) -> None:
                       for o in cell.get("outputs", []))
     assert "validation accuracy after 8 epochs" in outputs
     assert "reloaded model predicts identically" in outputs
+    # The fit's cell: timed phase lines and one line per epoch as plain text, the bar as a widget
+    # (ipywidgets is installed), no tqdm fallback warning and no carriage-return redraws.
+    (fit_cell,) = [cell for cell in notebook.cells if "estimator.fit(" in cell.source]
+    texts = [o.get("text", "") for o in fit_cell.outputs if o.get("output_type") == "stream"]
+    fit_text = "".join(texts)
+    assert "spark-hvd: 2 ranks launched (" in fit_text, fit_text
+    assert [f"epoch {e}/8:" in fit_text for e in range(1, 9)] == [True] * 8, fit_text
+    assert "\r" not in fit_text and "IProgress" not in fit_text and "TqdmWarning" not in fit_text, fit_text
+    assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in fit_cell.outputs)
     images = [o for cell in notebook.cells for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
     assert images, "the loss/accuracy plot was not drawn"
