@@ -11,7 +11,7 @@ import math
 import os
 import socket
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 ENV_RANK = "COLLECTIVE_RANK"
 ENV_SIZE = "COLLECTIVE_SIZE"
@@ -79,6 +79,19 @@ class Config:
         object.__setattr__(self, "nics", normalize_nics(self.nics, _field_label("nics")))
         _validate(dataclasses.asdict(self), _field_label)
 
+    def to_native(self) -> "NativeOptions":
+        """The native option structs. Each knob is copied by the name Config and the C++ struct share
+        (native/transport/mesh.h, native/engine/engine.h), so a new knob is named in those two places
+        only; the job's identity (rank, size, peers) is the caller's to fill in from the bootstrap."""
+        from collective import _native  # the launcher and the Spark driver read Config without the extension
+
+        native = NativeOptions(_native.MeshOptions(), _native.EngineOptions())
+        for options in native:
+            for name, value in self.__dict__.items():
+                if value is not None and hasattr(options, name):
+                    setattr(options, name, value)
+        return native
+
     def replace(self, **changes: Any) -> "Config":
         """Returns a copy with ``changes`` applied; the copy is validated like a new Config."""
         unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
@@ -94,14 +107,23 @@ class Config:
         return "Config(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
 
 
-def config_from_env(base: Config | None = None, environ: Mapping[str, str] | None = None) -> Config:
-    """Builds a Config from defaults, then ``environ`` (default ``os.environ``), then ``base``.
+class NativeOptions(NamedTuple):
+    """What Config.to_native() gives: collective._native.MeshOptions and EngineOptions."""
+
+    mesh: Any
+    engine: Any
+
+
+def config_from_env(base: Config | None = None, environ: Mapping[str, str] | None = None,
+                    overrides: Mapping[str, Any] | None = None) -> Config:
+    """Builds a Config from defaults, then ``environ`` (default ``os.environ``), then ``base``, then
+    ``overrides``, and validates the result once.
 
     Fields of ``base`` that differ from the Config defaults win over the environment, so code
     that sets a value explicitly is never silently overridden by a stray variable.
     """
     environ = os.environ if environ is None else environ
-    values = dataclasses.asdict(Config())
+    values = dict(_DEFAULTS)
     source: dict[str, str] = {}
     for field_name, (env_name, parse) in _ENV_FIELDS.items():
         raw = environ.get(env_name)
@@ -115,10 +137,29 @@ def config_from_env(base: Config | None = None, environ: Mapping[str, str] | Non
             if explicit != field.default:
                 values[field.name] = explicit
                 source.pop(field.name, None)
+    if overrides:
+        unknown = set(overrides) - set(values)
+        if unknown:
+            raise ValueError(f"Config has no field(s) {sorted(unknown)}")
+        values.update(overrides)
+        for name in overrides:
+            source.pop(name, None)
     if not values["launched_by_mpi"] and launched_by_mpi(environ):
         values["launched_by_mpi"] = True
-    _validate(values, lambda name: source.get(name, _field_label(name)))
-    return Config(**values)
+    label = lambda name: source.get(name, _field_label(name))  # noqa: E731
+    values["nics"] = normalize_nics(values["nics"], label("nics"))
+    _validate(values, label)
+    return replace_unvalidated(Config, **values)
+
+
+def replace_unvalidated(base: Config | type[Config], **values: Any) -> Config:
+    """``base`` (a Config, or the class for none) with ``values`` that are checked already, or derived
+    by this package (the rendezvous scope, the bootstrap's secret, which the native mesh checks): init()
+    validates once, at its edge, and not again for what it fills in itself."""
+    config = object.__new__(Config)
+    config.__dict__.update(base.__dict__ if isinstance(base, Config) else {})
+    config.__dict__.update(values)
+    return config
 
 
 def launched_by_mpi(environ: Mapping[str, str] | None = None) -> bool:
@@ -226,7 +267,7 @@ def env_for_rank(
         env[ENV_TIMELINE] = timeline
     if nics:
         env[ENV_NICS] = ",".join(nics)
-    _validate({**dataclasses.asdict(Config()), "rank": rank, "size": size,
+    _validate({**_DEFAULTS, "rank": rank, "size": size,
                "rendezvous": rendezvous, "secret": secret, "host_key": host_key,
                "nics": nics}, _field_label)
     return env
@@ -278,6 +319,8 @@ def _parse_shm_enabled(env_name: str, raw: str) -> bool:
         return True
     raise ValueError(f"{env_name}={raw!r} is not one of 1/0/true/false/yes/no/on/off")
 
+
+_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(Config)}
 
 _ENV_FIELDS: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "rank": (ENV_RANK, _parse_int),

@@ -10,43 +10,30 @@ import itertools
 from typing import Any, Sequence
 
 from collective import _native
+from collective._native import CollectiveKind, DType, ReduceOp
 from collective.config import Config
-
-# Collective kinds, as native/algorithms/descriptor.h numbers them.
-ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN = 1, 2, 3, 4, 5, 6, 7
-_KIND_NAMES = {ALLREDUCE: "allreduce", ALLGATHER: "allgather", BROADCAST: "broadcast", ALLTOALL: "alltoall",
-               REDUCESCATTER: "reducescatter", BARRIER: "barrier", JOIN: "join"}
 
 
 class Engine:
     """One per process, started by ``collective.runtime.start_engine``."""
 
     def __init__(self, comm: Any, config: Config) -> None:
-        self._native = _native.Engine(
-            comm,
-            fusion_threshold_bytes=config.fusion_threshold_bytes,
-            cycle_time_ms=config.cycle_time_ms,
-            cache_capacity=config.cache_capacity,
-            timeline_path=config.timeline or "",
-            stall_warning_s=config.stall_check_s,
-            stall_shutdown_s=config.stall_shutdown_s,
-            timeout_s=config.timeout_s,
-        )
+        self._native = _native.Engine(comm, config.to_native().engine)
         self._timeout_s = config.timeout_s
         self._unnamed = itertools.count()
 
-    def auto_name(self, kind: int) -> str:
+    def auto_name(self, kind: CollectiveKind) -> str:
         """Horovod's rule for unnamed ops: ranks that submit in the same order agree on the names."""
-        return f"{_KIND_NAMES[kind]}.noname.{next(self._unnamed)}"
+        return f"{kind.name.lower()}.noname.{next(self._unnamed)}"
 
     def submit(
         self,
-        kind: int,
+        kind: CollectiveKind,
         name: str | None,
         tensor: Any,
-        dtype: int = -1,
+        dtype: DType | None = None,
         shape: Sequence[int] | None = None,
-        op: int = 0,
+        op: ReduceOp = ReduceOp.SUM,
         root: int = -1,
         prescale: float = 1.0,
         postscale: float = 1.0,
@@ -57,13 +44,13 @@ class Engine:
         """Enqueues a request. ``tensor`` is a buffer, an address (then ``dtype`` and ``shape`` are
         required), or None (barrier, join). The memory must stay valid until the handle completes."""
         return self._native.enqueue(
-            kind, name or self.auto_name(kind), tensor, dtype, shape, int(op), int(root), float(prescale),
+            kind, name or self.auto_name(kind), tensor, dtype, shape, op, int(root), float(prescale),
             float(postscale), list(splits), int(group), int(group_size))
 
     def poll(self, handle: int) -> bool:
         return bool(self._native.poll(handle))
 
-    def wait(self, handle: int, dtype: int = 0) -> Any:
+    def wait(self, handle: int, dtype: DType = DType.uint8) -> Any:
         """Blocks until done; returns None, the last joined rank, or (flat uint8 array, shape[, splits])."""
         # The engine's own deadlines (negotiation, transfers, stall shutdown) fire first; this outer one
         # only guards against a stalled tensor when the stall shutdown is off.
@@ -73,7 +60,7 @@ class Engine:
         self._native.shutdown()
 
 
-def wait_all(engine: Any, requests: Sequence[tuple[int, int]]) -> list[Any]:
+def wait_all(engine: Any, requests: Sequence[tuple[int, DType]]) -> list[Any]:
     """Waits for every (handle, dtype code) of ``requests`` and returns their results in order.
 
     Waits for all of them even after one fails, then raises the first error: until each completes,

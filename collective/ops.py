@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from collective import engine as kinds
+from collective._native import CollectiveKind
 from collective.dtypes import as_buffer, dtype_code
 from collective.errors import InvalidArgumentError
 from collective.reduce_ops import ReduceOp, resolve_op
@@ -55,7 +55,7 @@ def allreduce_(
         runtime.comm.allreduce(as_buffer(work, code), op_code, prescale_factor, postscale_factor, name, code)
     else:
         engine = runtime.engine
-        engine.wait(engine.submit(kinds.ALLREDUCE, name, as_buffer(work, code), code, op=op_code,
+        engine.wait(engine.submit(CollectiveKind.ALLREDUCE, name, as_buffer(work, code), code, op=op_code,
                                   prescale=prescale_factor, postscale=postscale_factor))
     if work is not tensor:
         tensor[...] = work
@@ -88,7 +88,7 @@ def allgather(tensor: np.ndarray, name: str | None = None) -> np.ndarray:
         flat, out_shape = runtime.comm.allgather(as_buffer(array, code), name, code)
     else:
         engine = runtime.engine
-        flat, out_shape = engine.wait(engine.submit(kinds.ALLGATHER, name, as_buffer(array, code), code), code)
+        flat, out_shape = engine.wait(engine.submit(CollectiveKind.ALLGATHER, name, as_buffer(array, code), code), code)
     return _result(flat, out_shape, array.dtype)
 
 
@@ -102,7 +102,7 @@ def broadcast_(tensor: np.ndarray, root_rank: int, name: str | None = None) -> n
         runtime.comm.broadcast(as_buffer(work, code), int(root_rank), name, code)
     else:
         engine = runtime.engine
-        engine.wait(engine.submit(kinds.BROADCAST, name, as_buffer(work, code), code, root=int(root_rank)))
+        engine.wait(engine.submit(CollectiveKind.BROADCAST, name, as_buffer(work, code), code, root=int(root_rank)))
     if work is not tensor:
         tensor[...] = work
     return tensor
@@ -139,7 +139,7 @@ def alltoall(
                     f"{runtime.topology.size} ranks; pass splits=")
             split_list = [rows // runtime.topology.size] * runtime.topology.size
         flat, out_shape, received = engine.wait(
-            engine.submit(kinds.ALLTOALL, name, as_buffer(array, code), code, splits=split_list), code)
+            engine.submit(CollectiveKind.ALLTOALL, name, as_buffer(array, code), code, splits=split_list), code)
     output = _result(flat, out_shape, array.dtype)
     if splits is None:
         return output
@@ -168,7 +168,7 @@ def reducescatter(
     else:
         engine = runtime.engine
         flat, out_shape = engine.wait(engine.submit(
-            kinds.REDUCESCATTER, name, as_buffer(array, code), code, op=op_code, prescale=prescale_factor,
+            CollectiveKind.REDUCESCATTER, name, as_buffer(array, code), code, op=op_code, prescale=prescale_factor,
             postscale=postscale_factor), code)
     return _result(flat, out_shape, array.dtype)
 
@@ -179,4 +179,4 @@ def barrier() -> None:
     if runtime.engine is None:
         runtime.comm.barrier()
     else:
-        runtime.engine.wait(runtime.engine.submit(kinds.BARRIER, None, None))
+        runtime.engine.wait(runtime.engine.submit(CollectiveKind.BARRIER, None, None))

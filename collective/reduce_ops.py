@@ -1,18 +1,11 @@
-"""Reduce operations, under the names Horovod scripts use (``hvd.Sum``, ``hvd.Average``...)."""
+"""Reduce operations, under the names Horovod scripts use (``hvd.Sum``, ``hvd.Average``...).
+
+``ReduceOp`` is the native core's enum (native/common/types.h), exported by the binding.
+"""
 
 from __future__ import annotations
 
-import enum
-
-
-class ReduceOp(enum.IntEnum):
-    # Values are the native core's codes (native/common/types.h).
-    SUM = 0
-    AVERAGE = 1
-    MIN = 2
-    MAX = 3
-    PRODUCT = 4
-
+from collective._native import ReduceOp
 
 Sum = ReduceOp.SUM
 Average = ReduceOp.AVERAGE

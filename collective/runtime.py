@@ -11,7 +11,7 @@ from typing import Any
 from collective import _native
 from collective.bootstrap import Bootstrap, bootstrap_from_config
 from collective.bootstrap.interfaces import mesh_host
-from collective.config import Config, config_from_env, default_host_key
+from collective.config import Config, config_from_env, default_host_key, replace_unvalidated
 from collective.engine import Engine
 from collective.errors import CollectiveError, NotInitializedError
 from collective.topology import Topology, topology_from_host_keys
@@ -42,13 +42,11 @@ def init(config: Config | None = None, *, bootstrap: Bootstrap | None = None, **
     with _lock:
         if _runtime is not None:
             raise CollectiveError("collective.init() was already called in this process; call shutdown() first")
-        cfg = config_from_env(config)
-        if overrides:
-            cfg = cfg.replace(**overrides)
+        cfg = config_from_env(config, overrides=overrides)
         if cfg.reduce_isa is not None:
             _native.limit_reduce_isa(cfg.reduce_isa)
         _generation += 1
-        cfg = cfg.replace(scope=f"{cfg.scope}/init{_generation}")
+        cfg = replace_unvalidated(cfg, scope=f"{cfg.scope}/init{_generation}")
         own_bootstrap = bootstrap is None
         if bootstrap is None:
             bootstrap = bootstrap_from_config(cfg)
@@ -67,7 +65,7 @@ def _build_runtime(cfg: Config, bootstrap: Bootstrap) -> _Runtime:
     rank, size = bootstrap.rank, bootstrap.size
     host_key = cfg.host_key or bootstrap.host_key() or default_host_key()
     if cfg.secret is None and bootstrap.job_secret() is not None:
-        cfg = cfg.replace(secret=bootstrap.job_secret())
+        cfg = replace_unvalidated(cfg, secret=bootstrap.job_secret())
     if cfg.backend == "mpi":
         from collective.mpi.setup import mpi_communicator  # imports mpi4py, so only when asked
 
@@ -81,21 +79,14 @@ def _build_runtime(cfg: Config, bootstrap: Bootstrap) -> _Runtime:
         ).encode()
         peers = [json.loads(raw) for raw in bootstrap.allgather(record, cfg.connect_timeout_s)]
         host_keys = [p["host_key"] for p in peers]
-        comm = _native.Communicator(
-            listener,
-            rank=rank,
-            size=size,
-            secret=cfg.secret or b"",
-            hosts=[p["host"] for p in peers],
-            ports=[int(p["port"]) for p in peers],
-            host_keys=host_keys,
-            # Shared memory only if every rank allows it, so both sides of each pair agree.
-            enable_shm=all(p["shm"] for p in peers),
-            shm_buffer_bytes=cfg.shm_buffer_bytes,
-            tcp_chunk_bytes=cfg.tcp_chunk_bytes,
-            connect_timeout_s=cfg.connect_timeout_s,
-            timeout_s=cfg.timeout_s,
-        )
+        options = cfg.to_native().mesh
+        options.rank, options.size = rank, size
+        options.hosts = [p["host"] for p in peers]
+        options.ports = [int(p["port"]) for p in peers]
+        options.host_keys = host_keys
+        # Shared memory only if every rank allows it, so both sides of each pair agree.
+        options.enable_shm = all(p["shm"] for p in peers)
+        comm = _native.Communicator(listener, options)
     finally:
         listener.close()
     return _Runtime(config=cfg, topology=topology_from_host_keys(rank, host_keys), comm=comm)

@@ -1,8 +1,11 @@
-// The only file that knows Python. Tensors arrive as (address, dtype code, shape) so that numpy,
-// torch and TensorFlow adapters can all hand over their memory without a copy; every blocking call
-// releases the GIL; shvd::Error becomes one Python exception class per ErrorKind, here and nowhere else.
+// The only file that knows Python. Tensors arrive as (address, dtype, shape) so that numpy, torch and
+// TensorFlow adapters can all hand over their memory without a copy; every blocking call releases the
+// GIL; shvd::Error becomes one Python exception class per ErrorKind, here and nowhere else. DType,
+// ReduceOp, CollectiveKind and the option structs are exported from their one C++ definition, and
+// Python imports them.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -45,18 +48,6 @@ void raise_python(const Error& e) {
   PyErr_SetObject(cls, instance.ptr());
 }
 
-DType to_dtype(int code) {
-  if (code < 0 || code >= kNumDTypes) fail(ErrorKind::kInvalidArgument, "unknown dtype code " + std::to_string(code));
-  return DType(code);
-}
-
-ReduceOp to_op(int code) {
-  if (code < 0 || code >= kNumReduceOps) {
-    fail(ErrorKind::kInvalidArgument, "unknown reduce op code " + std::to_string(code));
-  }
-  return ReduceOp(code);
-}
-
 DType dtype_from_format(const char* format, Py_ssize_t itemsize) {
   // Native byte order only: '=' and '@' prefixes are fine, anything else is not ours to reinterpret.
   if (format[0] == '@' || format[0] == '=') ++format;
@@ -89,10 +80,11 @@ struct TensorRef {
 
 class TensorArg {
  public:
-  TensorArg(nb::handle source, int dtype, nb::handle shape, bool writable, const std::string& name) {
+  TensorArg(nb::handle source, std::optional<DType> dtype, nb::handle shape, bool writable, const std::string& name) {
     if (PyLong_Check(source.ptr())) {
+      if (!dtype) fail(ErrorKind::kInvalidArgument, "tensor '" + name + "' given by address needs a dtype");
       ref_.data = reinterpret_cast<void*>(PyLong_AsUnsignedLongLong(source.ptr()));
-      ref_.dtype = to_dtype(dtype);
+      ref_.dtype = *dtype;
       for (nb::handle d : shape) ref_.shape.push_back(nb::cast<int64_t>(d));
     } else {
       int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
@@ -103,8 +95,8 @@ class TensorArg {
       }
       held_ = true;
       ref_.data = view_.buf;
-      // A dtype code overrides the buffer's format: bfloat16 arrives as its uint16 bit pattern.
-      ref_.dtype = dtype >= 0 ? to_dtype(dtype) : dtype_from_format(view_.format, view_.itemsize);
+      // A dtype overrides the buffer's format: bfloat16 arrives as its uint16 bit pattern.
+      ref_.dtype = dtype ? *dtype : dtype_from_format(view_.format, view_.itemsize);
       ref_.shape.assign(view_.shape, view_.shape + view_.ndim);
     }
     for (int64_t d : ref_.shape) {
@@ -132,7 +124,7 @@ nb::ndarray<nb::numpy, uint8_t> to_numpy(OwnedResult& result, size_t bytes) {
   return nb::ndarray<nb::numpy, uint8_t>(raw, 1, shape, owner);
 }
 
-size_t result_bytes(const OwnedResult& r, int dtype) { return element_count(r.shape) * dtype_size(DType(dtype)); }
+size_t result_bytes(const OwnedResult& r, DType dtype) { return element_count(r.shape) * dtype_size(dtype); }
 
 // The call a direct method describes, for this rank's tensor.
 CallInfo direct_call(CollectiveKind kind, const std::string& name, const TensorRef& t) {
@@ -166,11 +158,11 @@ struct PyEngine {
   std::unique_ptr<Engine> engine;
 };
 
-nb::object outcome_to_python(HandleOutcome& out, int dtype) {
+nb::object outcome_to_python(HandleOutcome& out, DType dtype) {
   if (out.failed) throw Error(out.error_kind, out.error, out.error_rank);
   if (out.join_rank >= 0) return nb::int_(out.join_rank);
   if (!out.has_result) return nb::none();
-  size_t bytes = element_count(out.result.shape) * dtype_size(DType(dtype));
+  size_t bytes = result_bytes(out.result, dtype);
   if (!out.result.received_splits.empty()) {
     return nb::make_tuple(to_numpy(out.result, bytes), out.result.shape, out.result.received_splits);
   }
@@ -182,12 +174,59 @@ struct Listener {
   int port = 0;
 };
 
+// ---- the contracts: enums and option structs, exported from their one C++ definition --------------
+
+void register_contracts(nb::module_& m) {
+  nb::enum_<DType> dtype(m, "DType", nb::is_arithmetic(), "Element types, under numpy's names.");
+#define SHVD_DTYPE_VALUE(enumerator, code, name, bytes) dtype.value(name, DType::enumerator);
+  SHVD_DTYPES(SHVD_DTYPE_VALUE)
+#undef SHVD_DTYPE_VALUE
+  nb::enum_<ReduceOp> op(m, "ReduceOp", nb::is_arithmetic(), "Reduce operations.");
+#define SHVD_OP_VALUE(enumerator, code, python_name, name) op.value(python_name, ReduceOp::enumerator);
+  SHVD_REDUCE_OPS(SHVD_OP_VALUE)
+#undef SHVD_OP_VALUE
+  nb::enum_<CollectiveKind> kind(m, "CollectiveKind", nb::is_arithmetic(), "Collective kinds.");
+#define SHVD_KIND_VALUE(enumerator, code, python_name, name) kind.value(python_name, CollectiveKind::enumerator);
+  SHVD_COLLECTIVE_KINDS(SHVD_KIND_VALUE)
+#undef SHVD_KIND_VALUE
+
+  // Field names are Config's, so Config.to_native() copies them by name.
+  nb::class_<MeshOptions>(m, "MeshOptions", "How this rank's mesh connects and waits (native/transport/mesh.h).")
+      .def(nb::init<>())
+      .def_rw("rank", &MeshOptions::rank)
+      .def_rw("size", &MeshOptions::size)
+      .def_prop_rw(
+          "secret", [](const MeshOptions& o) { return nb::bytes(o.secret.data(), o.secret.size()); },
+          [](MeshOptions& o, nb::bytes secret) { o.secret.assign(secret.c_str(), secret.size()); })
+      .def_rw("hosts", &MeshOptions::hosts)
+      .def_rw("ports", &MeshOptions::ports)
+      .def_rw("host_keys", &MeshOptions::host_keys)
+      .def_rw("enable_shm", &MeshOptions::enable_shm)
+      .def_rw("shm_buffer_bytes", &MeshOptions::shm_buffer_bytes)
+      .def_rw("tcp_chunk_bytes", &MeshOptions::tcp_chunk_bytes)
+      .def_rw("tcp_socket_buffer_bytes", &MeshOptions::tcp_socket_buffer_bytes)
+      .def_rw("connect_timeout_s", &MeshOptions::connect_timeout_s)
+      .def_rw("timeout_s", &MeshOptions::timeout_s)
+      .def_rw("spin_us", &MeshOptions::spin_us)
+      .def_rw("yield_us", &MeshOptions::yield_us)
+      .def_rw("job_tag", &MeshOptions::job_tag);
+  nb::class_<EngineOptions>(m, "EngineOptions", "The background engine's knobs (native/engine/engine.h).")
+      .def(nb::init<>())
+      .def_rw("fusion_threshold_bytes", &EngineOptions::fusion_threshold_bytes)
+      .def_rw("cycle_time_ms", &EngineOptions::cycle_time_ms)
+      .def_rw("cache_capacity", &EngineOptions::cache_capacity)
+      .def_rw("timeline", &EngineOptions::timeline)
+      .def_rw("stall_check_s", &EngineOptions::stall_check_s)
+      .def_rw("stall_shutdown_s", &EngineOptions::stall_shutdown_s);
+}
+
 }  // namespace
 
 NB_MODULE(_native, m) {
   m.doc() = "spark-hvd native core: transports, ring collectives and reduction kernels.";
   // Bumped whenever a binding's signature changes, so a stale build fails at import with a clear message.
-  m.attr("ABI_VERSION") = 3;
+  m.attr("ABI_VERSION") = 4;
+  register_contracts(m);
 
   PyObject* base = make_error_class(m, "CollectiveError", PyExc_RuntimeError, "Base class of all collective errors.");
   g_errors[int(ErrorKind::kGeneric)] = base;
@@ -226,46 +265,23 @@ NB_MODULE(_native, m) {
   nb::class_<PyCommunicator>(m, "Communicator")
       .def(
           "__init__",
-          [](PyCommunicator* self, Listener& listener, int rank, int size, nb::bytes secret,
-             std::vector<std::string> hosts, std::vector<int> ports, std::vector<std::string> host_keys,
-             bool enable_shm, size_t shm_buffer_bytes, size_t tcp_chunk_bytes, double connect_timeout_s,
-             double timeout_s, int spin_us) {
-            MeshOptions mo;
-            mo.rank = rank;
-            mo.size = size;
-            mo.secret.assign(secret.c_str(), secret.size());
-            mo.hosts = std::move(hosts);
-            mo.ports = std::move(ports);
-            mo.host_keys = std::move(host_keys);
-            mo.enable_shm = enable_shm;
-            mo.shm_buffer_bytes = shm_buffer_bytes;
-            mo.tcp_chunk_bytes = tcp_chunk_bytes;
-            mo.connect_timeout_s = connect_timeout_s;
-            mo.spin_us = spin_us;
-            mo.timeout_s = timeout_s;
-            if (rank < 0 || rank >= size) {
-              fail(ErrorKind::kInvalidArgument,
-                   "rank " + std::to_string(rank) + " is outside [0, " + std::to_string(size) + ")");
-            }
-            if (mo.secret.empty() && size > 1) fail(ErrorKind::kInvalidArgument, "a job secret is required");
+          [](PyCommunicator* self, Listener& listener, MeshOptions options) {
             new (self) PyCommunicator();
             Fd fd = std::move(listener.fd);
             nb::gil_scoped_release release;
-            self->comm = std::make_unique<Communicator>(std::move(mo), std::move(fd));
+            self->comm = std::make_unique<Communicator>(std::move(options), std::move(fd));
           },
-          nb::arg("listener"), nb::arg("rank"), nb::arg("size"), nb::arg("secret"), nb::arg("hosts"),
-          nb::arg("ports"), nb::arg("host_keys"), nb::arg("enable_shm"), nb::arg("shm_buffer_bytes"),
-          nb::arg("tcp_chunk_bytes"), nb::arg("connect_timeout_s"), nb::arg("timeout_s"), nb::arg("spin_us") = -1)
+          nb::arg("listener"), nb::arg("options"))
       .def_prop_ro("rank", [](PyCommunicator& c) { return c.comm->rank(); })
       .def_prop_ro("size", [](PyCommunicator& c) { return c.comm->size(); })
       .def("uses_shm", [](PyCommunicator& c, int peer) { return c.comm->uses_shm(peer); })
       .def(
           "allreduce",
-          [](PyCommunicator& c, nb::handle tensor, int op, double prescale, double postscale,
-             const std::string& name, int dtype, nb::handle shape) {
+          [](PyCommunicator& c, nb::handle tensor, ReduceOp op, double prescale, double postscale,
+             const std::string& name, std::optional<DType> dtype, nb::handle shape) {
             TensorArg t(tensor, dtype, shape, true, name);
             CallInfo call = direct_call(CollectiveKind::kAllreduce, name, t.ref());
-            call.op = to_op(op);
+            call.op = op;
             call.prescale = prescale;
             call.postscale = postscale;
             nb::gil_scoped_release release;
@@ -273,11 +289,11 @@ NB_MODULE(_native, m) {
             c.comm->run(std::move(call), t.ref().data);
           },
           nb::arg("tensor"), nb::arg("op"), nb::arg("prescale"), nb::arg("postscale"), nb::arg("name"),
-          nb::arg("dtype") = -1, nb::arg("shape") = nb::none(),
+          nb::arg("dtype") = nb::none(), nb::arg("shape") = nb::none(),
           "In place. `tensor` is a buffer, or an address with `dtype` and `shape`.")
       .def(
           "allgather",
-          [](PyCommunicator& c, nb::handle tensor, const std::string& name, int dtype, nb::handle shape) {
+          [](PyCommunicator& c, nb::handle tensor, const std::string& name, std::optional<DType> dtype, nb::handle shape) {
             TensorArg t(tensor, dtype, shape, false, name);
             OwnedResult r;
             {
@@ -285,13 +301,14 @@ NB_MODULE(_native, m) {
               DirectCall lock(c);
               r = c.comm->run(direct_call(CollectiveKind::kAllgather, name, t.ref()), t.ref().data);
             }
-            size_t bytes = result_bytes(r, int(t.ref().dtype));
+            size_t bytes = result_bytes(r, t.ref().dtype);
             return nb::make_tuple(to_numpy(r, bytes), r.shape);
           },
-          nb::arg("tensor"), nb::arg("name"), nb::arg("dtype") = -1, nb::arg("shape") = nb::none())
+          nb::arg("tensor"), nb::arg("name"), nb::arg("dtype") = nb::none(), nb::arg("shape") = nb::none())
       .def(
           "broadcast",
-          [](PyCommunicator& c, nb::handle tensor, int root, const std::string& name, int dtype, nb::handle shape) {
+          [](PyCommunicator& c, nb::handle tensor, int root, const std::string& name, std::optional<DType> dtype,
+             nb::handle shape) {
             TensorArg t(tensor, dtype, shape, true, name);
             CallInfo call = direct_call(CollectiveKind::kBroadcast, name, t.ref());
             call.root = root;
@@ -299,11 +316,11 @@ NB_MODULE(_native, m) {
             DirectCall lock(c);
             c.comm->run(std::move(call), t.ref().data);
           },
-          nb::arg("tensor"), nb::arg("root"), nb::arg("name"), nb::arg("dtype") = -1, nb::arg("shape") = nb::none())
+          nb::arg("tensor"), nb::arg("root"), nb::arg("name"), nb::arg("dtype") = nb::none(), nb::arg("shape") = nb::none())
       .def(
           "alltoall",
-          [](PyCommunicator& c, nb::handle tensor, std::vector<int64_t> splits, const std::string& name, int dtype,
-             nb::handle shape) {
+          [](PyCommunicator& c, nb::handle tensor, std::vector<int64_t> splits, const std::string& name,
+             std::optional<DType> dtype, nb::handle shape) {
             TensorArg t(tensor, dtype, shape, false, name);
             CallInfo call = direct_call(CollectiveKind::kAlltoall, name, t.ref());
             call.splits = std::move(splits);
@@ -313,18 +330,18 @@ NB_MODULE(_native, m) {
               DirectCall lock(c);
               r = c.comm->run(std::move(call), t.ref().data);
             }
-            size_t bytes = result_bytes(r, int(t.ref().dtype));
+            size_t bytes = result_bytes(r, t.ref().dtype);
             return nb::make_tuple(to_numpy(r, bytes), r.shape, r.received_splits);
           },
-          nb::arg("tensor"), nb::arg("splits"), nb::arg("name"), nb::arg("dtype") = -1,
+          nb::arg("tensor"), nb::arg("splits"), nb::arg("name"), nb::arg("dtype") = nb::none(),
           nb::arg("shape") = nb::none())
       .def(
           "reducescatter",
-          [](PyCommunicator& c, nb::handle tensor, int op, double prescale, double postscale,
-             const std::string& name, int dtype, nb::handle shape) {
+          [](PyCommunicator& c, nb::handle tensor, ReduceOp op, double prescale, double postscale,
+             const std::string& name, std::optional<DType> dtype, nb::handle shape) {
             TensorArg t(tensor, dtype, shape, false, name);
             CallInfo call = direct_call(CollectiveKind::kReducescatter, name, t.ref());
-            call.op = to_op(op);
+            call.op = op;
             call.prescale = prescale;
             call.postscale = postscale;
             OwnedResult r;
@@ -333,11 +350,11 @@ NB_MODULE(_native, m) {
               DirectCall lock(c);
               r = c.comm->run(std::move(call), t.ref().data);
             }
-            size_t bytes = result_bytes(r, int(t.ref().dtype));
+            size_t bytes = result_bytes(r, t.ref().dtype);
             return nb::make_tuple(to_numpy(r, bytes), r.shape);
           },
           nb::arg("tensor"), nb::arg("op"), nb::arg("prescale"), nb::arg("postscale"), nb::arg("name"),
-          nb::arg("dtype") = -1, nb::arg("shape") = nb::none())
+          nb::arg("dtype") = nb::none(), nb::arg("shape") = nb::none())
       .def("barrier",
            [](PyCommunicator& c) {
              nb::gil_scoped_release release;
@@ -355,36 +372,24 @@ NB_MODULE(_native, m) {
   nb::class_<PyEngine>(m, "Engine")
       .def(
           "__init__",
-          [](PyEngine* self, PyCommunicator& comm, size_t fusion_threshold_bytes, double cycle_time_ms,
-             size_t cache_capacity, const std::string& timeline_path, double stall_warning_s,
-             double stall_shutdown_s, double timeout_s) {
-            EngineOptions o;
-            o.fusion_threshold_bytes = fusion_threshold_bytes;
-            o.cycle_time_ms = cycle_time_ms;
-            o.cache_capacity = cache_capacity;
-            o.timeline = timeline_path;
-            o.stall_check_s = stall_warning_s;
-            o.stall_shutdown_s = stall_shutdown_s;
-            (void)timeout_s;  // the mesh's
+          [](PyEngine* self, PyCommunicator& comm, EngineOptions options) {
             new (self) PyEngine();
             std::lock_guard<std::mutex> lock(comm.mutex);
             if (comm.engine_running) fail(ErrorKind::kInvalidArgument, "an engine already runs on this communicator");
-            self->engine = std::make_unique<Engine>(comm.comm->mesh(), o);
+            self->engine = std::make_unique<Engine>(comm.comm->mesh(), std::move(options));
             self->comm = &comm;
             comm.engine_running = true;
           },
-          nb::arg("comm"), nb::arg("fusion_threshold_bytes"), nb::arg("cycle_time_ms"), nb::arg("cache_capacity"),
-          nb::arg("timeline_path"), nb::arg("stall_warning_s"), nb::arg("stall_shutdown_s"), nb::arg("timeout_s"),
-          nb::keep_alive<1, 2>())
+          nb::arg("comm"), nb::arg("options"), nb::keep_alive<1, 2>())
       .def(
           "enqueue",
-          [](PyEngine& e, int kind, const std::string& name, nb::handle tensor, int dtype, nb::handle shape, int op,
-             int root, double prescale, double postscale, std::vector<int64_t> splits, int group, int group_size) {
-            if (kind < 1 || kind > int(CollectiveKind::kJoin)) fail(ErrorKind::kInvalidArgument, "bad collective kind");
+          [](PyEngine& e, CollectiveKind kind, const std::string& name, nb::handle tensor, std::optional<DType> dtype,
+             nb::handle shape, ReduceOp op, int root, double prescale, double postscale, std::vector<int64_t> splits,
+             int group, int group_size) {
             RequestSpec spec;
-            spec.kind = CollectiveKind(kind);
+            spec.kind = kind;
             spec.name = name;
-            spec.op = to_op(op);
+            spec.op = op;
             spec.root = root;
             spec.prescale = prescale;
             spec.postscale = postscale;
@@ -401,13 +406,13 @@ NB_MODULE(_native, m) {
             }
             return e.engine->enqueue(std::move(spec), data);
           },
-          nb::arg("kind"), nb::arg("name"), nb::arg("tensor").none(), nb::arg("dtype"), nb::arg("shape").none(), nb::arg("op"),
+          nb::arg("kind"), nb::arg("name"), nb::arg("tensor").none(), nb::arg("dtype").none(), nb::arg("shape").none(), nb::arg("op"),
           nb::arg("root"), nb::arg("prescale"), nb::arg("postscale"), nb::arg("splits"), nb::arg("group"),
           nb::arg("group_size"))
       .def("poll", [](PyEngine& e, int64_t handle) { return e.engine->poll(handle); }, nb::arg("handle"))
       .def(
           "wait",
-          [](PyEngine& e, int64_t handle, double timeout_s, int dtype) {
+          [](PyEngine& e, int64_t handle, double timeout_s, DType dtype) {
             HandleOutcome out;
             {
               nb::gil_scoped_release release;
@@ -415,7 +420,7 @@ NB_MODULE(_native, m) {
             }
             return outcome_to_python(out, dtype);
           },
-          nb::arg("handle"), nb::arg("timeout_s"), nb::arg("dtype") = 0,
+          nb::arg("handle"), nb::arg("timeout_s"), nb::arg("dtype") = DType::kUInt8,
           "Blocks until the handle completes. Returns None, the last rank to join, or (flat uint8 array, shape"
           "[, received_splits]); raises the collective's error.")
       .def("shutdown", [](PyEngine& e) {
@@ -429,29 +434,25 @@ NB_MODULE(_native, m) {
 
   m.def(
       "reduce_arrays",
-      [](uintptr_t dst, uintptr_t src, size_t count, int dtype, int op) {
-        DType d = to_dtype(dtype);
-        ReduceOp o = to_op(op);
+      [](uintptr_t dst, uintptr_t src, size_t count, DType dtype, ReduceOp op) {
         nb::gil_scoped_release release;
-        reduce_inplace(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), count, d, o);
+        reduce_inplace(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), count, dtype, op);
       },
       nb::arg("dst"), nb::arg("src"), nb::arg("count"), nb::arg("dtype"), nb::arg("op"),
       "dst = dst (op) src, element-wise; exposed for the kernel tests.");
   // The finishing steps of a reduction, shared with the MPI backend so both backends round alike.
   m.def(
       "scale_array",
-      [](uintptr_t buf, size_t count, int dtype, double factor) {
-        DType d = to_dtype(dtype);
+      [](uintptr_t buf, size_t count, DType dtype, double factor) {
         nb::gil_scoped_release release;
-        scale(reinterpret_cast<void*>(buf), count, d, factor);
+        scale(reinterpret_cast<void*>(buf), count, dtype, factor);
       },
       nb::arg("buf"), nb::arg("count"), nb::arg("dtype"), nb::arg("factor"), "buf *= factor, rounded as reduce.h says.");
   m.def(
       "divide_array",
-      [](uintptr_t buf, size_t count, int dtype, int64_t divisor) {
-        DType d = to_dtype(dtype);
+      [](uintptr_t buf, size_t count, DType dtype, int64_t divisor) {
         nb::gil_scoped_release release;
-        divide(reinterpret_cast<void*>(buf), count, d, divisor);
+        divide(reinterpret_cast<void*>(buf), count, dtype, divisor);
       },
       nb::arg("buf"), nb::arg("count"), nb::arg("dtype"), nb::arg("divisor"), "Average's final division.");
   register_nccl_bindings(m);

@@ -11,11 +11,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from collective._native import DType
 from collective.dtypes import dtype_code
 
-FLOAT16, BFLOAT16 = 4, 5
-# Storage dtype per native code; bfloat16 is carried as its uint16 bit pattern.
-STORAGE = (np.uint8, np.int8, np.int32, np.int64, np.float16, np.uint16, np.float32, np.float64)
+# Storage dtype per DType, indexed by its code; bfloat16 is carried as its uint16 bit pattern.
+STORAGE = tuple(np.uint16 if d is DType.bfloat16 else np.dtype(d.name).type for d in DType)
 _STORAGE_DTYPES = tuple(np.dtype(t) for t in STORAGE)
 ITEMSIZE = tuple(d.itemsize for d in _STORAGE_DTYPES)
 
@@ -48,18 +48,18 @@ def tensor_array(tensor: Any, dtype: int, shape: Sequence[int] | None) -> tuple[
 
 
 def is_half(code: int) -> bool:
-    return code in (FLOAT16, BFLOAT16)
+    return code in (DType.float16, DType.bfloat16)
 
 
 def to_float32(array: np.ndarray, code: int) -> np.ndarray:
-    if code == FLOAT16:
+    if code == DType.float16:
         return array.astype(np.float32)
     return (array.astype(np.uint32) << 16).view(np.float32)
 
 
 def from_float32(values: np.ndarray, code: int, out: np.ndarray) -> None:
     """Rounds float32 ``values`` to nearest-even into ``out`` (float16, or bfloat16 bits)."""
-    if code == FLOAT16:
+    if code == DType.float16:
         out[...] = values.astype(np.float16)
         return
     bits = values.view(np.uint32)

@@ -12,19 +12,16 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from collective import engine as kinds
+from collective._native import CollectiveKind, DType, ReduceOp
 from collective.errors import InvalidArgumentError, MismatchError
 
-DTYPE_NAMES = ("uint8", "int8", "int32", "int64", "float16", "bfloat16", "float32", "float64")
-OP_NAMES = ("Sum", "Average", "Min", "Max", "Product")
-_KIND_NAMES = {kinds.ALLREDUCE: "allreduce", kinds.ALLGATHER: "allgather", kinds.BROADCAST: "broadcast",
-               kinds.ALLTOALL: "alltoall", kinds.REDUCESCATTER: "reducescatter", kinds.BARRIER: "barrier",
-               kinds.JOIN: "join"}
+DTYPE_NAMES = tuple(DType.__members__)
+OP_NAMES = tuple(op.name.capitalize() for op in ReduceOp)  # as native error messages name them
 # Which fields must agree, per kind (the native coordinator's rules).
-_SAME_SHAPE = {kinds.ALLREDUCE, kinds.BROADCAST, kinds.REDUCESCATTER}
-_SAME_TRAILING_SHAPE = {kinds.ALLGATHER, kinds.ALLTOALL}
-_SAME_OP_AND_SCALES = {kinds.ALLREDUCE, kinds.REDUCESCATTER}
-_NEEDS_DIMENSION = {kinds.ALLGATHER, kinds.ALLTOALL, kinds.REDUCESCATTER}
+_SAME_SHAPE = {CollectiveKind.ALLREDUCE, CollectiveKind.BROADCAST, CollectiveKind.REDUCESCATTER}
+_SAME_TRAILING_SHAPE = {CollectiveKind.ALLGATHER, CollectiveKind.ALLTOALL}
+_SAME_OP_AND_SCALES = {CollectiveKind.ALLREDUCE, CollectiveKind.REDUCESCATTER}
+_NEEDS_DIMENSION = {CollectiveKind.ALLGATHER, CollectiveKind.ALLTOALL, CollectiveKind.REDUCESCATTER}
 
 
 class Call(NamedTuple):
@@ -60,18 +57,21 @@ class Call(NamedTuple):
 
 
 def kind_name(kind: int) -> str:
-    return _KIND_NAMES.get(kind, f"kind {kind}")
+    try:
+        return CollectiveKind(kind).name.lower()
+    except ValueError:
+        return f"kind {kind}"
 
 
 def validate_call(call: Call, size: int) -> None:
     """The checks one rank can make alone, before anything is sent (the native engine's own)."""
     if any(d < 0 for d in call.shape):
         raise InvalidArgumentError(f"{call.kind_name} '{call.name}': negative dimension in shape {list(call.shape)}")
-    if call.kind == kinds.BROADCAST and not 0 <= call.root < size:
+    if call.kind == CollectiveKind.BROADCAST and not 0 <= call.root < size:
         raise InvalidArgumentError(f"broadcast '{call.name}': root_rank {call.root} is outside [0, {size})")
     if call.kind in _NEEDS_DIMENSION and not call.shape:
         raise InvalidArgumentError(f"{call.kind_name} '{call.name}' needs a tensor with at least one dimension")
-    if call.kind == kinds.ALLTOALL:
+    if call.kind == CollectiveKind.ALLTOALL:
         if len(call.splits) != size or any(s < 0 for s in call.splits) or sum(call.splits) != call.shape[0]:
             raise InvalidArgumentError(
                 f"alltoall '{call.name}': splits must be {size} non-negative row counts summing to the first "
@@ -100,7 +100,7 @@ def _differs(call: Call, base: Call, field: str) -> bool:
     if field == "name":
         return call.name != base.name
     if field == "dtype":
-        return base.kind not in (kinds.BARRIER, kinds.JOIN) and call.dtype != base.dtype
+        return base.kind not in (CollectiveKind.BARRIER, CollectiveKind.JOIN) and call.dtype != base.dtype
     if field == "shape":
         return base.kind in _SAME_SHAPE and call.shape != base.shape
     if field == "trailing shape":
@@ -109,7 +109,7 @@ def _differs(call: Call, base: Call, field: str) -> bool:
     if field == "op":
         return base.kind in _SAME_OP_AND_SCALES and call.op != base.op
     if field == "root":
-        return base.kind == kinds.BROADCAST and call.root != base.root
+        return base.kind == CollectiveKind.BROADCAST and call.root != base.root
     return base.kind in _SAME_OP_AND_SCALES and (call.prescale, call.postscale) != (base.prescale, base.postscale)
 
 
@@ -151,7 +151,7 @@ def rows_record(call: Call, size: int) -> np.ndarray:
     alltoall's splits), for the Allgather that allgather and alltoall need anyway."""
     record = np.zeros(1 + size, np.int64)
     record[0] = call.shape[0] if call.shape else 0
-    if call.kind == kinds.ALLTOALL:
+    if call.kind == CollectiveKind.ALLTOALL:
         record[1:] = call.splits
     return record
 
@@ -161,5 +161,5 @@ def calls_from_records(mine: Call, records: np.ndarray) -> list[Call]:
     if mine.kind not in _SAME_TRAILING_SHAPE:
         return [mine] * len(records)
     return [mine._replace(shape=(int(r[0]), *mine.shape[1:]),
-                          splits=tuple(int(x) for x in r[1:]) if mine.kind == kinds.ALLTOALL else ())
+                          splits=tuple(int(x) for x in r[1:]) if mine.kind == CollectiveKind.ALLTOALL else ())
             for r in records]

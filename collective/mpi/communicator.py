@@ -13,7 +13,7 @@ from typing import Any, NoReturn, Sequence
 
 import numpy as np
 
-from collective import engine as kinds
+from collective._native import CollectiveKind
 from collective.errors import MismatchError
 from collective.mpi import transfers
 from collective.mpi.buffers import tensor_array
@@ -68,7 +68,7 @@ class MpiCommunicator:
             call = Call(kind, name, code, dims, int(op), int(root), float(prescale), float(postscale), splits)
             validate_call(call, self._size)
             words = agreement_words(call)
-            plain = transfers.plain_op(call) if kind == kinds.ALLREDUCE else None
+            plain = transfers.plain_op(call) if kind == CollectiveKind.ALLREDUCE else None
             plan = (call, words, words.tobytes(), plain)
             if len(self._plans) >= _PLAN_CAPACITY:
                 self._plans.clear()
@@ -103,7 +103,7 @@ class MpiCommunicator:
         data, code, dims = tensor_array(tensor, dtype, shape)
         with self._lock:
             call, words, expected, plain = self._plan(
-                (kinds.ALLREDUCE, name, code, dims, op, -1, prescale, postscale, ()))
+                (CollectiveKind.ALLREDUCE, name, code, dims, op, -1, prescale, postscale, ()))
             self._agree(call, words, expected)
             if plain is None:
                 transfers.allreduce(self._comm, data, call)
@@ -114,13 +114,13 @@ class MpiCommunicator:
                   shape: Sequence[int] | None = None) -> tuple[np.ndarray, list[int]]:
         data, code, dims = tensor_array(tensor, dtype, shape)
         with self._lock:
-            calls = self._agree_rows((kinds.ALLGATHER, name, code, dims, 0, -1, 1.0, 1.0, ()))
+            calls = self._agree_rows((CollectiveKind.ALLGATHER, name, code, dims, 0, -1, 1.0, 1.0, ()))
             return transfers.allgather(self._comm, data, calls)
 
     def broadcast(self, tensor: Any, root: int, name: str, dtype: int = -1, shape: Sequence[int] | None = None) -> None:
         data, code, dims = tensor_array(tensor, dtype, shape)
         with self._lock:
-            self._agree(*self._plan((kinds.BROADCAST, name, code, dims, 0, root, 1.0, 1.0, ()))[:3])
+            self._agree(*self._plan((CollectiveKind.BROADCAST, name, code, dims, 0, root, 1.0, 1.0, ()))[:3])
             transfers.broadcast(self._comm, data, int(root))
 
     def alltoall(self, tensor: Any, splits: Sequence[int], name: str, dtype: int = -1,
@@ -135,7 +135,7 @@ class MpiCommunicator:
                                            f"by {self.size} ranks; pass splits=")
             split_rows = (dims[0] // self.size,) * self.size
         with self._lock:
-            calls = self._agree_rows((kinds.ALLTOALL, name, code, dims, 0, -1, 1.0, 1.0, split_rows))
+            calls = self._agree_rows((CollectiveKind.ALLTOALL, name, code, dims, 0, -1, 1.0, 1.0, split_rows))
             return transfers.alltoall(self._comm, data, calls, self.rank)
 
     def reducescatter(self, tensor: Any, op: int, prescale: float, postscale: float, name: str, dtype: int = -1,
@@ -143,14 +143,14 @@ class MpiCommunicator:
         data, code, dims = tensor_array(tensor, dtype, shape)
         with self._lock:
             call, words, expected, _ = self._plan(
-                (kinds.REDUCESCATTER, name, code, dims, op, -1, prescale, postscale, ()))
+                (CollectiveKind.REDUCESCATTER, name, code, dims, op, -1, prescale, postscale, ()))
             self._agree(call, words, expected)
             return transfers.reducescatter(self._comm, data, call)
 
     def barrier(self) -> None:
         with self._lock:
             # The agreement Allreduce is itself the barrier: no rank leaves it before all have entered.
-            self._agree(*self._plan((kinds.BARRIER, "barrier", -1, (), 0, -1, 1.0, 1.0, ()))[:3])
+            self._agree(*self._plan((CollectiveKind.BARRIER, "barrier", -1, (), 0, -1, 1.0, 1.0, ()))[:3])
 
     def shutdown(self) -> None:
         with self._lock:

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from collective import engine as kinds
+from collective._native import CollectiveKind
 from collective.config import Config
 from collective.errors import CollectiveError, CollectiveTimeoutError, InvalidArgumentError, MismatchError, \
     PeerFailureError
@@ -132,13 +132,13 @@ class MpiEngine:
                 raise CollectiveError(f"the MPI engine has stopped: {self._broken}")
             if self._stopping:
                 raise CollectiveError("the MPI engine is shutting down")
-            if kind != kinds.JOIN and name in self._in_flight:
+            if kind != CollectiveKind.JOIN and name in self._in_flight:
                 raise InvalidArgumentError(f"{call.kind_name} '{name}' is already in flight on this rank; "
                                            "names must be unique among outstanding requests")
             request = _Request(next(self._next_handle), call, data, fields)
             self._handles[request.handle] = request
             self._queue.append(request)
-            if kind == kinds.JOIN:
+            if kind == CollectiveKind.JOIN:
                 self._joins.append(request)
             else:
                 self._in_flight[name] = request
@@ -313,7 +313,7 @@ class MpiEngine:
 
     def _same_cached_batch(self, rows: list[list[int]], announced: list[_Request]) -> bool:
         return (rows[0][_KIND] == _CACHED and rows.count(rows[0]) == self._size and not self._table.pending
-                and not self._table.joined and all(r.call.kind != kinds.JOIN for r in announced))
+                and not self._table.joined and all(r.call.kind != CollectiveKind.JOIN for r in announced))
 
     def _gather_batches(self, rows: list[list[int]], payload: bytes) -> list[list[Call]]:
         """Every rank's new calls, in rank order: remembered batches from the cache, fresh ones through
@@ -411,7 +411,7 @@ class MpiEngine:
         self._run_fused(fused)
 
     def _fusible(self, call: Call) -> bool:
-        if call.kind != kinds.ALLREDUCE:
+        if call.kind != CollectiveKind.ALLREDUCE:
             return False
         nbytes = call.count() * ITEMSIZE[call.dtype]
         return 0 < nbytes <= min(self._fusion_bytes, _LARGEST_FUSED_BYTES)
@@ -447,24 +447,24 @@ class MpiEngine:
         storage = STORAGE[base.dtype] if base.dtype >= 0 else np.uint8
         data = mine.data if mine is not None else None
         kind = base.kind
-        if kind == kinds.ALLREDUCE:
+        if kind == CollectiveKind.ALLREDUCE:
             transfers.allreduce(self._comm, data if data is not None else np.zeros(base.count(), storage), base)
             result: Any = None
-        elif kind == kinds.BROADCAST:
+        elif kind == CollectiveKind.BROADCAST:
             transfers.broadcast(self._comm, data if data is not None else np.zeros(base.count(), storage), base.root)
             result = None
-        elif kind == kinds.REDUCESCATTER:
+        elif kind == CollectiveKind.REDUCESCATTER:
             result = tuple(transfers.reducescatter(
                 self._comm, data if data is not None else np.zeros(base.count(), storage), base))
-        elif kind in (kinds.ALLGATHER, kinds.ALLTOALL):
+        elif kind in (CollectiveKind.ALLGATHER, CollectiveKind.ALLTOALL):
             empty = base._replace(shape=(0, *base.shape[1:]), splits=(0,) * self._size)
             calls = [base] * self._size if by_rank is None else [by_rank.get(r, empty) for r in range(self._size)]
             data = data if data is not None else np.empty(0, storage)
-            if kind == kinds.ALLGATHER:
+            if kind == CollectiveKind.ALLGATHER:
                 result = transfers.allgather(self._comm, data, calls)
             else:
                 result = transfers.alltoall(self._comm, data, calls, self._rank)
-        elif kind == kinds.BARRIER:
+        elif kind == CollectiveKind.BARRIER:
             self._comm.Barrier()
             result = None
         else:

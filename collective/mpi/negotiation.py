@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from collective import engine as kinds
+from collective._native import CollectiveKind
 from collective.mpi.calls import Call
 
 
@@ -30,7 +30,7 @@ class Table:
 
     def announce(self, rank: int, calls: list[Call]) -> None:
         for call in calls:
-            if call.kind == kinds.JOIN:
+            if call.kind == CollectiveKind.JOIN:
                 if rank not in self.joined:
                     self.joined.append(rank)
                 continue

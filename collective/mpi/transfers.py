@@ -13,9 +13,13 @@ from typing import Any, Sequence
 import numpy as np
 
 from collective import _native
+from collective._native import DType
 from collective.mpi.buffers import from_float32, is_half, to_float32
 from collective.mpi.calls import Call
 from collective.reduce_ops import ReduceOp
+
+
+_INTEGERS = (DType.uint8, DType.int8, DType.int32, DType.int64)
 
 
 @functools.lru_cache(maxsize=None)
@@ -34,7 +38,7 @@ def _scale(array: np.ndarray, code: int, factor: float) -> None:
 def _finish(array: np.ndarray, code: int, op: int, size: int, postscale: float) -> None:
     """Average's division and the postscale, as native/communicator.cc finishes a reduction."""
     if op == ReduceOp.AVERAGE:
-        if code <= 3:  # integers divide with truncation; floats fold 1/size into the postscale
+        if code in _INTEGERS:  # integers divide with truncation; floats fold 1/size into the postscale
             if array.size:
                 _native.divide_array(array.ctypes.data, array.size, code, size)
         else:
@@ -87,7 +91,7 @@ def _saturates(call: Call) -> bool:
 
 def _sum_saturates(dtype: int, op: int) -> bool:
     """Open MPI's vectorised 8-bit MPI_SUM saturates instead of wrapping; such sums go as int32."""
-    return dtype in (0, 1) and op in (ReduceOp.SUM, ReduceOp.AVERAGE)
+    return dtype in (DType.uint8, DType.int8) and op in (ReduceOp.SUM, ReduceOp.AVERAGE)
 
 
 def allgather(comm: Any, data: np.ndarray, calls: Sequence[Call]) -> tuple[np.ndarray, list[int]]:

@@ -32,12 +32,13 @@ import tensorflow as tf
 from tensorflow.python.ops.control_flow_util import GraphOrParentsInXlaContext
 from tensorflow.python.ops.control_flow_v2_func_graphs import ControlFlowFuncGraph
 
+from collective._native import DType
+from collective.dtypes import SUPPORTED
 from collective.errors import CollectiveError, InvalidArgumentError, MismatchError
 from collective.tensorflow.engine_calls import TENSOR_ALIGNMENT
 
-SUPPORTED_DTYPES = frozenset({tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32,
-                              tf.float64})
-_SUPPORTED_TEXT = "uint8, int8, int32, int64, float16, bfloat16, float32, float64"
+# TensorFlow names every native DType as the native table does.
+SUPPORTED_DTYPES = frozenset(tf.as_dtype(d.name) for d in DType)
 
 # Library functions called from a user's tf.function are kept out of AutoGraph's conversion: the
 # Python that runs inside py_function at every step must stay plain Python.
@@ -67,7 +68,7 @@ def as_tensor(value: Any, name: str | None) -> tf.Tensor:
     if tensor.dtype not in SUPPORTED_DTYPES:
         raise invalid_argument(
             f"tensor {label(name)} has dtype {tensor.dtype.name}, which collectives do not support; "
-            f"use one of {_SUPPORTED_TEXT}")
+            f"use one of {SUPPORTED}")
     return tensor
 
 

@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from collective import engine as kinds
+from collective._native import CollectiveKind
 from collective.dtypes import as_buffer, dtype_code
 from collective.engine import Engine, wait_all
 from collective.errors import InvalidArgumentError
@@ -93,7 +93,7 @@ def allreduce(arrays: Sequence[np.ndarray], names: Sequence[str | None], op: Red
 
     def submit(engine: Engine, index: int, buffer: np.ndarray, name: str | None, code: int) -> int:
         group, group_size = group_of[index]
-        return engine.submit(kinds.ALLREDUCE, name, buffer, code, op=op, prescale=prescale, postscale=postscale,
+        return engine.submit(CollectiveKind.ALLREDUCE, name, buffer, code, op=op, prescale=prescale, postscale=postscale,
                              group=group, group_size=group_size)
     _run(works, names, submit)
     return works
@@ -104,7 +104,7 @@ def broadcast(arrays: Sequence[np.ndarray], names: Sequence[str | None], root_ra
     works = _writable_copies(arrays)
 
     def submit(engine: Engine, index: int, buffer: np.ndarray, name: str | None, code: int) -> int:
-        return engine.submit(kinds.BROADCAST, name, buffer, code, root=int(root_rank))
+        return engine.submit(CollectiveKind.BROADCAST, name, buffer, code, root=int(root_rank))
     _run(works, names, submit)
     return works
 
@@ -116,7 +116,7 @@ def allgather(arrays: Sequence[np.ndarray], names: Sequence[str | None]) -> list
         _rows(array, name, "allgather")
 
     def submit(engine: Engine, index: int, buffer: np.ndarray, name: str | None, code: int) -> int:
-        return engine.submit(kinds.ALLGATHER, name, buffer, code)
+        return engine.submit(CollectiveKind.ALLGATHER, name, buffer, code)
     results = _run(inputs, names, submit)
     return [_shaped(flat, shape, a.dtype) for (flat, shape), a in zip(results, inputs)]
 
@@ -137,7 +137,7 @@ def alltoall(array: np.ndarray, splits: Sequence[int] | None, name: str | None) 
         split_list = [int(s) for s in np.asarray(splits).reshape(-1)]
 
     def submit(engine: Engine, index: int, buffer: np.ndarray, name: str | None, code: int) -> int:
-        return engine.submit(kinds.ALLTOALL, name, buffer, code, splits=split_list)
+        return engine.submit(CollectiveKind.ALLTOALL, name, buffer, code, splits=split_list)
     ((flat, shape, received),) = _run([work], [name], submit)
     return _shaped(flat, shape, work.dtype), np.asarray(received, dtype=np.int32)
 
@@ -151,14 +151,14 @@ def reducescatter(arrays: Sequence[np.ndarray], names: Sequence[str | None], op:
         _rows(array, name, "reducescatter")
 
     def submit(engine: Engine, index: int, buffer: np.ndarray, name: str | None, code: int) -> int:
-        return engine.submit(kinds.REDUCESCATTER, name, buffer, code, op=op, prescale=prescale, postscale=postscale)
+        return engine.submit(CollectiveKind.REDUCESCATTER, name, buffer, code, op=op, prescale=prescale, postscale=postscale)
     results = _run(inputs, names, submit)
     return [_shaped(flat, shape, a.dtype) for (flat, shape), a in zip(results, inputs)]
 
 
 def barrier() -> None:
     engine = start_engine()
-    engine.wait(engine.submit(kinds.BARRIER, None, None))
+    engine.wait(engine.submit(CollectiveKind.BARRIER, None, None))
 
 
 def join() -> int:
@@ -166,4 +166,4 @@ def join() -> int:
     returns the rank that joined last."""
     engine = start_engine()
     # A fixed name: joining must not advance the counter behind automatic names.
-    return int(engine.wait(engine.submit(kinds.JOIN, "join", None)))
+    return int(engine.wait(engine.submit(CollectiveKind.JOIN, "join", None)))

@@ -73,7 +73,7 @@ def _reduce(context: CudaContext, buffer: torch.Tensor, code: int, op: ReduceOp,
             postscale: float) -> None:
     """Allreduces a contiguous device buffer in place, with Average and the scale factors finished on the GPU."""
     _scale(buffer, prescale)
-    context.comm.allreduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), code, int(op),
+    context.comm.allreduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), code, op,
                            _stream(buffer.device))
     if op == ReduceOp.AVERAGE:
         if buffer.is_floating_point():
@@ -227,7 +227,7 @@ def reducescatter_async(tensor: torch.Tensor, name: str | None, op: ReduceOp, pr
         if extra == 0:
             _scale(work, prescale)
             out = torch.empty((mine, *work.shape[1:]), dtype=work.dtype, device=work.device)
-            context.comm.reducescatter(work.data_ptr(), out.data_ptr(), out.numel(), code, int(op),
+            context.comm.reducescatter(work.data_ptr(), out.data_ptr(), out.numel(), code, op,
                                        _stream(work.device))
             if op == ReduceOp.AVERAGE:
                 if out.is_floating_point():

@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from collective import engine as kinds
+from collective._native import CollectiveKind
 from collective.errors import InvalidArgumentError
 from collective.reduce_ops import Average, ReduceOp, resolve_op as _resolve_op
 from collective.runtime import size, start_engine
@@ -82,7 +82,7 @@ def allreduce_async_(tensor: torch.Tensor, average: bool | None = None, name: st
                                          submit_grouped_allreduce_)
     code = check_tensor(tensor, name)
     work = _writable(tensor)
-    request = _submit(kinds.ALLREDUCE, name, work, code, op=reduce_op, prescale=prescale_factor,
+    request = _submit(CollectiveKind.ALLREDUCE, name, work, code, op=reduce_op, prescale=prescale_factor,
                       postscale=postscale_factor)
     return _in_place_handle([tensor], [work], [(request, code)], lambda: tensor)
 
@@ -112,7 +112,7 @@ def submit_grouped_allreduce_(tensors: Sequence[torch.Tensor], names: Sequence[s
     # The engine fuses a group into one buffer of one dtype, so a mixed group goes as one group per dtype.
     groups = {code: (next(_group_ids), codes.count(code)) for code in dict.fromkeys(codes)}
     requests = [
-        (_submit(kinds.ALLREDUCE, n, w, c, op=op, prescale=prescale_factor, postscale=postscale_factor,
+        (_submit(CollectiveKind.ALLREDUCE, n, w, c, op=op, prescale=prescale_factor, postscale=postscale_factor,
                  group=groups[c][0], group_size=groups[c][1]), c)
         for w, n, c in zip(works, names, codes)
     ]
@@ -157,7 +157,7 @@ def allgather_async(tensor: torch.Tensor, name: str | None = None) -> int:
         return cuda_ops.allgather_async(tensor, name, allgather_async)
     code = check_tensor(tensor, name)
     work = contiguous_input(tensor)
-    request = _submit(kinds.ALLGATHER, name, work, code)
+    request = _submit(CollectiveKind.ALLGATHER, name, work, code)
     dtype = tensor.dtype
     return register([(request, code)], lambda results: from_flat(*results[0], dtype), (work,))
 
@@ -168,7 +168,7 @@ def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None = No
         return cuda_ops.broadcast_async_(tensor, int(root_rank), name, broadcast_async_)
     code = check_tensor(tensor, name)
     work = _writable(tensor)
-    request = _submit(kinds.BROADCAST, name, work, code, root=int(root_rank))
+    request = _submit(CollectiveKind.BROADCAST, name, work, code, root=int(root_rank))
     return _in_place_handle([tensor], [work], [(request, code)], lambda: tensor)
 
 
@@ -193,7 +193,7 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: str | None = 
     code = check_tensor(tensor, name)
     work = contiguous_input(tensor)
     rows = even_splits(work, size(), name) if splits is None else split_list(splits)
-    request = _submit(kinds.ALLTOALL, name, work, code, splits=rows)
+    request = _submit(CollectiveKind.ALLTOALL, name, work, code, splits=rows)
     dtype = tensor.dtype
 
     def finish(results: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -211,7 +211,7 @@ def reducescatter_async(tensor: torch.Tensor, name: str | None = None, op: Reduc
                                             reducescatter_async)
     code = check_tensor(tensor, name)
     work = contiguous_input(tensor)
-    request = _submit(kinds.REDUCESCATTER, name, work, code, op=resolve_op(op, None), prescale=prescale_factor,
+    request = _submit(CollectiveKind.REDUCESCATTER, name, work, code, op=resolve_op(op, None), prescale=prescale_factor,
                       postscale=postscale_factor)
     dtype = tensor.dtype
     return register([(request, code)], lambda results: from_flat(*results[0], dtype), (work,))
@@ -223,10 +223,10 @@ def join(device: int = -1) -> int:
     ``device`` is accepted for Horovod compatibility; everything here runs on the CPU."""
     engine = start_engine()
     # A fixed name: joining must not advance the counter behind auto-generated names.
-    return int(engine.wait(engine.submit(kinds.JOIN, "join", None)))
+    return int(engine.wait(engine.submit(CollectiveKind.JOIN, "join", None)))
 
 
 def barrier() -> None:
     """Returns once every rank has called barrier()."""
     engine = start_engine()
-    engine.wait(engine.submit(kinds.BARRIER, None, None))
+    engine.wait(engine.submit(CollectiveKind.BARRIER, None, None))

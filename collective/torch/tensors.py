@@ -12,31 +12,15 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from collective._native import DType
+from collective.dtypes import SUPPORTED
 from collective.errors import InvalidArgumentError
 
-# Native dtype codes (native/common/types.h).
-_DTYPE_CODES = {
-    torch.uint8: 0,
-    torch.int8: 1,
-    torch.int32: 2,
-    torch.int64: 3,
-    torch.float16: 4,
-    torch.bfloat16: 5,
-    torch.float32: 6,
-    torch.float64: 7,
-}
+# torch names every native DType as the native table does.
+_DTYPE_CODES = {getattr(torch, d.name): d for d in DType}
 # numpy has no bfloat16, so its results are viewed through int16 and reinterpreted by torch.
-_NUMPY_VIEWS = {
-    torch.uint8: np.uint8,
-    torch.int8: np.int8,
-    torch.int32: np.int32,
-    torch.int64: np.int64,
-    torch.float16: np.float16,
-    torch.bfloat16: np.int16,
-    torch.float32: np.float32,
-    torch.float64: np.float64,
-}
-_SUPPORTED = "uint8, int8, int32, int64, float16, bfloat16, float32, float64"
+_NUMPY_VIEWS = {torch_dtype: np.int16 if d is DType.bfloat16 else np.dtype(d.name).type
+                for torch_dtype, d in _DTYPE_CODES.items()}
 
 
 def label(name: str | None) -> str:
@@ -44,7 +28,7 @@ def label(name: str | None) -> str:
     return repr(name) if name else "(unnamed)"
 
 
-def check_tensor(tensor: Any, name: str | None) -> int:
+def check_tensor(tensor: Any, name: str | None) -> DType:
     """Validates a tensor for the engine and returns its native dtype code."""
     if not isinstance(tensor, torch.Tensor):
         raise InvalidArgumentError(f"tensor {label(name)} must be a torch.Tensor, got {type(tensor).__name__}")
@@ -54,7 +38,7 @@ def check_tensor(tensor: Any, name: str | None) -> int:
     code = _DTYPE_CODES.get(tensor.dtype)
     if code is None:
         raise InvalidArgumentError(
-            f"tensor {label(name)} has dtype {tensor.dtype}, which collectives do not support; use one of {_SUPPORTED}")
+            f"tensor {label(name)} has dtype {tensor.dtype}, which collectives do not support; use one of {SUPPORTED}")
     return code
 
 

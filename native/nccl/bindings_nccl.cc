@@ -8,6 +8,7 @@
 
 #include <cstring>
 
+#include "algorithms/collective_op.h"
 #include "common/error.h"
 #include "nccl/nccl.h"
 
@@ -15,16 +16,6 @@ namespace nb = nanobind;
 
 namespace shvd {
 namespace {
-
-DType checked_dtype(int code) {
-  if (code < 0 || code >= kNumDTypes) fail(ErrorKind::kInvalidArgument, "unknown dtype code " + std::to_string(code));
-  return DType(code);
-}
-
-ReduceOp checked_op(int code) {
-  if (code < 0 || code >= kNumReduceOps) fail(ErrorKind::kInvalidArgument, "unknown reduce op code " + std::to_string(code));
-  return ReduceOp(code);
-}
 
 std::array<uint8_t, nccl_abi::kUniqueIdBytes> id_from_bytes(const nb::bytes& raw) {
   std::array<uint8_t, nccl_abi::kUniqueIdBytes> id{};
@@ -72,43 +63,44 @@ void register_nccl_bindings(nb::module_& m) {
       .def_prop_ro("size", &NcclComm::size)
       .def(
           "allreduce",
-          [](NcclComm& c, uintptr_t send, uintptr_t recv, size_t count, int dtype, int op, uintptr_t stream) {
-            c.allreduce(reinterpret_cast<const void*>(send), reinterpret_cast<void*>(recv), count, checked_dtype(dtype),
-                        checked_op(op), stream);
+          [](NcclComm& c, uintptr_t send, uintptr_t recv, size_t count, DType dtype, ReduceOp op, uintptr_t stream) {
+            c.allreduce(reinterpret_cast<const void*>(send), reinterpret_cast<void*>(recv), count, dtype,
+                        op, stream);
           },
           nb::arg("send"), nb::arg("recv"), nb::arg("count"), nb::arg("dtype"), nb::arg("op"), nb::arg("stream"))
       .def(
           "broadcast",
-          [](NcclComm& c, uintptr_t send, uintptr_t recv, size_t count, int dtype, int root, uintptr_t stream) {
-            if (root < 0 || root >= c.size()) {
-              fail(ErrorKind::kInvalidArgument, "broadcast root_rank " + std::to_string(root) + " is outside [0, " +
-                                                    std::to_string(c.size()) + ")");
-            }
-            c.broadcast(reinterpret_cast<const void*>(send), reinterpret_cast<void*>(recv), count, checked_dtype(dtype),
+          [](NcclComm& c, uintptr_t send, uintptr_t recv, size_t count, DType dtype, int root, uintptr_t stream) {
+            // The broadcast op's own rule (algorithms/broadcast.cc), for the NCCL driver too.
+            CallInfo call;
+            call.kind = CollectiveKind::kBroadcast;
+            call.root = root;
+            validate_call(call, c.size());
+            c.broadcast(reinterpret_cast<const void*>(send), reinterpret_cast<void*>(recv), count, dtype,
                         root, stream);
           },
           nb::arg("send"), nb::arg("recv"), nb::arg("count"), nb::arg("dtype"), nb::arg("root"), nb::arg("stream"))
       .def(
           "allgather",
-          [](NcclComm& c, uintptr_t send, uintptr_t recv, size_t send_count, int dtype, uintptr_t stream) {
+          [](NcclComm& c, uintptr_t send, uintptr_t recv, size_t send_count, DType dtype, uintptr_t stream) {
             c.allgather(reinterpret_cast<const void*>(send), reinterpret_cast<void*>(recv), send_count,
-                        checked_dtype(dtype), stream);
+                        dtype, stream);
           },
           nb::arg("send"), nb::arg("recv"), nb::arg("send_count"), nb::arg("dtype"), nb::arg("stream"))
       .def(
           "reducescatter",
-          [](NcclComm& c, uintptr_t send, uintptr_t recv, size_t recv_count, int dtype, int op, uintptr_t stream) {
+          [](NcclComm& c, uintptr_t send, uintptr_t recv, size_t recv_count, DType dtype, ReduceOp op, uintptr_t stream) {
             c.reducescatter(reinterpret_cast<const void*>(send), reinterpret_cast<void*>(recv), recv_count,
-                            checked_dtype(dtype), checked_op(op), stream);
+                            dtype, op, stream);
           },
           nb::arg("send"), nb::arg("recv"), nb::arg("recv_count"), nb::arg("dtype"), nb::arg("op"), nb::arg("stream"))
       .def(
           "exchange",
           [](NcclComm& c, uintptr_t send, std::vector<size_t> send_counts, std::vector<size_t> send_offsets,
-             uintptr_t recv, std::vector<size_t> recv_counts, std::vector<size_t> recv_offsets, int dtype,
+             uintptr_t recv, std::vector<size_t> recv_counts, std::vector<size_t> recv_offsets, DType dtype,
              uintptr_t stream) {
             c.exchange(reinterpret_cast<const void*>(send), send_counts, send_offsets, reinterpret_cast<void*>(recv),
-                       recv_counts, recv_offsets, checked_dtype(dtype), stream);
+                       recv_counts, recv_offsets, dtype, stream);
           },
           nb::arg("send"), nb::arg("send_counts"), nb::arg("send_offsets"), nb::arg("recv"), nb::arg("recv_counts"),
           nb::arg("recv_offsets"), nb::arg("dtype"), nb::arg("stream"),

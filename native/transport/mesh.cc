@@ -125,6 +125,11 @@ int Mesh::bind_listener(const std::string& host, Fd* listener) {
 
 Mesh::Mesh(MeshOptions options, Fd listener) : options_(std::move(options)), listener_(std::move(listener)) {
   const int n = options_.size;
+  if (options_.rank < 0 || options_.rank >= n) {
+    fail(ErrorKind::kInvalidArgument,
+         "rank " + std::to_string(options_.rank) + " is outside [0, " + std::to_string(n) + ")");
+  }
+  if (options_.secret.empty() && n > 1) fail(ErrorKind::kInvalidArgument, "a job secret is required");
   if (int(options_.hosts.size()) != n || int(options_.ports.size()) != n || int(options_.host_keys.size()) != n) {
     fail(ErrorKind::kInvalidArgument, "mesh needs one host, port and host key per rank");
   }

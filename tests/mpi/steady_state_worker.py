@@ -12,7 +12,7 @@ import json
 import numpy as np
 
 import collective
-from collective import engine as kinds
+from collective._native import CollectiveKind as kinds
 from collective.dtypes import dtype_code
 from collective.reduce_ops import ReduceOp
 from collective.runtime import start_engine

@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from collective import engine as kinds
+from collective._native import CollectiveKind as kinds
 from collective.config import Config, config_from_env, launched_by_mpi
 from collective.errors import InvalidArgumentError, MismatchError
 from collective.mpi.buffers import from_float32, tensor_array, to_float32

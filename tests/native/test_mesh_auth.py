@@ -28,11 +28,13 @@ class RankThread(threading.Thread):
     def run(self) -> None:
         listener, rank, ports, secret, connect_timeout_s = self.args
         try:
-            self.comm = _native.Communicator(
-                listener, rank=rank, size=len(ports), secret=secret, hosts=["127.0.0.1"] * len(ports),
-                ports=ports, host_keys=[f"host{r}" for r in range(len(ports))], enable_shm=False,
-                shm_buffer_bytes=1 << 20, tcp_chunk_bytes=1 << 20, connect_timeout_s=connect_timeout_s,
-                timeout_s=10.0)
+            options = _native.MeshOptions()
+            options.rank, options.size, options.secret = rank, len(ports), secret
+            options.hosts, options.ports = ["127.0.0.1"] * len(ports), ports
+            options.host_keys = [f"host{r}" for r in range(len(ports))]
+            options.enable_shm, options.shm_buffer_bytes, options.tcp_chunk_bytes = False, 1 << 20, 1 << 20
+            options.connect_timeout_s, options.timeout_s = connect_timeout_s, 10.0
+            self.comm = _native.Communicator(listener, options)
         except BaseException as exc:  # handed to the test thread
             self.error = exc
 

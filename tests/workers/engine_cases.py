@@ -6,7 +6,7 @@ import sys
 import numpy as np
 
 import collective as hvd
-from collective import engine as kinds
+from collective._native import CollectiveKind as kinds
 from collective.runtime import start_engine
 from common import Cases, report
 
