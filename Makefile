@@ -27,10 +27,11 @@ build: $(VENV)/.built
 
 # tests/mpi runs the collective and torch worker cases under `mpiexec -n 2` (and 3), with the MPI
 # bootstrap + native ring and with the MPI data path; `make test-mpi` runs only those.
+# `make wheel-test` (the built wheel installed in a fresh venv, and a packed env on executors) is kept out of
+# `make test` for now: with it the suite comes too close to CI's 40-minute budget on a 2-core machine.
 test: build
 	$(PY) -m pytest -q tests
 	$(MAKE) petastorm-test
-	$(MAKE) wheel-test
 	$(MAKE) docs
 
 # Petastorm needs an old stack (pyarrow 14, pyspark 4.0, numpy 1): its reader is tested in a venv of its own,
