@@ -35,10 +35,13 @@ def save_model(spark_hvd_model: Any, path: str, mlflow_model: Any = None, signat
 
     mlflow_model = Model() if mlflow_model is None else mlflow_model
     flavour, framework_model = framework_flavour(spark_hvd_model.getModel())
-    requirements = [*(pip_requirements or []), *flavour.get_default_pip_requirements()]
+    requirements = [*(pip_requirements or []), *flavour.get_default_pip_requirements(),
+                    *_keras_backend_requirement(flavour)]
     options = {"serialization_format": "pickle"} if flavour.__name__ == "mlflow.pytorch" else {}
-    flavour.save_model(framework_model, path, mlflow_model=mlflow_model, signature=signature,
-                       pip_requirements=_unique(requirements), **options)
+    # The signature is the pyfunc's (a DataFrame of the feature columns), set below: the keras flavour
+    # refuses any but tensor signatures.
+    flavour.save_model(framework_model, path, mlflow_model=mlflow_model, pip_requirements=_unique(requirements),
+                       **options)
     data = os.path.join(path, _DATA)
     os.makedirs(data)
     with open(os.path.join(data, _PREDICTOR_FILE), "wb") as f:
@@ -53,6 +56,8 @@ def save_model(spark_hvd_model: Any, path: str, mlflow_model: Any = None, signat
     mlflow_model.add_flavor(FLAVOR_NAME, model_class=f"{type(spark_hvd_model).__module__}."
                                                     f"{type(spark_hvd_model).__name__}",
                             framework_flavor=flavour.__name__.rsplit(".", 1)[-1])
+    if signature is not None:
+        mlflow_model.signature = signature
     mlflow_model.save(os.path.join(path, "MLmodel"))
 
 
@@ -97,6 +102,24 @@ def _spec(model: Any) -> dict[str, Any]:
             "outputs": [[column, list(s.shape), s.label_kind, s.label_dtype]
                         for column, s in zip(model.getOutputCols(), model._output_specs)],
             "batch_rows": int(model.getTransformBatchSize())}
+
+
+def _keras_backend_requirement(flavour: Any) -> list[str]:
+    """Keras runs on a backend the keras flavour does not pin: the installed distribution of it."""
+    if flavour.__name__ != "mlflow.keras":
+        return []
+    from importlib import metadata
+
+    import keras
+
+    backend = keras.backend.backend()
+    candidates = {"tensorflow": ("tensorflow", "tensorflow-cpu"), "jax": ("jax",), "torch": ("torch",)}
+    for name in candidates.get(backend, ()):
+        try:
+            return [f"{name}=={metadata.version(name)}"]
+        except metadata.PackageNotFoundError:
+            continue
+    return []
 
 
 def _unique(requirements: list[str]) -> list[str]:

@@ -21,6 +21,7 @@ mlflow = pytest.importorskip("mlflow")
 
 @pytest.fixture(scope="module")
 def tracking(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """MLflow's sqlite tracking and registry store in a temporary folder, for this module."""
     folder = tmp_path_factory.mktemp("mlflow")
     previous = mlflow.get_tracking_uri()
     mlflow.set_tracking_uri(f"sqlite:///{folder / 'mlflow.db'}")
