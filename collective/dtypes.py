@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from collective._native import DType
+from collective._native import SUPPORTED_DTYPES as SUPPORTED, DType
 from collective.errors import InvalidArgumentError
-
-# What collectives accept, in the one wording every adapter's error message uses.
-SUPPORTED = ", ".join(DType.__members__)
 
 # Keyed by numpy's one-letter type code, the cheapest dtype property to read on every call. numpy names
 # every type as DType does but bfloat16, which is ml_dtypes' (code 'E'); 'q' is numpy's other 8-byte int.

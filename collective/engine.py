@@ -1,7 +1,8 @@
 """The background engine behind asynchronous collectives (the torch and TensorFlow adapters).
 
 A request is submitted with a name and gets a handle; the native engine thread negotiates with the
-other ranks, fuses small allreduces, and completes handles in the same order on every rank.
+other ranks, fuses small allreduces, and completes handles in the same order on every rank. ``run``
+submits and waits in one step, taking and returning what the communicator's ``run`` does.
 """
 
 from __future__ import annotations
@@ -46,6 +47,13 @@ class Engine:
         return self._native.enqueue(
             kind, name or self.auto_name(kind), tensor, dtype, shape, op, int(root), float(prescale),
             float(postscale), list(splits), int(group), int(group_size))
+
+    def run(self, kind: CollectiveKind, name: str | None, tensor: Any, dtype: DType | None = None,
+            shape: Sequence[int] | None = None, op: ReduceOp = ReduceOp.SUM, root: int = -1, prescale: float = 1.0,
+            postscale: float = 1.0, splits: Sequence[int] = ()) -> Any:
+        """Submits one request and waits for it: takes and returns what the communicator's ``run`` does."""
+        return self._native.run(kind, name or self.auto_name(kind), tensor, dtype, shape, op, int(root),
+                                float(prescale), float(postscale), list(splits), self._timeout_s * 4)
 
     def poll(self, handle: int) -> bool:
         return bool(self._native.poll(handle))

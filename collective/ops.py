@@ -2,19 +2,29 @@
 
 Out-of-place functions return new arrays; the ``_`` variants work in place. Arrays are handed to
 the native core through the buffer protocol, without a copy when they are already C-contiguous.
+
+Every call takes one path: ``run`` on the runtime's collectives, the engine once it is started, else
+the communicator. Both take the same call and return the same result, so a direct call is an engine
+request submitted and waited on in one step, without the engine's thread and cycle.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from collective._native import CollectiveKind
 from collective.dtypes import as_buffer, dtype_code
 from collective.errors import InvalidArgumentError
-from collective.reduce_ops import ReduceOp, resolve_op
+from collective.reduce_ops import ReduceOp, Sum, resolve_op
 from collective.runtime import current
+
+
+def _collectives() -> Any:
+    """What runs a call now: the engine once started (it owns the mesh then), else the communicator."""
+    runtime = current()
+    return runtime.comm if runtime.engine is None else runtime.engine
 
 
 def _as_array(tensor: np.ndarray | Sequence, name: str) -> np.ndarray:
@@ -37,39 +47,22 @@ def _result(flat: np.ndarray, shape: Sequence[int], dtype: np.dtype) -> np.ndarr
     return flat.view(dtype).reshape(tuple(shape))
 
 
-def allreduce_(
-    tensor: np.ndarray,
-    average: bool | None = None,
-    name: str | None = None,
-    op: ReduceOp | None = None,
-    prescale_factor: float = 1.0,
-    postscale_factor: float = 1.0,
-) -> np.ndarray:
+def allreduce_(tensor: np.ndarray, average: bool | None = None, name: str | None = None, op: ReduceOp | None = None,
+               prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> np.ndarray:
     """Reduces ``tensor`` across all ranks in place and returns it. ``op`` defaults to Average."""
     name = name or ""
     work = _in_place_target(tensor, "allreduce_")
     code = dtype_code(work.dtype, name)
     op_code = op if type(op) is ReduceOp and average is None else resolve_op(op, average)
-    runtime = current()
-    if runtime.engine is None:
-        runtime.comm.allreduce(as_buffer(work, code), op_code, prescale_factor, postscale_factor, name, code)
-    else:
-        engine = runtime.engine
-        engine.wait(engine.submit(CollectiveKind.ALLREDUCE, name, as_buffer(work, code), code, op=op_code,
-                                  prescale=prescale_factor, postscale=postscale_factor))
+    _collectives().run(CollectiveKind.ALLREDUCE, name, as_buffer(work, code), code, None, op_code, -1, prescale_factor,
+                       postscale_factor)
     if work is not tensor:
         tensor[...] = work
     return tensor
 
 
-def allreduce(
-    tensor: np.ndarray,
-    average: bool | None = None,
-    name: str | None = None,
-    op: ReduceOp | None = None,
-    prescale_factor: float = 1.0,
-    postscale_factor: float = 1.0,
-) -> np.ndarray:
+def allreduce(tensor: np.ndarray, average: bool | None = None, name: str | None = None, op: ReduceOp | None = None,
+              prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> np.ndarray:
     """Returns the reduction of ``tensor`` across all ranks. ``op`` defaults to Average."""
     out = np.array(tensor, copy=True, order="C")
     return allreduce_(out, average, name, op, prescale_factor, postscale_factor)
@@ -83,12 +76,7 @@ def allgather(tensor: np.ndarray, name: str | None = None) -> np.ndarray:
     name = name or ""
     array = _as_array(tensor, name)
     code = dtype_code(array.dtype, name)
-    runtime = current()
-    if runtime.engine is None:
-        flat, out_shape = runtime.comm.allgather(as_buffer(array, code), name, code)
-    else:
-        engine = runtime.engine
-        flat, out_shape = engine.wait(engine.submit(CollectiveKind.ALLGATHER, name, as_buffer(array, code), code), code)
+    flat, out_shape = _collectives().run(CollectiveKind.ALLGATHER, name, as_buffer(array, code), code)
     return _result(flat, out_shape, array.dtype)
 
 
@@ -97,12 +85,7 @@ def broadcast_(tensor: np.ndarray, root_rank: int, name: str | None = None) -> n
     name = name or ""
     work = _in_place_target(tensor, "broadcast_")
     code = dtype_code(work.dtype, name)
-    runtime = current()
-    if runtime.engine is None:
-        runtime.comm.broadcast(as_buffer(work, code), int(root_rank), name, code)
-    else:
-        engine = runtime.engine
-        engine.wait(engine.submit(CollectiveKind.BROADCAST, name, as_buffer(work, code), code, root=int(root_rank)))
+    _collectives().run(CollectiveKind.BROADCAST, name, as_buffer(work, code), code, None, Sum, int(root_rank))
     if work is not tensor:
         tensor[...] = work
     return tensor
@@ -126,33 +109,16 @@ def alltoall(
     array = _as_array(tensor, name)
     code = dtype_code(array.dtype, name)
     split_list = [] if splits is None else [int(s) for s in np.asarray(splits).reshape(-1)]
-    runtime = current()
-    if runtime.engine is None:
-        flat, out_shape, received = runtime.comm.alltoall(as_buffer(array, code), split_list, name, code)
-    else:
-        engine = runtime.engine
-        if not split_list:
-            rows = array.shape[0] if array.ndim else 0
-            if rows % runtime.topology.size:
-                raise InvalidArgumentError(
-                    f"alltoall {name!r}: first dimension {rows} does not divide evenly by "
-                    f"{runtime.topology.size} ranks; pass splits=")
-            split_list = [rows // runtime.topology.size] * runtime.topology.size
-        flat, out_shape, received = engine.wait(
-            engine.submit(CollectiveKind.ALLTOALL, name, as_buffer(array, code), code, splits=split_list), code)
+    flat, out_shape, received = _collectives().run(
+        CollectiveKind.ALLTOALL, name, as_buffer(array, code), code, None, Sum, -1, 1.0, 1.0, split_list)
     output = _result(flat, out_shape, array.dtype)
     if splits is None:
         return output
     return output, np.asarray(received, dtype=np.int64)
 
 
-def reducescatter(
-    tensor: np.ndarray,
-    op: ReduceOp | None = None,
-    name: str | None = None,
-    prescale_factor: float = 1.0,
-    postscale_factor: float = 1.0,
-) -> np.ndarray:
+def reducescatter(tensor: np.ndarray, op: ReduceOp | None = None, name: str | None = None,
+                  prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> np.ndarray:
     """Reduces ``tensor`` across ranks and returns this rank's share of the first dimension.
 
     Rank r gets rows [offset_r, offset_r + n_r), where the first ``rows % size`` ranks get one extra row.
@@ -160,23 +126,11 @@ def reducescatter(
     name = name or ""
     array = _as_array(tensor, name)
     code = dtype_code(array.dtype, name)
-    op_code = int(resolve_op(op, None))
-    runtime = current()
-    if runtime.engine is None:
-        flat, out_shape = runtime.comm.reducescatter(
-            as_buffer(array, code), op_code, prescale_factor, postscale_factor, name, code)
-    else:
-        engine = runtime.engine
-        flat, out_shape = engine.wait(engine.submit(
-            CollectiveKind.REDUCESCATTER, name, as_buffer(array, code), code, op=op_code, prescale=prescale_factor,
-            postscale=postscale_factor), code)
+    flat, out_shape = _collectives().run(CollectiveKind.REDUCESCATTER, name, as_buffer(array, code), code, None,
+                                         resolve_op(op, None), -1, prescale_factor, postscale_factor)
     return _result(flat, out_shape, array.dtype)
 
 
 def barrier() -> None:
     """Returns once every rank has called barrier()."""
-    runtime = current()
-    if runtime.engine is None:
-        runtime.comm.barrier()
-    else:
-        runtime.engine.wait(runtime.engine.submit(CollectiveKind.BARRIER, None, None))
+    _collectives().run(CollectiveKind.BARRIER, "", None)

@@ -20,13 +20,14 @@ _STORAGE_DTYPES = tuple(np.dtype(t) for t in STORAGE)
 ITEMSIZE = tuple(d.itemsize for d in _STORAGE_DTYPES)
 
 
-def tensor_array(tensor: Any, dtype: int, shape: Sequence[int] | None) -> tuple[np.ndarray, int, tuple[int, ...]]:
+def tensor_array(tensor: Any, dtype: DType | None,
+                 shape: Sequence[int] | None) -> tuple[np.ndarray, DType, tuple[int, ...]]:
     """(flat array of the storage dtype over the tensor's memory, dtype code, shape), without a copy.
 
     ``tensor`` is an object with the buffer protocol, or an address (then ``dtype`` and ``shape`` say
     what lies there).
     """
-    if type(tensor) is np.ndarray and dtype >= 0:  # the numpy API's calls: no conversion, no new view
+    if type(tensor) is np.ndarray and dtype is not None:  # the numpy API's calls: no conversion, no new view
         if not tensor.flags.c_contiguous:
             raise ValueError("tensor memory must be C-contiguous")
         flat = tensor if tensor.ndim == 1 else tensor.reshape(-1)
@@ -43,7 +44,7 @@ def tensor_array(tensor: Any, dtype: int, shape: Sequence[int] | None) -> tuple[
     array = np.asarray(tensor)
     if not array.flags.c_contiguous:
         raise ValueError("tensor memory must be C-contiguous")
-    code = dtype if dtype >= 0 else dtype_code(array.dtype, "")
+    code = dtype if dtype is not None else dtype_code(array.dtype, "")
     return array.reshape(-1).view(STORAGE[code]), code, tuple(array.shape)
 
 

@@ -13,7 +13,7 @@ from typing import Any, NoReturn, Sequence
 
 import numpy as np
 
-from collective._native import CollectiveKind
+from collective._native import CollectiveKind, DType, ReduceOp
 from collective.errors import MismatchError
 from collective.mpi import transfers
 from collective.mpi.buffers import tensor_array
@@ -65,8 +65,8 @@ class MpiCommunicator:
         plan = self._plans.get(fields)
         if plan is None:
             kind, name, code, dims, op, root, prescale, postscale, splits = fields
-            call = Call(kind, name, code, dims, int(op), int(root), float(prescale), float(postscale), splits)
-            validate_call(call, self._size)
+            call = Call(kind, name, code, dims, op, int(root), float(prescale), float(postscale), splits)
+            call = validate_call(call, self._size)
             words = agreement_words(call)
             plain = transfers.plain_op(call) if kind == CollectiveKind.ALLREDUCE else None
             plan = (call, words, words.tobytes(), plain)
@@ -90,67 +90,43 @@ class MpiCommunicator:
         check_agreement(calls, range(self._size), number, call)
         raise MismatchError(f"ranks disagree on {call.kind_name} '{call.name}' (call #{number}): {calls}")
 
-    def _agree_rows(self, fields: tuple) -> list[Call]:
+    def _gather_rows(self, call: Call) -> list[Call]:
         """Every rank's call for allgather/alltoall, whose first dimension (and splits) may differ."""
-        call, words, expected, _ = self._plan(fields)
-        self._agree(call, words, expected)
         records = np.empty((self._size, 1 + self._size), np.int64)
         self._comm.Allgather(rows_record(call, self._size), records)
         return calls_from_records(call, records)
 
-    def allreduce(self, tensor: Any, op: int, prescale: float, postscale: float, name: str, dtype: int = -1,
-                  shape: Sequence[int] | None = None) -> None:
-        data, code, dims = tensor_array(tensor, dtype, shape)
+    def run(self, kind: CollectiveKind, name: str, tensor: Any, dtype: DType | None = None,
+            shape: Sequence[int] | None = None, op: ReduceOp = ReduceOp.SUM, root: int = -1, prescale: float = 1.0,
+            postscale: float = 1.0, splits: Sequence[int] = ()) -> Any:
+        """One collective now: takes and returns what the native communicator's ``run`` does."""
+        data, code, dims = tensor_array(tensor, dtype, shape) if tensor is not None else (None, -1, ())
         with self._lock:
-            call, words, expected, plain = self._plan(
-                (CollectiveKind.ALLREDUCE, name, code, dims, op, -1, prescale, postscale, ()))
+            call, words, expected, plain = self._plan((kind, name, code, dims, op, root, prescale, postscale,
+                                                       tuple(splits)))
             self._agree(call, words, expected)
+            return self._move(call, data, plain)
+
+    def _move(self, call: Call, data: Any, plain: Any) -> Any:
+        """The data movement of a call every rank agreed on."""
+        kind = call.kind
+        if kind == CollectiveKind.ALLREDUCE:
             if plain is None:
                 transfers.allreduce(self._comm, data, call)
             elif data.size:
                 self._comm.Allreduce(self._in_place, data, op=plain)
-
-    def allgather(self, tensor: Any, name: str, dtype: int = -1,
-                  shape: Sequence[int] | None = None) -> tuple[np.ndarray, list[int]]:
-        data, code, dims = tensor_array(tensor, dtype, shape)
-        with self._lock:
-            calls = self._agree_rows((CollectiveKind.ALLGATHER, name, code, dims, 0, -1, 1.0, 1.0, ()))
-            return transfers.allgather(self._comm, data, calls)
-
-    def broadcast(self, tensor: Any, root: int, name: str, dtype: int = -1, shape: Sequence[int] | None = None) -> None:
-        data, code, dims = tensor_array(tensor, dtype, shape)
-        with self._lock:
-            self._agree(*self._plan((CollectiveKind.BROADCAST, name, code, dims, 0, root, 1.0, 1.0, ()))[:3])
-            transfers.broadcast(self._comm, data, int(root))
-
-    def alltoall(self, tensor: Any, splits: Sequence[int], name: str, dtype: int = -1,
-                 shape: Sequence[int] | None = None) -> tuple[np.ndarray, list[int], list[int]]:
-        data, code, dims = tensor_array(tensor, dtype, shape)
-        split_rows = tuple(int(s) for s in splits)
-        if not split_rows and dims:
-            if dims[0] % self.size:
-                from collective.errors import InvalidArgumentError
-
-                raise InvalidArgumentError(f"alltoall '{name}': first dimension {dims[0]} does not divide evenly "
-                                           f"by {self.size} ranks; pass splits=")
-            split_rows = (dims[0] // self.size,) * self.size
-        with self._lock:
-            calls = self._agree_rows((CollectiveKind.ALLTOALL, name, code, dims, 0, -1, 1.0, 1.0, split_rows))
-            return transfers.alltoall(self._comm, data, calls, self.rank)
-
-    def reducescatter(self, tensor: Any, op: int, prescale: float, postscale: float, name: str, dtype: int = -1,
-                      shape: Sequence[int] | None = None) -> tuple[np.ndarray, list[int]]:
-        data, code, dims = tensor_array(tensor, dtype, shape)
-        with self._lock:
-            call, words, expected, _ = self._plan(
-                (CollectiveKind.REDUCESCATTER, name, code, dims, op, -1, prescale, postscale, ()))
-            self._agree(call, words, expected)
+            return None
+        if kind == CollectiveKind.BROADCAST:
+            transfers.broadcast(self._comm, data, call.root)
+            return None
+        if kind == CollectiveKind.REDUCESCATTER:
             return transfers.reducescatter(self._comm, data, call)
-
-    def barrier(self) -> None:
-        with self._lock:
-            # The agreement Allreduce is itself the barrier: no rank leaves it before all have entered.
-            self._agree(*self._plan((CollectiveKind.BARRIER, "barrier", -1, (), 0, -1, 1.0, 1.0, ()))[:3])
+        if kind == CollectiveKind.BARRIER:
+            return None  # the agreement Allreduce is itself the barrier: no rank leaves it before all entered
+        calls = self._gather_rows(call)
+        if kind == CollectiveKind.ALLGATHER:
+            return transfers.allgather(self._comm, data, calls)
+        return transfers.alltoall(self._comm, data, calls, self._rank)
 
     def shutdown(self) -> None:
         with self._lock:

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from collective._native import CollectiveKind
+from collective._native import CollectiveKind, DType, ReduceOp
 from collective.config import Config
 from collective.errors import CollectiveError, CollectiveTimeoutError, InvalidArgumentError, MismatchError, \
     PeerFailureError
@@ -112,9 +112,10 @@ class MpiEngine:
     def auto_name(self, kind: int) -> str:
         return _auto_name(kind, next(self._unnamed))
 
-    def submit(self, kind: int, name: str | None, tensor: Any, dtype: int = -1, shape: Sequence[int] | None = None,
-               op: int = 0, root: int = -1, prescale: float = 1.0, postscale: float = 1.0,
-               splits: Sequence[int] = (), group: int = -1, group_size: int = 0) -> int:
+    def submit(self, kind: CollectiveKind, name: str | None, tensor: Any, dtype: DType | None = None,
+               shape: Sequence[int] | None = None, op: ReduceOp = ReduceOp.SUM, root: int = -1,
+               prescale: float = 1.0, postscale: float = 1.0, splits: Sequence[int] = (), group: int = -1,
+               group_size: int = 0) -> int:
         """Enqueues a request (see Engine.submit). Groups need no special handling: members fuse anyway.
 
         The background thread is not woken: it picks the request up within a cycle time (gathering
@@ -155,16 +156,22 @@ class MpiEngine:
             else:
                 call = Call(kind, name or "", code, dims, int(op), int(root), float(prescale), float(postscale),
                             tuple(map(int, splits)))
-            validate_call(call, self._size)
+            call = validate_call(call, self._size)
             if len(self._templates) >= self._cache_capacity:
                 self._templates.clear()
             self._templates[key] = call
         return call
 
+    def run(self, kind: CollectiveKind, name: str | None, tensor: Any, dtype: DType | None = None,
+            shape: Sequence[int] | None = None, op: ReduceOp = ReduceOp.SUM, root: int = -1, prescale: float = 1.0,
+            postscale: float = 1.0, splits: Sequence[int] = ()) -> Any:
+        """Submits one request and waits for it, as ``collective.engine.Engine.run``."""
+        return self.wait(self.submit(kind, name, tensor, dtype, shape, op, root, prescale, postscale, splits))
+
     def poll(self, handle: int) -> bool:
         return self._request(handle).done
 
-    def wait(self, handle: int, dtype: int = 0) -> Any:
+    def wait(self, handle: int, dtype: DType = DType.uint8) -> Any:
         """Runs cycles in this thread until the request is done (or waits while another thread runs one)."""
         request = self._request(handle)
         deadline = time.monotonic() + self._timeout_s * 4

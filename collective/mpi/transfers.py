@@ -19,9 +19,6 @@ from collective.mpi.calls import Call
 from collective.reduce_ops import ReduceOp
 
 
-_INTEGERS = (DType.uint8, DType.int8, DType.int32, DType.int64)
-
-
 @functools.lru_cache(maxsize=None)
 def mpi_op(op: int) -> Any:
     from mpi4py import MPI
@@ -36,14 +33,8 @@ def _scale(array: np.ndarray, code: int, factor: float) -> None:
 
 
 def _finish(array: np.ndarray, code: int, op: int, size: int, postscale: float) -> None:
-    """Average's division and the postscale, as native/communicator.cc finishes a reduction."""
-    if op == ReduceOp.AVERAGE:
-        if code in _INTEGERS:  # integers divide with truncation; floats fold 1/size into the postscale
-            if array.size:
-                _native.divide_array(array.ctypes.data, array.size, code, size)
-        else:
-            postscale /= size
-    _scale(array, code, postscale)
+    """Average's division and the postscale: the native ops' own finish, so both backends round alike."""
+    _native.finish_reduction(array.ctypes.data, array.size, code, op, size, postscale)
 
 
 def allreduce(comm: Any, data: np.ndarray, call: Call) -> None:

@@ -17,7 +17,7 @@ from collective.dtypes import as_buffer, dtype_code
 from collective.engine import Engine, wait_all
 from collective.errors import InvalidArgumentError
 from collective.reduce_ops import ReduceOp
-from collective.runtime import size, start_engine
+from collective.runtime import start_engine
 
 TENSOR_ALIGNMENT = 64
 # Members of one grouped allreduce share an id; ranks make grouped calls in the same order, so a
@@ -125,16 +125,9 @@ def alltoall(array: np.ndarray, splits: Sequence[int] | None, name: str | None) 
     """Sends ``splits[i]`` rows to rank i (the first dimension split evenly when None); returns the
     received rows and how many came from each rank."""
     (work,) = _readable([array])
-    rows = _rows(work, name, "alltoall")
-    ranks = size()
-    if splits is None:
-        if rows % ranks:
-            raise InvalidArgumentError(
-                f"alltoall {_label(name)!r}: the first dimension ({rows}) does not divide evenly by {ranks} ranks; "
-                "pass splits")
-        split_list = [rows // ranks] * ranks
-    else:
-        split_list = [int(s) for s in np.asarray(splits).reshape(-1)]
+    _rows(work, name, "alltoall")
+    # None: the engine divides the first dimension evenly, by the alltoall op's own rule.
+    split_list = [] if splits is None else [int(s) for s in np.asarray(splits).reshape(-1)]
 
     def submit(engine: Engine, index: int, buffer: np.ndarray, name: str | None, code: int) -> int:
         return engine.submit(CollectiveKind.ALLTOALL, name, buffer, code, splits=split_list)

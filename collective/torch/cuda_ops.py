@@ -15,12 +15,13 @@ import numpy as np
 import torch
 
 import collective
+from collective._native import CollectiveKind
 from collective.errors import InvalidArgumentError
 from collective.nccl import Route, route_tensor
 from collective.reduce_ops import ReduceOp
 from collective.torch.cuda_context import CudaContext, cuda_context
 from collective.torch.handles import poll, register, synchronize
-from collective.torch.tensors import check_tensor, even_splits, label, split_list
+from collective.torch.tensors import check_tensor, checked_call, label
 
 
 def is_cuda(tensor: Any) -> bool:
@@ -140,8 +141,7 @@ def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None, cpu
                 tensor.copy_(stage)
             return tensor
         return _staged(inner, copy_back, (stage,))
-    if not 0 <= root_rank < collective.size():
-        raise InvalidArgumentError(f"broadcast {label(name)}: root_rank {root_rank} is outside [0, {collective.size()})")
+    checked_call(CollectiveKind.BROADCAST, tensor, name, root=int(root_rank))
     work = tensor.detach() if tensor.is_contiguous() else tensor.detach().contiguous()
     context.comm.broadcast(work.data_ptr(), work.data_ptr(), work.numel(), code, int(root_rank), _stream(work.device))
     if work.data_ptr() != tensor.data_ptr():
@@ -158,8 +158,7 @@ def _rows_everywhere(rows: int, name: str | None) -> list[int]:
 
 def allgather_async(tensor: torch.Tensor, name: str | None, cpu_allgather: Callable[..., int]) -> int:
     code = check_tensor(tensor, name)
-    if tensor.dim() == 0:
-        raise InvalidArgumentError(f"allgather {label(name)} needs a tensor with at least one dimension")
+    checked_call(CollectiveKind.ALLGATHER, tensor, name)
     context = _context_for(tensor, name)
     if context.decision.route == Route.HOST_STAGING:
         stage = tensor.detach().to("cpu")
@@ -184,16 +183,12 @@ def allgather_async(tensor: torch.Tensor, name: str | None, cpu_allgather: Calla
 def alltoall_async(tensor: torch.Tensor, splits: Any, name: str | None, cpu_alltoall: Callable[..., int]) -> int:
     code = check_tensor(tensor, name)
     context = _context_for(tensor, name)
-    size = collective.size()
     if context.decision.route == Route.HOST_STAGING:
         stage = tensor.detach().to("cpu")
         inner = cpu_alltoall(stage, splits, name)
         return _staged(inner, lambda result: (result[0].to(tensor.device), result[1]), (stage,))
     work = tensor.detach().contiguous()
-    send_rows = even_splits(work, size, name) if splits is None else split_list(splits)
-    if len(send_rows) != size or any(s < 0 for s in send_rows) or sum(send_rows) != (work.shape[0] if work.dim() else 0):
-        raise InvalidArgumentError(f"alltoall {label(name)}: splits must be {size} non-negative row counts summing to "
-                                   f"the first dimension")
+    send_rows = checked_call(CollectiveKind.ALLTOALL, work, name, splits=splits)
     received = [int(r) for r in collective.alltoall(np.array(send_rows, np.int64),
                                                     name=f"{name}.splits" if name else None)]
     row_elements = int(np.prod(work.shape[1:], dtype=np.int64))
@@ -210,8 +205,7 @@ def alltoall_async(tensor: torch.Tensor, splits: Any, name: str | None, cpu_allt
 def reducescatter_async(tensor: torch.Tensor, name: str | None, op: ReduceOp, prescale: float, postscale: float,
                         cpu_reducescatter: Callable[..., int]) -> int:
     code = check_tensor(tensor, name)
-    if tensor.dim() == 0:
-        raise InvalidArgumentError(f"reducescatter {label(name)} needs a tensor with at least one dimension")
+    checked_call(CollectiveKind.REDUCESCATTER, tensor, name)
     context = _context_for(tensor, name)
     if context.decision.route == Route.HOST_STAGING:
         stage = tensor.detach().to("cpu")

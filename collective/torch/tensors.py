@@ -12,9 +12,11 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from collective._native import DType
+from collective import _native
+from collective._native import CollectiveKind, DType
 from collective.dtypes import SUPPORTED
 from collective.errors import InvalidArgumentError
+from collective.runtime import size
 
 # torch names every native DType as the native table does.
 _DTYPE_CODES = {getattr(torch, d.name): d for d in DType}
@@ -72,10 +74,10 @@ def split_list(splits: Any) -> list[int]:
     return [int(s) for s in np.asarray(splits).reshape(-1)]
 
 
-def even_splits(tensor: torch.Tensor, size: int, name: str | None) -> list[int]:
-    """Horovod's default alltoall split: the first dimension divided equally among the ranks."""
-    rows = tensor.shape[0] if tensor.dim() > 0 else 0
-    if tensor.dim() == 0 or rows % size != 0:
-        raise InvalidArgumentError(
-            f"alltoall {label(name)}: the first dimension ({rows}) does not divide evenly by {size} ranks; pass splits")
-    return [rows // size] * size
+def checked_call(kind: CollectiveKind, tensor: torch.Tensor, name: str | None, root: int = -1,
+                 splits: Any = None) -> list[int]:
+    """Checks a call that the native core does not see (CUDA tensors go to NCCL) by its op's own rule
+    (native/algorithms/<op>.cc). Returns alltoall's rows per rank: ``splits``, or Horovod's default, the
+    first dimension divided evenly."""
+    given = [] if splits is None else split_list(splits)
+    return list(_native.validate_call(kind, name or "", list(tensor.shape), root, given, size()))

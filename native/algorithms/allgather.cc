@@ -11,15 +11,11 @@ namespace shvd {
 
 void ring_allgatherv(Mesh& mesh, uint8_t* out, const std::vector<size_t>& byte_offset,
                      const std::vector<size_t>& byte_len, const CollectiveOptions& opts) {
-  const int size = mesh.size();
-  if (size == 1) return;
-  std::vector<SendItem> sends;
-  std::vector<RecvItem> recvs;
-  sends.reserve(size);
-  recvs.reserve(size);
+  if (mesh.size() == 1) return;
+  RingItems ring(mesh.size());
   // Shift -1: the first block this rank sends is its own.
-  add_ring_allgather(sends, recvs, mesh.rank(), size, out, byte_offset, byte_len, -1, nullptr);
-  mesh.run(sends, recvs, opts.deadline, opts.tag);
+  add_ring_allgather(ring.sends, ring.recvs, mesh.rank(), mesh.size(), out, byte_offset, byte_len, -1, nullptr);
+  ring.run(mesh, opts);
 }
 
 namespace {
@@ -44,10 +40,6 @@ AllgatherPlan plan_allgather(const std::vector<int64_t>& first_dims, size_t row_
 
 void validate_allgather(CallInfo& call, int) { require_rows(call); }
 
-InlineBytes offer_tensor(OpContext&, const CallInfo& call, void* data) {
-  return {static_cast<const uint8_t*>(data), call_bytes(call)};
-}
-
 OwnedResult run_allgather(OpContext& ctx, const CallInfo& call, void* data, const Agreed& agreed) {
   const int me = ctx.mesh.rank();
   AllgatherPlan plan = plan_allgather(agreed.first_dims, dtype_size(call.dtype) * row_elements(call.shape));
@@ -69,14 +61,8 @@ OwnedResult run_allgather(OpContext& ctx, const CallInfo& call, void* data, cons
 
 }  // namespace
 
-const CollectiveOp kAllgatherOp = [] {
-  CollectiveOp op;
-  op.rules.trailing_shape = true;
-  op.returns_result = true;
-  op.validate = validate_allgather;
-  op.prepare = offer_tensor;
-  op.run = run_allgather;
-  return op;
-}();
+// First dimensions may differ: they are what the ranks gather.
+const CollectiveOp kAllgatherOp{agree_on(kDtype | kTrailingShape), kNotCacheable, kReturnsResult, validate_allgather,
+                                offer_tensor, run_allgather};
 
 }  // namespace shvd

@@ -24,15 +24,12 @@ void ring_allreduce(Mesh& mesh, void* data, size_t count, DType dtype, ReduceOp 
     byte_len[i] = parts.rows[i] * elem;
   }
   uint8_t* bytes = static_cast<uint8_t*>(data);
-  std::vector<SendItem> sends;
-  std::vector<RecvItem> recvs;
-  sends.reserve(2 * size);
-  recvs.reserve(2 * size);
-  add_ring_reduce_scatter(sends, recvs, mesh.rank(), size, bytes, parts.offset, parts.rows, dtype, op, 0);
+  RingItems ring(2 * size);
+  add_ring_reduce_scatter(ring.sends, ring.recvs, mesh.rank(), size, bytes, parts.offset, parts.rows, dtype, op, 0);
   // The allgather's first send is this rank's fully reduced chunk: it streams out as it is produced.
-  const size_t* last_reduced = &recvs.back().done;
-  add_ring_allgather(sends, recvs, mesh.rank(), size, bytes, byte_offset, byte_len, 0, last_reduced);
-  mesh.run(sends, recvs, opts.deadline, opts.tag);
+  const size_t* last_reduced = &ring.recvs.back().done;
+  add_ring_allgather(ring.sends, ring.recvs, mesh.rank(), size, bytes, byte_offset, byte_len, 0, last_reduced);
+  ring.run(mesh, opts);
 }
 
 void direct_allreduce(Mesh& mesh, void* data, size_t count, DType dtype, ReduceOp op, const CollectiveOptions& opts,
@@ -54,9 +51,9 @@ void direct_allreduce(Mesh& mesh, void* data, size_t count, DType dtype, ReduceO
 
 namespace {
 
-InlineBytes prepare_allreduce(OpContext&, const CallInfo& call, void* data) {
+InlineBytes prepare_allreduce(OpContext& ctx, const CallInfo& call, void* data) {
   if (call.prescale != 1.0) scale(data, element_count(call.shape), call.dtype, call.prescale);
-  return {static_cast<const uint8_t*>(data), call_bytes(call)};
+  return offer_tensor(ctx, call, data);
 }
 
 OwnedResult run_allreduce(OpContext& ctx, const CallInfo& call, void* data, const Agreed& agreed) {
@@ -64,9 +61,7 @@ OwnedResult run_allreduce(OpContext& ctx, const CallInfo& call, void* data, cons
   const size_t count = element_count(call.shape);
   const size_t bytes = call_bytes(call);
   if (size > 1 && all_inline(agreed, [&](int) { return bytes; })) {
-    std::vector<const void*> inputs(size);
-    for (int r = 0; r < size; ++r) inputs[r] = r == ctx.mesh.rank() ? data : agreed.inline_data[r].data;
-    reduce_many(data, inputs.data(), inputs.size(), count, call.dtype, call.op);
+    reduce_inline(agreed, ctx.mesh.rank(), static_cast<uint8_t*>(data), 0, count, call.dtype, call.op);
   } else if (is_small_call(bytes, size)) {
     direct_allreduce(ctx.mesh, data, count, call.dtype, call.op, ctx.options, ctx.slots);
   } else {
@@ -78,13 +73,7 @@ OwnedResult run_allreduce(OpContext& ctx, const CallInfo& call, void* data, cons
 
 }  // namespace
 
-const CollectiveOp kAllreduceOp = [] {
-  CollectiveOp op;
-  op.rules.shape = op.rules.op = op.rules.scales = true;
-  op.cacheable = true;
-  op.prepare = prepare_allreduce;
-  op.run = run_allreduce;
-  return op;
-}();
+const CollectiveOp kAllreduceOp{agree_on(kDtype | kShape | kOp | kScales), kCacheable, kInPlace, nullptr,
+                                prepare_allreduce, run_allreduce};
 
 }  // namespace shvd

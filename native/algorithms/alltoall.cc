@@ -81,9 +81,6 @@ AlltoallPlan plan_alltoall(const std::vector<int64_t>& split_matrix, int rank, i
   return plan;
 }
 
-// Splits differ between ranks, so nothing travels inside the descriptor round.
-InlineBytes offer_nothing(OpContext&, const CallInfo&, void*) { return {}; }
-
 OwnedResult run_alltoall(OpContext& ctx, const CallInfo& call, void* data, const Agreed& agreed) {
   const size_t row_bytes = dtype_size(call.dtype) * row_elements(call.shape);
   AlltoallPlan plan = plan_alltoall(agreed.split_matrix, ctx.mesh.rank(), ctx.mesh.size(), row_bytes);
@@ -99,14 +96,8 @@ OwnedResult run_alltoall(OpContext& ctx, const CallInfo& call, void* data, const
 
 }  // namespace
 
-const CollectiveOp kAlltoallOp = [] {
-  CollectiveOp op;
-  op.rules.trailing_shape = true;
-  op.returns_result = true;
-  op.validate = validate_alltoall;
-  op.prepare = offer_nothing;
-  op.run = run_alltoall;
-  return op;
-}();
+// Splits differ between ranks (so nothing travels inside the descriptor round), and so may first dimensions.
+const CollectiveOp kAlltoallOp{agree_on(kDtype | kTrailingShape), kNotCacheable, kReturnsResult, validate_alltoall,
+                               offer_nothing, run_alltoall};
 
 }  // namespace shvd

@@ -4,13 +4,12 @@
 
 namespace shvd {
 
-const CollectiveOp kBarrierOp = [] {
-  CollectiveOp op;
-  op.rules.dtype = false;
-  op.cacheable = true;
-  op.prepare = [](OpContext&, const CallInfo&, void*) { return InlineBytes{}; };
-  op.run = [](OpContext&, const CallInfo&, void*, const Agreed&) { return OwnedResult{}; };
-  return op;
-}();
+namespace {
+
+OwnedResult run_nothing(OpContext&, const CallInfo&, void*, const Agreed&) { return {}; }
+
+}  // namespace
+
+const CollectiveOp kBarrierOp{agree_on(0), kCacheable, kInPlace, nullptr, offer_nothing, run_nothing};
 
 }  // namespace shvd

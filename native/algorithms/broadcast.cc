@@ -63,14 +63,7 @@ OwnedResult run_broadcast(OpContext& ctx, const CallInfo& call, void* data, cons
 
 }  // namespace
 
-const CollectiveOp kBroadcastOp = [] {
-  CollectiveOp op;
-  op.rules.shape = op.rules.root = true;
-  op.cacheable = true;
-  op.validate = validate_broadcast;
-  op.prepare = offer_root_tensor;
-  op.run = run_broadcast;
-  return op;
-}();
+const CollectiveOp kBroadcastOp{agree_on(kDtype | kShape | kRoot), kCacheable, kInPlace, validate_broadcast,
+                                offer_root_tensor, run_broadcast};
 
 }  // namespace shvd

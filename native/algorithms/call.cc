@@ -2,26 +2,20 @@
 
 namespace shvd {
 
-const char* collective_name(CollectiveKind kind) {
-  switch (kind) {
-#define SHVD_KIND_NAME(enumerator, code, python_name, name) \
-  case CollectiveKind::enumerator:                          \
-    return name;
-    SHVD_COLLECTIVE_KINDS(SHVD_KIND_NAME)
+// Indexed by code: kinds count from 1.
+#define SHVD_KIND_NAME(enumerator, code, python_name, name) name,
+#define SHVD_KIND_PHASE(enumerator, code, python_name, name) python_name,
+constexpr const char* kKindNames[] = {"unknown collective", SHVD_COLLECTIVE_KINDS(SHVD_KIND_NAME)};
+constexpr const char* kKindPhases[] = {"COLLECTIVE", SHVD_COLLECTIVE_KINDS(SHVD_KIND_PHASE)};
 #undef SHVD_KIND_NAME
-  }
-  return "unknown collective";
+#undef SHVD_KIND_PHASE
+
+const char* collective_name(CollectiveKind kind) {
+  return is_collective_kind(int64_t(kind)) ? kKindNames[int(kind)] : kKindNames[0];
 }
 
 const char* collective_phase(CollectiveKind kind) {
-  switch (kind) {
-#define SHVD_KIND_PHASE(enumerator, code, python_name, name) \
-  case CollectiveKind::enumerator:                           \
-    return python_name;
-    SHVD_COLLECTIVE_KINDS(SHVD_KIND_PHASE)
-#undef SHVD_KIND_PHASE
-  }
-  return "COLLECTIVE";
+  return is_collective_kind(int64_t(kind)) ? kKindPhases[int(kind)] : kKindPhases[0];
 }
 
 std::string call_label(const CallInfo& call) { return std::string(collective_name(call.kind)) + " '" + call.name + "'"; }

@@ -6,11 +6,21 @@
 namespace shvd {
 
 // A join has no data and no rules: the engine's coordinator counts it, and nothing runs.
-const CollectiveOp kJoinOp = [] {
-  CollectiveOp op;
-  op.rules.dtype = false;
-  return op;
-}();
+const CollectiveOp kJoinOp{agree_on(0), kNotCacheable, kInPlace, nullptr, offer_nothing, nullptr};
+
+InlineBytes offer_nothing(OpContext&, const CallInfo&, void*) { return {}; }
+
+InlineBytes offer_tensor(OpContext&, const CallInfo& call, void* data) {
+  return {static_cast<const uint8_t*>(data), call_bytes(call)};
+}
+
+void reduce_inline(const Agreed& agreed, int me, uint8_t* local, size_t offset, size_t count, DType dtype, ReduceOp op) {
+  std::vector<const void*> inputs(agreed.inline_data.size());
+  for (size_t r = 0; r < inputs.size(); ++r) {
+    inputs[r] = (int(r) == me ? local : agreed.inline_data[r].data) + offset;
+  }
+  reduce_many(local + offset, inputs.data(), inputs.size(), count, dtype, op);
+}
 
 const CollectiveOp& op_for(CollectiveKind kind) {
   switch (kind) {

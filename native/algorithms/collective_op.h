@@ -55,20 +55,29 @@ struct OpContext {
   ByteBuffer& work;   // reducescatter's working copy of its input
 };
 
+// Each op's file defines one, in this field order.
 struct CollectiveOp {
   AgreementRules rules;
   // Identical on every rank, so the engine's response cache may name a repeat by a small id.
-  bool cacheable = false;
+  bool cacheable;
   // The op allocates its output (OwnedResult); otherwise it works in place, or has no tensor.
-  bool returns_result = false;
+  bool returns_result;
   // Checks one rank can make alone, before anything is sent; may complete the call (even splits).
-  void (*validate)(CallInfo& call, int size) = nullptr;
+  // nullptr: none.
+  void (*validate)(CallInfo& call, int size);
   // Readies this rank's tensor (prescaling, a working copy) and offers the bytes a direct call may send
   // inside the descriptor round; data == nullptr offers none.
-  InlineBytes (*prepare)(OpContext& ctx, const CallInfo& call, void* data) = nullptr;
-  // Moves the data once every rank agreed. `call` is this rank's request.
-  OwnedResult (*run)(OpContext& ctx, const CallInfo& call, void* data, const Agreed& agreed) = nullptr;
+  InlineBytes (*prepare)(OpContext& ctx, const CallInfo& call, void* data);
+  // Moves the data once every rank agreed. `call` is this rank's request. nullptr: nothing runs (join).
+  OwnedResult (*run)(OpContext& ctx, const CallInfo& call, void* data, const Agreed& agreed);
 };
+enum : bool { kNotCacheable = false, kCacheable = true };
+enum : bool { kInPlace = false, kReturnsResult = true };
+
+// For ops without a tensor to offer (alltoall's splits differ between ranks; barrier and join have none).
+InlineBytes offer_nothing(OpContext& ctx, const CallInfo& call, void* data);
+// For ops that offer the tensor as it is.
+InlineBytes offer_tensor(OpContext& ctx, const CallInfo& call, void* data);
 
 // The ops, one per file.
 extern const CollectiveOp kAllreduceOp, kAllgatherOp, kBroadcastOp, kAlltoallOp, kReducescatterOp, kBarrierOp,
@@ -82,6 +91,10 @@ void require_rows(const CallInfo& call);
 
 // Shared by the reductions: Average divides by the world size, then the postscale factor applies.
 void finish_reduction(void* data, size_t count, DType dtype, ReduceOp op, int world_size, double postscale);
+// Direct calls whose tensors all came inside the descriptor round: reduces `count` elements at byte
+// `offset` of every rank's copy into this rank's `local` copy, in rank order, so every rank gets the
+// same bits.
+void reduce_inline(const Agreed& agreed, int me, uint8_t* local, size_t offset, size_t count, DType dtype, ReduceOp op);
 // Whether every rank's tensor arrived inside the descriptor round, each `expected(r)` bytes long.
 template <typename Expected>
 bool all_inline(const Agreed& agreed, Expected expected) {

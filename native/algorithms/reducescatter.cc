@@ -14,16 +14,12 @@ namespace shvd {
 void ring_reducescatter(Mesh& mesh, void* data, const std::vector<size_t>& elem_offset,
                         const std::vector<size_t>& elem_count, DType dtype, ReduceOp op,
                         const CollectiveOptions& opts) {
-  const int size = mesh.size();
-  if (size == 1) return;
-  std::vector<SendItem> sends;
-  std::vector<RecvItem> recvs;
-  sends.reserve(size);
-  recvs.reserve(size);
+  if (mesh.size() == 1) return;
+  RingItems ring(mesh.size());
   // Shift -1 so that rank r ends holding chunk r.
-  add_ring_reduce_scatter(sends, recvs, mesh.rank(), size, static_cast<uint8_t*>(data), elem_offset, elem_count,
-                          dtype, op, -1);
-  mesh.run(sends, recvs, opts.deadline, opts.tag);
+  add_ring_reduce_scatter(ring.sends, ring.recvs, mesh.rank(), mesh.size(), static_cast<uint8_t*>(data), elem_offset,
+                          elem_count, dtype, op, -1);
+  ring.run(mesh, opts);
 }
 
 namespace {
@@ -67,9 +63,7 @@ OwnedResult run_reducescatter(OpContext& ctx, const CallInfo& call, void*, const
   const size_t mine_at = plan.elem_offset[me] * elem;
   const size_t my_count = plan.elem_count[me];
   if (size > 1 && all_inline(agreed, [&](int) { return bytes; })) {
-    std::vector<const void*> inputs(size);
-    for (int r = 0; r < size; ++r) inputs[r] = (r == me ? work : agreed.inline_data[r].data) + mine_at;
-    reduce_many(work + mine_at, inputs.data(), inputs.size(), my_count, call.dtype, call.op);
+    reduce_inline(agreed, me, work, mine_at, my_count, call.dtype, call.op);
   } else {
     ring_reducescatter(ctx.mesh, work, plan.elem_offset, plan.elem_count, call.dtype, call.op, ctx.options);
   }
@@ -84,15 +78,7 @@ OwnedResult run_reducescatter(OpContext& ctx, const CallInfo& call, void*, const
 
 }  // namespace
 
-const CollectiveOp kReducescatterOp = [] {
-  CollectiveOp op;
-  op.rules.shape = op.rules.op = op.rules.scales = true;
-  op.cacheable = true;
-  op.returns_result = true;
-  op.validate = validate_reducescatter;
-  op.prepare = prepare_reducescatter;
-  op.run = run_reducescatter;
-  return op;
-}();
+const CollectiveOp kReducescatterOp{agree_on(kDtype | kShape | kOp | kScales), kCacheable, kReturnsResult,
+                                    validate_reducescatter, prepare_reducescatter, run_reducescatter};
 
 }  // namespace shvd

@@ -3,10 +3,23 @@
 #include <cstddef>
 #include <vector>
 
+#include "algorithms/collective_options.h"
 #include "common/types.h"
 #include "transport/mesh.h"
 
 namespace shvd {
+
+// The items of one pipelined ring call, with room for `steps` sends and receives reserved up front:
+// gated items point at each other, so the vectors must never reallocate.
+struct RingItems {
+  explicit RingItems(int steps) {
+    sends.reserve(steps);
+    recvs.reserve(steps);
+  }
+  void run(Mesh& mesh, const CollectiveOptions& opts) { mesh.run(sends, recvs, opts.deadline, opts.tag); }
+  std::vector<SendItem> sends;
+  std::vector<RecvItem> recvs;
+};
 
 // Splits `rows` into `parts` contiguous ranges; the first rows % parts ranges get one extra row.
 struct Partition {

@@ -9,6 +9,9 @@
 
 namespace shvd {
 
+// The codes of each table count up by one, in table order (dtypes and ops from 0, kinds from 1): names
+// are looked up by code.
+
 // X(enumerator, code, Python name, bytes per element)
 #define SHVD_DTYPES(X)          \
   X(kUInt8, 0, "uint8", 1)      \
@@ -77,6 +80,8 @@ inline bool dtype_is_integer(DType t) {
 }
 
 const char* dtype_name(DType t);
+// "uint8, int8, ...": what collectives accept, in the one wording every error message uses.
+const char* supported_dtypes();
 const char* reduce_op_name(ReduceOp op);
 const char* collective_name(CollectiveKind kind);
 // The kind as the timeline's phase names it: "ALLREDUCE", ...

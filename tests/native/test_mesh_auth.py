@@ -75,7 +75,7 @@ def test_stranger_is_refused_and_the_job_still_forms() -> None:
         t.join(timeout=30)
         assert t.error is None, t.error
     data = [np.full(10, r + 1.0, np.float32) for r in range(2)]
-    in_parallel(*[lambda r=r, comm=rank.comm: comm.allreduce(data[r], 0, 1.0, 1.0, "x")
+    in_parallel(*[lambda r=r, comm=rank.comm: comm.run(_native.CollectiveKind.ALLREDUCE, "x", data[r])
                   for r, rank in enumerate((rank0, rank1))])
     for d in data:
         np.testing.assert_array_equal(d, np.full(10, 3.0, np.float32))

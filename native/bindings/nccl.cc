@@ -1,4 +1,4 @@
-// The NCCL part of the Python binding, registered from bindings.cc. Device memory arrives as raw
+// NCCL: the library and its communicator. Device memory arrives as raw
 // addresses (torch's data_ptr) and streams as cudaStream_t values (torch's cuda_stream); every call
 // that can block (communicator creation, which waits for all ranks) releases the GIL.
 #include <nanobind/nanobind.h>
@@ -9,10 +9,9 @@
 #include <cstring>
 
 #include "algorithms/collective_op.h"
+#include "bindings/bindings.h"
 #include "common/error.h"
 #include "nccl/nccl.h"
-
-namespace nb = nanobind;
 
 namespace shvd {
 namespace {
@@ -27,9 +26,7 @@ std::array<uint8_t, nccl_abi::kUniqueIdBytes> id_from_bytes(const nb::bytes& raw
   return id;
 }
 
-}  // namespace
-
-void register_nccl_bindings(nb::module_& m) {
+void register_library(nb::module_& m) {
   nb::class_<NcclLibrary>(m, "NcclLibrary")
       .def(nb::new_([](std::vector<std::string> nccl, std::vector<std::string> cudart) {
              return std::make_shared<NcclLibrary>(nccl, cudart);
@@ -51,7 +48,9 @@ void register_nccl_bindings(nb::module_& m) {
             lib.synchronize(stream);
           },
           nb::arg("stream"));
+}
 
+void register_comm(nb::module_& m) {
   nb::class_<NcclComm>(m, "NcclComm")
       .def(nb::new_([](std::shared_ptr<NcclLibrary> lib, nb::bytes unique_id, int size, int rank) {
              auto id = id_from_bytes(unique_id);
@@ -109,6 +108,13 @@ void register_nccl_bindings(nb::module_& m) {
         nb::gil_scoped_release release;
         c.destroy();
       });
+}
+
+}  // namespace
+
+void register_nccl(nb::module_& m) {
+  register_library(m);
+  register_comm(m);
 }
 
 }  // namespace shvd

@@ -1,0 +1,82 @@
+// The listening socket and the direct communicator. A direct call is the engine's request run at once:
+// Communicator.run takes what Engine.enqueue takes and returns what Engine.wait returns.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "bindings/bindings.h"
+#include "common/error.h"
+
+namespace shvd {
+namespace {
+
+struct Listener {
+  Fd fd;
+  int port = 0;
+};
+
+// Direct (synchronous) calls hold this for their whole duration.
+struct DirectCall {
+  explicit DirectCall(PyCommunicator& c) : lock(c.mutex) {
+    if (c.engine_running) {
+      fail(ErrorKind::kInvalidArgument, "the collective engine owns this communicator; submit through the engine");
+    }
+  }
+  std::lock_guard<std::mutex> lock;
+};
+
+nb::object run(PyCommunicator& c, CollectiveKind kind, const std::string& name, nb::handle tensor,
+               std::optional<DType> dtype, nb::handle shape, ReduceOp op, int root, double prescale, double postscale,
+               std::vector<int64_t> splits) {
+  PyCall call = call_from_python(kind, name, tensor, dtype, shape, op, root, prescale, postscale, std::move(splits));
+  OwnedResult result;
+  {
+    nb::gil_scoped_release release;
+    DirectCall lock(c);
+    result = c.comm->run(call.spec, call.data());
+  }
+  return result_to_python(result, call.spec.dtype, op_for(kind).returns_result);
+}
+
+}  // namespace
+
+void register_communicator(nb::module_& m) {
+  nb::class_<Listener>(m, "Listener")
+      .def_ro("port", &Listener::port)
+      .def("close", [](Listener& l) { l.fd.reset(); });
+  m.def(
+      "listen",
+      [](const std::string& host) {
+        auto l = std::make_unique<Listener>();
+        l->port = Mesh::bind_listener(host, &l->fd);
+        return l.release();
+      },
+      nb::arg("host"), nb::rv_policy::take_ownership, "Bind a listening socket for the mesh; publish .port to peers.");
+
+  nb::class_<PyCommunicator>(m, "Communicator")
+      .def(
+          "__init__",
+          [](PyCommunicator* self, Listener& listener, MeshOptions options) {
+            new (self) PyCommunicator();
+            Fd fd = std::move(listener.fd);
+            nb::gil_scoped_release release;
+            self->comm = std::make_unique<Communicator>(std::move(options), std::move(fd));
+          },
+          nb::arg("listener"), nb::arg("options"))
+      .def_prop_ro("rank", [](PyCommunicator& c) { return c.comm->rank(); })
+      .def_prop_ro("size", [](PyCommunicator& c) { return c.comm->size(); })
+      .def("uses_shm", [](PyCommunicator& c, int peer) { return c.comm->uses_shm(peer); })
+      .def("run", &run, nb::arg("kind"), nb::arg("name"), nb::arg("tensor").none(), nb::arg("dtype").none() = nb::none(),
+           nb::arg("shape").none() = nb::none(), nb::arg("op") = ReduceOp::kSum, nb::arg("root") = -1,
+           nb::arg("prescale") = 1.0, nb::arg("postscale") = 1.0, nb::arg("splits") = std::vector<int64_t>(),
+           "Runs one collective now. `tensor` is a buffer, an address with `dtype` and `shape`, or None (barrier). "
+           "In-place kinds write there and return None; the others return (flat uint8 array, shape"
+           "[, received_splits]).")
+      .def("shutdown", [](PyCommunicator& c) {
+        nb::gil_scoped_release release;
+        std::lock_guard<std::mutex> lock(c.mutex);
+        c.comm->shutdown();
+      });
+}
+
+}  // namespace shvd

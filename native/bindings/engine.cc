@@ -1,0 +1,93 @@
+// The background engine: requests are enqueued from any thread and waited on through handles.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "bindings/bindings.h"
+#include "engine/engine.h"
+
+namespace shvd {
+namespace {
+
+struct PyEngine {
+  PyCommunicator* comm = nullptr;
+  std::unique_ptr<Engine> engine;
+};
+
+int64_t enqueue(PyEngine& e, CollectiveKind kind, const std::string& name, nb::handle tensor,
+                std::optional<DType> dtype, nb::handle shape, ReduceOp op, int root, double prescale,
+                double postscale, std::vector<int64_t> splits, int group, int group_size) {
+  PyCall call = call_from_python(kind, name, tensor, dtype, shape, op, root, prescale, postscale, std::move(splits));
+  call.spec.group = group;
+  call.spec.group_size = group_size;
+  return e.engine->enqueue(std::move(call.spec), call.data());
+}
+
+nb::object outcome_to_python(HandleOutcome& out, DType dtype) {
+  if (out.failed) throw Error(out.error_kind, out.error, out.error_rank);
+  if (out.join_rank >= 0) return nb::int_(out.join_rank);
+  return result_to_python(out.result, dtype, out.has_result);
+}
+
+nb::object wait(PyEngine& e, int64_t handle, double timeout_s, DType dtype) {
+  HandleOutcome out;
+  {
+    nb::gil_scoped_release release;
+    out = e.engine->wait(handle, timeout_s);
+  }
+  return outcome_to_python(out, dtype);
+}
+
+// enqueue, then wait: a direct call's twin, so that callers need not care which one runs.
+nb::object run(PyEngine& e, CollectiveKind kind, const std::string& name, nb::handle tensor,
+               std::optional<DType> dtype, nb::handle shape, ReduceOp op, int root, double prescale, double postscale,
+               std::vector<int64_t> splits, double timeout_s) {
+  PyCall call = call_from_python(kind, name, tensor, dtype, shape, op, root, prescale, postscale, std::move(splits));
+  const DType result_dtype = call.spec.dtype;
+  int64_t handle = e.engine->enqueue(std::move(call.spec), call.data());
+  HandleOutcome out;
+  {
+    nb::gil_scoped_release release;
+    out = e.engine->wait(handle, timeout_s);
+  }
+  return outcome_to_python(out, result_dtype);
+}
+
+}  // namespace
+
+void register_engine(nb::module_& m) {
+  nb::class_<PyEngine>(m, "Engine")
+      .def(
+          "__init__",
+          [](PyEngine* self, PyCommunicator& comm, EngineOptions options) {
+            new (self) PyEngine();
+            std::lock_guard<std::mutex> lock(comm.mutex);
+            if (comm.engine_running) fail(ErrorKind::kInvalidArgument, "an engine already runs on this communicator");
+            self->engine = std::make_unique<Engine>(comm.comm->mesh(), std::move(options));
+            self->comm = &comm;
+            comm.engine_running = true;
+          },
+          nb::arg("comm"), nb::arg("options"), nb::keep_alive<1, 2>())
+      .def("enqueue", &enqueue, nb::arg("kind"), nb::arg("name"), nb::arg("tensor").none(), nb::arg("dtype").none(),
+           nb::arg("shape").none(), nb::arg("op"), nb::arg("root"), nb::arg("prescale"), nb::arg("postscale"),
+           nb::arg("splits"), nb::arg("group"), nb::arg("group_size"),
+           "Enqueues a request, as Communicator.run takes it, and returns its handle.")
+      .def("run", &run, nb::arg("kind"), nb::arg("name"), nb::arg("tensor").none(), nb::arg("dtype").none(),
+           nb::arg("shape").none(), nb::arg("op"), nb::arg("root"), nb::arg("prescale"), nb::arg("postscale"),
+           nb::arg("splits"), nb::arg("timeout_s"),
+           "Enqueues a request and waits for it; takes and returns what Communicator.run does.")
+      .def("poll", [](PyEngine& e, int64_t handle) { return e.engine->poll(handle); }, nb::arg("handle"))
+      .def("wait", &wait, nb::arg("handle"), nb::arg("timeout_s"), nb::arg("dtype") = DType::kUInt8,
+           "Blocks until the handle completes. Returns None, the last rank to join, or (flat uint8 array, shape"
+           "[, received_splits]); raises the collective's error.")
+      .def("shutdown", [](PyEngine& e) {
+        {
+          nb::gil_scoped_release release;
+          e.engine->shutdown();
+        }
+        std::lock_guard<std::mutex> lock(e.comm->mutex);
+        e.comm->engine_running = false;
+      });
+}
+
+}  // namespace shvd
