@@ -10,15 +10,15 @@ from collective.errors import InvalidArgumentError
 
 # Keyed by numpy's one-letter type code, the cheapest dtype property to read on every call. numpy names
 # every type as DType does but bfloat16, which is ml_dtypes' (code 'E'); 'q' is numpy's other 8-byte int.
+# Built from this platform's numpy, so a code's size is right here ('l' is int64 on Linux, int32 elsewhere).
 _BY_CHAR = {np.dtype(d.name).char: d for d in DType if d is not DType.bfloat16}
-_BY_CHAR.update({"q": DType.int64, "E": DType.bfloat16})
-_ITEMSIZE = {d: 2 if d is DType.bfloat16 else np.dtype(d.name).itemsize for d in DType}
+_BY_CHAR.update({np.dtype(np.longlong).char: DType.int64, "E": DType.bfloat16})
 
 
 def dtype_code(dtype: np.dtype, tensor_name: str) -> DType:
     """The native DType of a numpy dtype; raises InvalidArgumentError naming the tensor otherwise."""
     code = _BY_CHAR.get(dtype.char)
-    if code is None or dtype.itemsize != _ITEMSIZE[code]:
+    if code is None:
         raise InvalidArgumentError(
             f"tensor {tensor_name!r} has dtype {dtype}, which collectives do not support; use one of {SUPPORTED}")
     return code

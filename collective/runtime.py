@@ -23,6 +23,11 @@ class _Runtime:
     topology: Topology
     comm: Any  # collective._native.Communicator
     engine: Any = None  # Engine (or MpiEngine) once started; it owns the communicator
+    # What runs a call now: the communicator, then the engine once started (both have the same run()).
+    collectives: Any = None
+
+    def __post_init__(self) -> None:
+        self.collectives = self.comm
 
 
 _lock = threading.Lock()
@@ -116,6 +121,7 @@ def start_engine() -> Engine:
                 runtime.engine = MpiEngine(runtime.comm, runtime.config)
             else:
                 runtime.engine = Engine(runtime.comm, runtime.config)
+            runtime.collectives = runtime.engine
         return runtime.engine
 
 

@@ -22,7 +22,7 @@ auto Communicator::guarded(Fn&& fn) -> decltype(fn()) {
   }
 }
 
-OwnedResult Communicator::run(CallInfo call, void* data) {
+OwnedResult Communicator::run(CallInfo& call, void* data) {
   return guarded([&] {
     validate_call(call, size());
     call.seq = seq_++;
@@ -36,23 +36,22 @@ OwnedResult Communicator::run(CallInfo call, void* data) {
 
 Agreed Communicator::agree(const CallInfo& call, InlineBytes offer, const Deadline& deadline) {
   const size_t inline_bytes = offer.data != nullptr && is_small_call(offer.len, size()) ? offer.len : 0;
-  std::vector<PeerBlock> blocks(1);
   if (size() == 1) {
     // Nobody to disagree with; keep the shape of the answer so the ops need no special case.
-    blocks[0].info = call;
-    blocks[0].data = offer.data;
-    blocks[0].data_bytes = inline_bytes;
-  } else {
-    blocks = exchange_call_info(*mesh_, call, offer.data, inline_bytes, deadline, scratch_);
+    const CallInfo* mine = &call;
+    Agreed agreed = agreed_from(call.kind, &mine, 1);
+    agreed.inline_data.push_back({offer.data, inline_bytes});
+    return agreed;
   }
+  std::vector<PeerBlock> blocks = exchange_call_info(*mesh_, call, offer.data, inline_bytes, deadline, scratch_);
   std::vector<const CallInfo*> calls;
   std::vector<int> ranks;
   for (const PeerBlock& b : blocks) {
     ranks.push_back(int(calls.size()));
     calls.push_back(&b.info);
   }
-  if (size() > 1) check_agreement(calls, ranks, size_t(rank()));
-  Agreed agreed = agreed_from(call.kind, calls);
+  check_agreement(calls, ranks, size_t(rank()));
+  Agreed agreed = agreed_from(call.kind, calls.data(), calls.size());
   for (const PeerBlock& b : blocks) agreed.inline_data.push_back({b.data, b.data_bytes});
   return agreed;
 }

@@ -25,7 +25,8 @@ class Communicator {
 
   // Runs one collective to completion. `call` describes this rank's tensor at `data`; in-place kinds
   // (allreduce, broadcast) write the result there, the others return it.
-  OwnedResult run(CallInfo call, void* data);
+  // The call is validated (and completed, e.g. alltoall's even splits) in place.
+  OwnedResult run(CallInfo& call, void* data);
 
   void shutdown();
 

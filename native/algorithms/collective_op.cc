@@ -47,13 +47,13 @@ void require_rows(const CallInfo& call) {
   if (call.shape.empty()) fail(ErrorKind::kInvalidArgument, call_label(call) + " needs a tensor with at least one dimension");
 }
 
-Agreed agreed_from(CollectiveKind kind, const std::vector<const CallInfo*>& by_rank) {
+Agreed agreed_from(CollectiveKind kind, const CallInfo* const* by_rank, size_t size) {
   Agreed agreed;
-  if (kind == CollectiveKind::kAllgather) {
-    for (const CallInfo* c : by_rank) agreed.first_dims.push_back(c->shape.empty() ? 0 : c->shape[0]);
+  for (size_t r = 0; r < size && kind == CollectiveKind::kAllgather; ++r) {
+    agreed.first_dims.push_back(by_rank[r]->shape.empty() ? 0 : by_rank[r]->shape[0]);
   }
-  if (kind == CollectiveKind::kAlltoall) {
-    for (const CallInfo* c : by_rank) agreed.split_matrix.insert(agreed.split_matrix.end(), c->splits.begin(), c->splits.end());
+  for (size_t r = 0; r < size && kind == CollectiveKind::kAlltoall; ++r) {
+    agreed.split_matrix.insert(agreed.split_matrix.end(), by_rank[r]->splits.begin(), by_rank[r]->splits.end());
   }
   return agreed;
 }

@@ -44,8 +44,8 @@ struct Agreed {
   // Direct calls: what every rank sent inside the descriptor round. Empty for the engine.
   std::vector<InlineBytes> inline_data;
 };
-// The per-rank parts of a call, from every rank's request (by_rank[r] is rank r's).
-Agreed agreed_from(CollectiveKind kind, const std::vector<const CallInfo*>& by_rank);
+// The per-rank parts of a call, from every rank's request (by_rank[r] is rank r's, for r < size).
+Agreed agreed_from(CollectiveKind kind, const CallInfo* const* by_rank, size_t size);
 
 // Where an op runs, and the buffers it may reuse from one call to the next.
 struct OpContext {

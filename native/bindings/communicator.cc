@@ -27,8 +27,8 @@ struct DirectCall {
 
 nb::object run(PyCommunicator& c, CollectiveKind kind, const std::string& name, nb::handle tensor,
                std::optional<DType> dtype, nb::handle shape, ReduceOp op, int root, double prescale, double postscale,
-               std::vector<int64_t> splits) {
-  PyCall call = call_from_python(kind, name, tensor, dtype, shape, op, root, prescale, postscale, std::move(splits));
+               nb::handle splits) {
+  PyCall call(kind, name, tensor, dtype, shape, op, root, prescale, postscale, splits);
   OwnedResult result;
   {
     nb::gil_scoped_release release;
@@ -68,7 +68,7 @@ void register_communicator(nb::module_& m) {
       .def("uses_shm", [](PyCommunicator& c, int peer) { return c.comm->uses_shm(peer); })
       .def("run", &run, nb::arg("kind"), nb::arg("name"), nb::arg("tensor").none(), nb::arg("dtype").none() = nb::none(),
            nb::arg("shape").none() = nb::none(), nb::arg("op") = ReduceOp::kSum, nb::arg("root") = -1,
-           nb::arg("prescale") = 1.0, nb::arg("postscale") = 1.0, nb::arg("splits") = std::vector<int64_t>(),
+           nb::arg("prescale") = 1.0, nb::arg("postscale") = 1.0, nb::arg("splits").none() = nb::none(),
            "Runs one collective now. `tensor` is a buffer, an address with `dtype` and `shape`, or None (barrier). "
            "In-place kinds write there and return None; the others return (flat uint8 array, shape"
            "[, received_splits]).")

@@ -16,8 +16,8 @@ struct PyEngine {
 
 int64_t enqueue(PyEngine& e, CollectiveKind kind, const std::string& name, nb::handle tensor,
                 std::optional<DType> dtype, nb::handle shape, ReduceOp op, int root, double prescale,
-                double postscale, std::vector<int64_t> splits, int group, int group_size) {
-  PyCall call = call_from_python(kind, name, tensor, dtype, shape, op, root, prescale, postscale, std::move(splits));
+                double postscale, nb::handle splits, int group, int group_size) {
+  PyCall call(kind, name, tensor, dtype, shape, op, root, prescale, postscale, splits);
   call.spec.group = group;
   call.spec.group_size = group_size;
   return e.engine->enqueue(std::move(call.spec), call.data());
@@ -41,8 +41,8 @@ nb::object wait(PyEngine& e, int64_t handle, double timeout_s, DType dtype) {
 // enqueue, then wait: a direct call's twin, so that callers need not care which one runs.
 nb::object run(PyEngine& e, CollectiveKind kind, const std::string& name, nb::handle tensor,
                std::optional<DType> dtype, nb::handle shape, ReduceOp op, int root, double prescale, double postscale,
-               std::vector<int64_t> splits, double timeout_s) {
-  PyCall call = call_from_python(kind, name, tensor, dtype, shape, op, root, prescale, postscale, std::move(splits));
+               nb::handle splits, double timeout_s) {
+  PyCall call(kind, name, tensor, dtype, shape, op, root, prescale, postscale, splits);
   const DType result_dtype = call.spec.dtype;
   int64_t handle = e.engine->enqueue(std::move(call.spec), call.data());
   HandleOutcome out;
@@ -70,11 +70,11 @@ void register_engine(nb::module_& m) {
           nb::arg("comm"), nb::arg("options"), nb::keep_alive<1, 2>())
       .def("enqueue", &enqueue, nb::arg("kind"), nb::arg("name"), nb::arg("tensor").none(), nb::arg("dtype").none(),
            nb::arg("shape").none(), nb::arg("op"), nb::arg("root"), nb::arg("prescale"), nb::arg("postscale"),
-           nb::arg("splits"), nb::arg("group"), nb::arg("group_size"),
+           nb::arg("splits").none(), nb::arg("group"), nb::arg("group_size"),
            "Enqueues a request, as Communicator.run takes it, and returns its handle.")
       .def("run", &run, nb::arg("kind"), nb::arg("name"), nb::arg("tensor").none(), nb::arg("dtype").none(),
            nb::arg("shape").none(), nb::arg("op"), nb::arg("root"), nb::arg("prescale"), nb::arg("postscale"),
-           nb::arg("splits"), nb::arg("timeout_s"),
+           nb::arg("splits").none(), nb::arg("timeout_s"),
            "Enqueues a request and waits for it; takes and returns what Communicator.run does.")
       .def("poll", [](PyEngine& e, int64_t handle) { return e.engine->poll(handle); }, nb::arg("handle"))
       .def("wait", &wait, nb::arg("handle"), nb::arg("timeout_s"), nb::arg("dtype") = DType::kUInt8,

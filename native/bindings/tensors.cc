@@ -68,25 +68,24 @@ TensorArg::~TensorArg() {
   if (held_) PyBuffer_Release(&view_);
 }
 
-PyCall call_from_python(CollectiveKind kind, const std::string& name, nb::handle tensor, std::optional<DType> dtype,
-                        nb::handle shape, ReduceOp op, int root, double prescale, double postscale,
-                        std::vector<int64_t> splits) {
-  PyCall call;
-  call.spec.kind = kind;
-  call.spec.name = name;
-  call.spec.op = op;
-  call.spec.root = root;
-  call.spec.prescale = prescale;
-  call.spec.postscale = postscale;
-  call.spec.splits = std::move(splits);
+PyCall::PyCall(CollectiveKind kind, const std::string& name, nb::handle tensor, std::optional<DType> dtype,
+               nb::handle shape, ReduceOp op, int root, double prescale, double postscale, nb::handle splits) {
+  spec.kind = kind;
+  spec.name = name;
+  spec.op = op;
+  spec.root = root;
+  spec.prescale = prescale;
+  spec.postscale = postscale;
+  if (!splits.is_none()) {
+    for (nb::handle s : splits) spec.splits.push_back(nb::cast<int64_t>(s));
+  }
   if (!tensor.is_none()) {
     // Kinds without an output of their own write their result into the tensor.
     const bool writes = !op_for(kind).returns_result;
-    call.tensor = std::make_unique<TensorArg>(tensor, dtype, shape, writes, name);
-    call.spec.dtype = call.tensor->dtype();
-    call.spec.shape = call.tensor->shape();
+    this->tensor.emplace(tensor, dtype, shape, writes, name);
+    spec.dtype = this->tensor->dtype();
+    spec.shape = this->tensor->take_shape();
   }
-  return call;
 }
 
 nb::object result_to_python(OwnedResult& result, DType dtype, bool returns_result) {

@@ -148,7 +148,7 @@ Response Coordinator::to_response(const std::string& name, Pending& p) {
   }
   std::vector<const CallInfo*> by_rank;
   for (const RequestSpec& s : p.by_rank) by_rank.push_back(&s);
-  Agreed agreed = agreed_from(first.kind, by_rank);
+  Agreed agreed = agreed_from(first.kind, by_rank.data(), by_rank.size());
   ResponseEntry entry;
   entry.spec = first;
   entry.first_dims = std::move(agreed.first_dims);
