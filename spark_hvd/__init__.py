@@ -19,9 +19,9 @@ from spark_hvd.errors import (
     SparkJobError,
     StartTimeoutError,
 )
-from spark_hvd.rank_context import RankContext, rank_context
-from spark_hvd.rank_events import emit_event
-from spark_hvd.runner import run, run_elastic
+from spark_hvd.launch.rank_context import RankContext, rank_context
+from spark_hvd.launch.rank_events import emit_event
+from spark_hvd.launch.runner import run, run_elastic
 from spark_hvd.torch_distributor import TorchDistributor
 
 # Estimators, models and the Store import heavy frameworks, so they load on first use.

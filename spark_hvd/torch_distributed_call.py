@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from collective.bootstrap import RendezvousClient, RendezvousError
 from collective.config import config_from_env, parse_host_port
-from spark_hvd.rank_context import rank_context
+from spark_hvd.launch.rank_context import rank_context
 from spark_hvd.torch_distributed_env import torch_distributed_env
 
 _KEY_PREFIX = "spark_hvd/torch.distributed"

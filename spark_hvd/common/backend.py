@@ -42,8 +42,8 @@ class SparkBackend(Backend):
 
     def num_processes(self) -> int:
         if self._num_proc is None:
-            from spark_hvd.launch_checks import describe_cluster, resolve_num_proc
-            from spark_hvd.runner import _active_session as active_session
+            from spark_hvd.launch.launch_checks import describe_cluster, resolve_num_proc
+            from spark_hvd.launch.runner import _active_session as active_session
 
             spark = self._run_options.get("spark") or active_session()
             self._num_proc = resolve_num_proc(None, describe_cluster(spark))
@@ -57,7 +57,7 @@ class SparkBackend(Backend):
     def run(self, fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None,
             env: Mapping[str, str] | None = None, **run_options: Any) -> list[Any]:
         """``spark_hvd.run(fn, args, kwargs, num_proc, env=...)``; ``run_options`` win over the backend's."""
-        from spark_hvd.runner import run
+        from spark_hvd.launch.runner import run
 
         options = {**self._run_options, **run_options}
         full_env = {**self._env, **dict(env or {})}

@@ -256,7 +256,7 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
     def _backend(self, spark: Any) -> Any:
         """The Backend that runs the ranks: the given one, or a SparkBackend of num_proc ranks."""
         from spark_hvd.common.backend import Backend, SparkBackend
-        from spark_hvd.launch_checks import describe_cluster, resolve_num_proc
+        from spark_hvd.launch.launch_checks import describe_cluster, resolve_num_proc
 
         backend = self.getBackend()
         if backend is None:

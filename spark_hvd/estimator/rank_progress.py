@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from spark_hvd.estimator.progress import EVENT_EPOCH, EVENT_START, EVENT_STEP
-from spark_hvd.rank_events import emit_event
+from spark_hvd.launch.rank_events import emit_event
 
 # Often enough for a live bar, rarely enough that a fast loop does not spend its time reporting.
 _STEP_EVENT_INTERVAL_S = 0.25

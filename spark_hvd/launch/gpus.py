@@ -1,4 +1,4 @@
-"""Which GPUs a rank's child may see, from the addresses Spark assigned to its task."""
+"""Task: which GPUs a rank's child may see, from the addresses Spark assigned to its task."""
 
 from __future__ import annotations
 

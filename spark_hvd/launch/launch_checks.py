@@ -1,4 +1,4 @@
-"""Checks made on the driver before launching, so that impossible jobs fail at once and clearly.
+"""Driver: checks made before launching, so that impossible jobs fail at once and clearly.
 
 Spark's own answer to a barrier stage that needs more slots than the cluster has is to retry the
 slot check for about ten minutes (40 x 15 s) before failing; dynamic allocation fails only when

@@ -1,4 +1,4 @@
-"""Lets ``fn`` call ``collective.init()`` although its child process has already initialised collective.
+"""Rank child: lets ``fn`` call ``collective.init()`` although its child process has already initialised collective.
 
 Horovod-style functions start with ``hvd.init()``; functions written for spark_hvd may use
 collective ops straight away. The child therefore initialises collective itself, from the

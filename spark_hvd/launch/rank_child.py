@@ -1,4 +1,4 @@
-"""A rank's child process as its task sees it: spawn, feed, relay its output, collect its outcome."""
+"""Task: a rank's child process as its task sees it: spawn, feed, relay its output, collect its outcome."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from typing import Any, BinaryIO, Callable, Mapping
 from collective.run import child_setup_for
 from collective.run import describe_exit
 from spark_hvd.errors import RankFailure
-from spark_hvd.framing import FrameError, read_frame, write_frame
-from spark_hvd.rank_events import EVENT_KIND
+from spark_hvd.launch.framing import FrameError, read_frame, write_frame
+from spark_hvd.launch.rank_events import EVENT_KIND
 
 _LINE_LIMIT = 1 << 16
 # After the child exits, how long its output may still trickle in: a grandchild that inherited
@@ -36,7 +36,7 @@ class ChildOutcome:
 
 
 class RankChild:
-    """Starts ``python -m spark_hvd.child_main`` and relays its stdout/stderr line by line.
+    """Starts ``python -m spark_hvd.launch.child_main`` and relays its stdout/stderr line by line.
 
     The child leads its own process group and gets SIGKILL when this thread's process dies
     (PR_SET_PDEATHSIG), so it cannot outlive a killed Spark task. Create it from the thread that
@@ -54,7 +54,7 @@ class RankChild:
         result_read, result_write = os.pipe()
         try:
             self._proc = subprocess.Popen(
-                [executable or sys.executable, "-m", "spark_hvd.child_main", str(launch_read),
+                [executable or sys.executable, "-m", "spark_hvd.launch.child_main", str(launch_read),
                  str(result_write)],
                 env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, pass_fds=(launch_read, result_write),

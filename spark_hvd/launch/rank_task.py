@@ -1,4 +1,4 @@
-"""The task side of one rank, in the process that owns it (a Spark task, or a local-mode task):
+"""Task: the task side of one rank, in the process that owns it (a Spark task, or a local-mode task):
 spawn the rank's child, hand it fn and its job, relay its output, return its result or fail."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Callable
 from collective.config import inherited_environ
 from collective.run import describe_exit
 from spark_hvd.errors import RankFailure
-from spark_hvd.gpus import CUDA_VISIBLE_DEVICES, visible_devices
-from spark_hvd.output_channel import OutputSender
-from spark_hvd.rank_child import ChildOutcome, RankChild
-from spark_hvd.task_spec import TaskSpec
+from spark_hvd.launch.gpus import CUDA_VISIBLE_DEVICES, visible_devices
+from spark_hvd.launch.output_channel import OutputSender
+from spark_hvd.launch.rank_child import ChildOutcome, RankChild
+from spark_hvd.launch.task_spec import TaskSpec
 
 # A task whose rank failed only in reaction to another's waits this long for the driver to end the job.
 _PEER_FAILURE_WAIT_S = 30.0

@@ -1,4 +1,4 @@
-"""A rank's child process: ``python -m spark_hvd.child_main LAUNCH_FD RESULT_FD``.
+"""Rank child: the process that runs fn, ``python -m spark_hvd.launch.child_main LAUNCH_FD RESULT_FD``.
 
 User code runs here rather than in Spark's Python worker, so a crash, ``os._exit`` or a leaked
 thread in ``fn`` cannot take the worker down. The task (our parent) sends two frames on LAUNCH_FD:
@@ -22,10 +22,10 @@ from typing import Any, BinaryIO
 import cloudpickle
 
 import collective
-from spark_hvd import init_shim, rank_events
-from spark_hvd.framing import read_frame, write_frame
-from spark_hvd.peer_failures import is_peer_failure
-from spark_hvd.rank_context import RankContext, set_rank_context
+from spark_hvd.launch import init_shim, rank_events
+from spark_hvd.launch.framing import read_frame, write_frame
+from spark_hvd.launch.peer_failures import is_peer_failure
+from spark_hvd.launch.rank_context import RankContext, set_rank_context
 
 _SUMMARY_LIMIT = 1000
 

@@ -1,4 +1,4 @@
-"""The task-to-driver output connection: its authentication handshake and the task's sending end.
+"""Task: the task-to-driver output connection, its sending end and its handshake (both ends).
 
 It carries each rank's output lines and events and, at the end, a failure report; nothing flows back except
 the connection closing, which tells the task that the driver has given up on the job.
@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from collective.config import parse_host_port
 from spark_hvd.errors import RankFailure
-from spark_hvd.framing import write_frame
+from spark_hvd.launch.framing import write_frame
 
 MAGIC = b"SHVO"
 VERSION = 1

@@ -1,4 +1,4 @@
-"""What a rank knows about itself inside ``fn``: ``spark_hvd.rank_context()``.
+"""Rank child: what a rank knows about itself inside ``fn``: ``spark_hvd.rank_context()``.
 
 The values come from Spark (task address, GPU addresses) and from the launch's single
 allGather (local and cross ranks, by physical host), so they are available before, and

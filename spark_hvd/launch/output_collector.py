@@ -1,4 +1,4 @@
-"""The driver's end of the output connections: prints every rank's lines as they arrive, keeps the
+"""Driver: the receiving end of the output connections: prints every rank's lines as they arrive, keeps the
 last few per rank for error messages, and turns connections and failure reports into events."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Callable, Union
 
 from collective.run import LineSink
 from spark_hvd.errors import RankFailure
-from spark_hvd.framing import FrameError, read_frame
-from spark_hvd.output_channel import (
+from spark_hvd.launch.framing import FrameError, read_frame
+from spark_hvd.launch.output_channel import (
     CLIENT_HELLO_BYTES,
     KIND_EVENT,
     KIND_FAILURE,

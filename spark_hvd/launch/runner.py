@@ -1,4 +1,4 @@
-"""``spark_hvd.run``: run a function on ``num_proc`` ranks of one Spark barrier stage."""
+"""Driver: ``spark_hvd.run``: run a function on ``num_proc`` ranks of one Spark barrier stage."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import cloudpickle
 
 from collective.config import format_host_port
 from collective.run import LineSink
-from spark_hvd import run_arguments as checked
-from spark_hvd.barrier_job import BarrierJob, JobFailed, JobFinished
+from spark_hvd.launch import run_arguments as checked
+from spark_hvd.launch.barrier_job import BarrierJob, JobFailed, JobFinished
 from spark_hvd.errors import (
     ElasticNotSupportedError,
     LaunchError,
@@ -27,9 +27,9 @@ from spark_hvd.errors import (
     StartTimeoutError,
     spark_error_summary,
 )
-from spark_hvd.launch_checks import describe_cluster, resolve_num_proc
-from spark_hvd.output_collector import DRIVER_TAG, OutputCollector, RankConnected, RankEvent, RankFailed
-from spark_hvd.task_spec import TaskSpec
+from spark_hvd.launch.launch_checks import describe_cluster, resolve_num_proc
+from spark_hvd.launch.output_collector import DRIVER_TAG, OutputCollector, RankConnected, RankEvent, RankFailed
+from spark_hvd.launch.task_spec import TaskSpec
 from spark_hvd.torch_distributed_call import TorchDistributedCall
 
 # Once a rank has failed and the job is cancelled, how long to wait for Spark to wind it down.

@@ -1,4 +1,4 @@
-"""Structured events from a rank to the driver: ``spark_hvd.emit_event({...})`` inside ``fn``.
+"""Rank child: structured events from a rank to the driver: ``spark_hvd.emit_event({...})`` inside ``fn``.
 
 They travel on the child's report pipe to its task and on the task's output connection to the
 driver, where ``spark_hvd.run(..., on_event=callback)`` receives ``callback(rank, data)`` in the
@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Any, BinaryIO, Mapping
 
-from spark_hvd.framing import write_frame
+from spark_hvd.launch.framing import write_frame
 
 EVENT_KIND = "event"
 

@@ -1,4 +1,4 @@
-"""The function each task of the barrier stage runs, in Spark's Python worker.
+"""Task: the function each task of the barrier stage runs, in Spark's Python worker.
 
 One task per rank; rank = partition id. The task:
 1. connects to the driver's output collector (this is how the driver knows the rank started);
@@ -19,11 +19,11 @@ from collective.bootstrap import RendezvousServer
 from collective.bootstrap.interfaces import mesh_host
 from collective.config import default_host_key, env_for_rank, format_host_port, parse_host_port
 from collective.topology import topology_from_host_keys
-from spark_hvd.output_channel import OutputSender
-from spark_hvd.rank_child import ChildOutcome, RankChild
-from spark_hvd.rank_context import RankContext
-from spark_hvd.rank_task import run_task
-from spark_hvd.task_spec import TaskSpec
+from spark_hvd.launch.output_channel import OutputSender
+from spark_hvd.launch.rank_child import ChildOutcome, RankChild
+from spark_hvd.launch.rank_context import RankContext
+from spark_hvd.launch.rank_task import run_task
+from spark_hvd.launch.task_spec import TaskSpec
 
 RESULT_DDL = "rank INT, result BINARY"
 

@@ -1,4 +1,4 @@
-"""Runs the barrier stage from a driver thread, so the caller can watch ranks and cancel it."""
+"""Driver: runs the barrier stage from a driver thread, so the caller can watch ranks and cancel it."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Union
 
-from spark_hvd.barrier_task import RESULT_DDL, BarrierTask
-from spark_hvd.task_spec import TaskSpec
+from spark_hvd.launch.barrier_task import RESULT_DDL, BarrierTask
+from spark_hvd.launch.task_spec import TaskSpec
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Length-prefixed frames, a small JSON header plus an optional binary blob, over any byte stream.
+"""Driver, task and rank child: length-prefixed frames (a small JSON header, an optional binary blob) over a stream.
 
 Used on the pipes between a task and its child and on the task-to-driver output connection, so
 neither side ever unpickles bytes it did not produce itself (results stay opaque blobs).

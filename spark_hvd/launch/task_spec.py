@@ -1,4 +1,4 @@
-"""What the driver ships to every task of the barrier stage (inside the task's closure)."""
+"""Driver, read by the task: what the driver ships to every task of the barrier stage (inside the task's closure)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,10 @@
+"""The launcher behind ``spark_hvd.run``: each module's first line names the process it runs in.
+
+- Driver: ``runner`` (the public ``run``), ``run_arguments``, ``launch_checks``, ``barrier_job``, ``local_job``,
+  ``output_collector``.
+- Task (a Spark task's Python worker, or a local-mode task): ``barrier_task``, ``local_task``, ``rank_task``,
+  ``rank_child``, ``output_channel``, ``gpus``.
+- Rank child (the process that runs ``fn``): ``child_main``, ``rank_context``, ``rank_events``, ``init_shim``,
+  ``peer_failures``.
+- Shared: ``framing`` (the frames every hop speaks) and ``task_spec`` (what the driver ships to each task).
+"""
