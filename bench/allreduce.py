@@ -1,7 +1,7 @@
 """Allreduce benchmark: spark-hvd (shm, tcp, and its engine over MPI) against torch.distributed/gloo and Open MPI.
 
     .venv/bin/python bench/allreduce.py [--sizes 4K 1M ...] [--ranks 2 4] [--impls ...]
-                                        [--iters N] [--repeat R] [--quick]
+                                        [--iters N] [--repeat R] [--quick] [--baseline DIR]
 
 Every (implementation, world size) pair runs as its own set of processes, started from here,
 running bench/_allreduce_worker.py. Each rank prints one JSON line per size; this driver parses
@@ -12,6 +12,10 @@ rank bounds what a training step would see), then the median over R interleaved 
 (default 3; the machine drifts between fast and slow phases lasting seconds to minutes).
 algbw = bytes / time; busbw = algbw * 2(p-1)/p, in GB/s = 1e9 bytes/s.
 Exit status is non-zero only if one of our own implementations fails.
+
+``--baseline DIR`` also runs ours-shm and ours-tcp from another build of the package, installed into DIR
+(``pip install --no-deps --target DIR <checkout of an older commit>``), as ``ours-shm@base`` and
+``ours-tcp@base``, interleaved with the current build's rounds: a before/after comparison in one run.
 """
 
 from __future__ import annotations
@@ -56,6 +60,9 @@ MPI_TRANSPORT = {
     "mpi-tcp": ["--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo"],
 }
 _TERM_GRACE_S = 5.0
+BASELINE_SUFFIX = "@base"
+# Set, the editable install's import hook stands aside, so the baseline's PYTHONPATH copy is imported.
+_EDITABLE_SKIP = "SKBUILD_EDITABLE_SKIP"
 
 
 @dataclass
@@ -104,11 +111,19 @@ def _mpiexec() -> str:
     return str(beside) if beside.exists() else "mpiexec"
 
 
-def make_job(impl: str, ranks: int, sizes: list[int], worker_args: list[str], timeout_s: float) -> Job:
+def make_job(impl: str, ranks: int, sizes: list[int], worker_args: list[str], timeout_s: float,
+             baseline: Path | None = None) -> Job:
     """Builds the command lines for one implementation at one world size."""
     py = sys.executable
     work = [str(WORKER), "--sizes", *map(str, sizes), *worker_args]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if impl.endswith(BASELINE_SUFFIX) and baseline is not None:
+        base_impl = impl.removesuffix(BASELINE_SUFFIX)
+        env.update({"PYTHONPATH": os.pathsep.join(filter(None, [str(baseline), env.get("PYTHONPATH")])),
+                    _EDITABLE_SKIP: "1"})
+        argv = [py, "-m", "collective.run", "-np", str(ranks), "--timeout", str(int(timeout_s)),
+                *work, "--impl", base_impl, "--label", impl]
+        return Job(impl, ranks, [argv], [env])
     if impl in OURS:
         argv = [py, "-m", "collective.run", "-np", str(ranks), "--timeout", str(int(timeout_s)),
                 *work, "--impl", impl]
@@ -285,7 +300,8 @@ def format_tables(results: dict[tuple[str, int], dict[str, Any]], impls: list[st
                 row += [f"ERR: {c['error'][:24]}", "-"]
                 errors.append(f"- {impl}, {ranks} ranks, {human_size(nbytes)}: {c['error']}")
         out.append("| " + " | ".join(row) + " |")
-    pairs = [(o, p) for o, p in RATIOS if o in impls and p in impls]
+    baseline_pairs = tuple((o, o + BASELINE_SUFFIX) for o in OURS)
+    pairs = [(o, p) for o, p in RATIOS + baseline_pairs if o in impls and p in impls]
     if pairs:
         latency = f"; at {human_size(sizes[0])} read it as latency" if sizes[0] <= 4096 else ""
         out += ["", f"### {ranks} ranks: ours/peer busbw ratio = peer time / our time "
@@ -404,7 +420,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help="smoke test: 2 ranks, sizes up to 16 MiB, ~0.2 s per cell")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results")
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="a directory holding another build of the package (pip install --target): "
+                             "ours-shm and ours-tcp also run from it, as ours-*@base")
     args = parser.parse_args(argv)
+    if args.baseline is not None:
+        if not (args.baseline / "collective").is_dir():
+            parser.error(f"--baseline {args.baseline}: no collective package there; install one with "
+                         f"pip install --no-deps --target {args.baseline} <checkout>")
+        args.impls += [i + BASELINE_SUFFIX for i in args.impls if i in OURS]
 
     sizes = sorted(set(args.sizes or [parse_size(s) for s in (QUICK_SIZES if args.quick else DEFAULT_SIZES)]))
     ranks_list = args.ranks or ([2] if args.quick else [2, 4])
@@ -422,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     for round_no in range(1, repeat + 1):
         for ranks in ranks_list:
             for impl in args.impls:
-                job = make_job(impl, ranks, sizes, worker_args, args.job_timeout)
+                job = make_job(impl, ranks, sizes, worker_args, args.job_timeout, args.baseline)
                 print(f"[bench] round {round_no}: {impl} x{ranks} (load {os.getloadavg()[0]:.2f}) ...",
                       end=" ", file=sys.stderr, flush=True)
                 run_job(job, args.job_timeout)

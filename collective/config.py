@@ -34,6 +34,8 @@ ENV_STALL_SHUTDOWN_TIME = "COLLECTIVE_STALL_SHUTDOWN_TIME"
 ENV_BACKEND = "COLLECTIVE_BACKEND"
 ENV_NCCL_LIBRARY = "COLLECTIVE_NCCL_LIBRARY"
 ENV_NICS = "COLLECTIVE_NICS"  # comma-separated interface names
+# Where a rank started by collective.run writes its FailureReport when an exception ends it.
+ENV_FAILURE_REPORT = "COLLECTIVE_FAILURE_REPORT"
 # Horovod's variable for spark.run's start_timeout, honoured so ported jobs keep their setting.
 ENV_SPARK_START_TIMEOUT = "HOROVOD_SPARK_START_TIMEOUT"
 DEFAULT_SPARK_START_TIMEOUT_S = 600.0
@@ -209,6 +211,12 @@ def normalize_nics(value: Any, label: str = "nics") -> tuple[str, ...] | None:
     return tuple(dict.fromkeys(names)) or None
 
 
+def failure_report_path(environ: Mapping[str, str] | None = None) -> str | None:
+    """The file this rank's launcher reads its FailureReport from, when the launcher asked for one."""
+    path = (os.environ if environ is None else environ).get(ENV_FAILURE_REPORT, "").strip()
+    return path or None
+
+
 def spark_start_timeout_s(environ: Mapping[str, str] | None = None) -> float:
     """spark.run's default start_timeout: HOROVOD_SPARK_START_TIMEOUT (as in Horovod), else 600 s."""
     environ = os.environ if environ is None else environ
@@ -250,6 +258,7 @@ def env_for_rank(
     host_key: str | None = None,
     timeline: str | None = None,
     nics: tuple[str, ...] | None = None,
+    failure_report: str | None = None,
 ) -> dict[str, str]:
     """The variables a launcher exports so that config_from_env() in the child sees this rank.
 
@@ -267,6 +276,8 @@ def env_for_rank(
         env[ENV_TIMELINE] = timeline
     if nics:
         env[ENV_NICS] = ",".join(nics)
+    if failure_report is not None:
+        env[ENV_FAILURE_REPORT] = failure_report
     _validate({**_DEFAULTS, "rank": rank, "size": size,
                "rendezvous": rendezvous, "secret": secret, "host_key": host_key,
                "nics": nics}, _field_label)

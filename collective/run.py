@@ -10,22 +10,24 @@ This module must stay importable without the C++ extension: it only starts proce
 from __future__ import annotations
 
 import argparse
-import ctypes
-import ctypes.util
 import io
 import os
 import queue
 import secrets
+import shutil
 import signal
 import site
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import IO, Any, BinaryIO, Callable, Mapping
+from typing import IO, Any, BinaryIO, Mapping
 
 from collective.bootstrap.rendezvous import RendezvousServer
+from collective.failure_report import read_report, root_cause
+from collective.processes import ChildProcess, describe_exit
 from collective.config import (
     default_host_key,
     env_for_rank,
@@ -43,8 +45,8 @@ LAUNCHER_TAG = "[collective.run]"
 _DRAIN_DEADLINE_S = 5.0
 # How long SIGKILLed ranks get to be reaped before we stop waiting (e.g. stuck in D state).
 _REAP_DEADLINE_S = 10.0
-_LINE_LIMIT = 1 << 16
-_PR_SET_PDEATHSIG = 1
+# How long the first rank to fail may wait for the peer it blames to exit and report its own failure.
+_REPORT_LAG_S = 3.0
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -83,7 +85,7 @@ def launch(
     err = LineSink(stderr if stderr is not None else sys.stderr)
     secret = secrets.token_bytes(32)
     server = RendezvousServer("127.0.0.1", 0, secret=secret)
-    job = _Job(out, err)
+    job = _Job(out, err, tempfile.mkdtemp(prefix="collective-run-reports-"))
     if stopper is not None:
         stopper._attach(job.events)
     # Signals are forwarded for the whole lifetime, teardown included, so a second ^C cannot
@@ -97,7 +99,8 @@ def launch(
                 child_env = inherited_environ() if env is None else dict(env)
                 child_env.update(env_for_rank(
                     rank, num_proc, rendezvous, secret,
-                    host_key=f"{host_key}/rank{rank}" if host_key else None, timeline=timeline))
+                    host_key=f"{host_key}/rank{rank}" if host_key else None, timeline=timeline,
+                    failure_report=job.report_path(rank)))
                 child_env["PYTHONUNBUFFERED"] = "1"
                 pythonpath = _pythonpath_with_package(child_env.get("PYTHONPATH"))
                 if pythonpath:
@@ -108,6 +111,7 @@ def launch(
             job.kill_all()
             job.drain_output(_DRAIN_DEADLINE_S)
             server.stop()
+            job.remove_reports()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -239,32 +243,24 @@ class LineSink:
 class _Job:
     """The ranks' processes, their output pumps, and the queue of exit events."""
 
-    def __init__(self, out: LineSink, err: LineSink) -> None:
+    def __init__(self, out: LineSink, err: LineSink, report_dir: str) -> None:
         self._out = out
         self._err = err
+        self._report_dir = report_dir
         # SimpleQueue.put is reentrant, so the signal handler may post to it safely.
         self.events: queue.SimpleQueue[_Exited | _Signalled | _Stopped] = queue.SimpleQueue()
-        self._procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._children: dict[int, ChildProcess] = {}
         self._running: set[int] = set()
-        self._pumps: list[threading.Thread] = []
-        self._child_setup = child_setup_for(os.getpid())
 
     def spawn(self, rank: int, argv: list[str], env: dict[str, str]) -> None:
-        proc = subprocess.Popen(
-            argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, preexec_fn=self._child_setup, close_fds=True,
-        )
-        self._procs[rank] = proc
-        self._running.add(rank)
         prefix = f"[{rank}]: ".encode()
-        assert proc.stdout is not None and proc.stderr is not None
-        for pipe, sink, name in ((proc.stdout, self._out, "out"), (proc.stderr, self._err, "err")):
-            pump = threading.Thread(target=_pump_lines, args=(pipe, sink, prefix),
-                                    name=f"rank{rank}-std{name}", daemon=True)
-            pump.start()
-            self._pumps.append(pump)
+        sinks = {"stdout": self._out, "stderr": self._err}
+        child = ChildProcess(argv, env, lambda stream, chunk: sinks[stream].write_line(prefix, chunk),
+                             name=f"rank{rank}")
+        self._children[rank] = child
+        self._running.add(rank)
         # Daemon: it returns when the child exits, which kill_all() guarantees.
-        threading.Thread(target=self._report_exit, args=(rank, proc),
+        threading.Thread(target=self._report_exit, args=(rank, child.proc),
                          name=f"rank{rank}-wait", daemon=True).start()
 
     def supervise(self, timeout_s: float | None, term_grace_s: float) -> int:
@@ -277,7 +273,7 @@ class _Job:
             except queue.Empty:
                 self._err.message(
                     f"job exceeded --timeout of {timeout_s:g}s; killing all "
-                    f"{len(self._procs)} ranks ({len(self._running)} still running)")
+                    f"{len(self._children)} ranks ({len(self._running)} still running)")
                 self.terminate(signal.SIGTERM, term_grace_s)
                 return TIMEOUT_EXIT_CODE
             if isinstance(event, _Signalled):
@@ -291,13 +287,63 @@ class _Job:
                 return STOPPED_EXIT_CODE
             self._running.discard(event.rank)
             if event.returncode != 0:
-                others = len(self._running)
+                root, how = self._blame(event)
                 self._err.message(
-                    f"rank {event.rank} failed first: {describe_exit(event.returncode)}; "
-                    f"terminating the {others} other running rank(s)")
+                    f"rank {root} failed first: {how}; terminating the {len(self._running)} other running rank(s)")
                 self.terminate(signal.SIGTERM, term_grace_s)
                 return event.returncode if event.returncode > 0 else 1
         return 0
+
+    def report_path(self, rank: int) -> str:
+        return os.path.join(self._report_dir, f"rank{rank}.json")
+
+    def remove_reports(self) -> None:
+        shutil.rmtree(self._report_dir, ignore_errors=True)
+
+    def _blame(self, first: _Exited) -> tuple[int, str]:
+        """The root cause of a failure, from the ranks' own reports, never from the order of their exits.
+
+        The first rank to exit may only have noticed another's failure (its report names the peer it was
+        waiting on): then the named peer is blamed once it has exited or had a moment to, and a peer still
+        running by then has stopped responding.
+        """
+        exits = {first.rank: first.returncode}
+        deadline = time.monotonic() + _REPORT_LAG_S
+        while True:
+            # A rank writes its report just before it exits (an interpreter can take seconds to end).
+            reports = {rank: read_report(self.report_path(rank)) for rank in self._children}
+            waiting_on = {r: rep.blamed_rank for r, rep in reports.items() if rep is not None and rep.peer_failure}
+            root = root_cause(first.rank, waiting_on)
+            settled = root not in waiting_on and (root in exits or reports[root] is not None)
+            if settled or not self._await_one_exit(exits, deadline):
+                break
+        if root in exits and exits[root] == 0:
+            root = first.rank  # it finished its work; whoever reacted to it has the story
+        first_report, own = reports.get(first.rank), reports.get(root)
+        if root in exits:
+            how = describe_exit(exits[root]) + (f": {own.summary}" if own is not None else "")
+        else:
+            how = own.summary if own is not None else "stopped responding"
+        if root != first.rank and first_report is not None:
+            how += f" (rank {first.rank} noticed: {first_report.summary})"
+        return root, how
+
+    def _await_one_exit(self, exits: dict[int, int], deadline: float) -> bool:
+        """Waits for the next rank to exit, until ``deadline``; a signal or stop request ends the wait
+        and stays queued for the supervisor."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not self._running:
+            return False
+        try:
+            event = self.events.get(timeout=remaining)
+        except queue.Empty:
+            return False
+        if not isinstance(event, _Exited):
+            self.events.put(event)
+            return False
+        self._running.discard(event.rank)
+        exits[event.rank] = event.returncode
+        return True
 
     def terminate(self, first_signal: int, grace_s: float) -> None:
         """Sends ``first_signal`` to every rank's process group, then SIGKILL after grace_s."""
@@ -313,12 +359,12 @@ class _Job:
         self._signal_groups(signal.SIGKILL, only_running=False)
         self._await_exits(time.monotonic() + _REAP_DEADLINE_S)
         for rank in sorted(self._running):
-            self._err.message(f"rank {rank} (pid {self._procs[rank].pid}) could not be reaped")
+            self._err.message(f"rank {rank} (pid {self._children[rank].pid}) could not be reaped")
 
     def drain_output(self, deadline_s: float) -> None:
         deadline = time.monotonic() + deadline_s
-        for pump in self._pumps:
-            pump.join(max(0.0, deadline - time.monotonic()))
+        for child in self._children.values():
+            child.drain_output(deadline)
 
     def _await_exits(self, deadline: float) -> None:
         while self._running:
@@ -334,68 +380,12 @@ class _Job:
             # A second signal (or stop) during teardown changes nothing: SIGKILL follows anyway.
 
     def _signal_groups(self, signum: int, *, only_running: bool) -> None:
-        for rank, proc in self._procs.items():
-            if only_running and rank not in self._running:
-                continue
-            # Each rank leads its own group (set in _child_setup), so its pid is the pgid.
-            try:
-                os.killpg(proc.pid, signum)
-            except (ProcessLookupError, PermissionError):
-                pass
+        for rank, child in self._children.items():
+            if not only_running or rank in self._running:
+                child.signal_group(signum)
 
     def _report_exit(self, rank: int, proc: subprocess.Popen[bytes]) -> None:
         self.events.put(_Exited(rank, proc.wait()))
-
-
-def _pump_lines(pipe: BinaryIO, sink: LineSink, prefix: bytes) -> None:
-    """Copies a child's pipe to the sink line by line, until EOF (partial last line included)."""
-    try:
-        # Blocking reads end at EOF, when the child and anything inheriting the pipe exit.
-        for chunk in iter(lambda: pipe.readline(_LINE_LIMIT), b""):
-            sink.write_line(prefix, chunk)
-    finally:
-        pipe.close()
-
-
-def describe_exit(returncode: int) -> str:
-    if returncode >= 0:
-        return f"exited with code {returncode}"
-    try:
-        name = signal.Signals(-returncode).name
-    except ValueError:
-        name = "unknown signal"
-    return f"killed by signal {name} ({-returncode})"
-
-
-def child_setup_for(launcher_pid: int) -> Callable[[], None]:
-    """Builds the preexec_fn; libc is resolved here because the child must not import or load."""
-    prctl = _load_prctl()
-
-    def setup() -> None:
-        # Own process group: teardown signals reach the rank's own children too, and a ^C
-        # in the terminal goes to the launcher only, which then stops the ranks in order.
-        os.setpgid(0, 0)
-        if prctl is not None:
-            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-            # If the launcher died before prctl ran, the signal will never come; exit now.
-            if os.getppid() != launcher_pid:
-                os._exit(1)
-
-    return setup
-
-
-def _load_prctl() -> Callable[..., int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        prctl = libc.prctl
-    except (OSError, AttributeError):
-        return None
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
-                      ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
-    return prctl
 
 
 class _SignalsAsEvents:

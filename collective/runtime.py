@@ -11,9 +11,10 @@ from typing import Any
 from collective import _native
 from collective.bootstrap import Bootstrap, bootstrap_from_config
 from collective.bootstrap.interfaces import mesh_host
-from collective.config import Config, config_from_env, default_host_key, replace_unvalidated
+from collective.config import Config, config_from_env, default_host_key, failure_report_path, replace_unvalidated
 from collective.engine import Engine
 from collective.errors import CollectiveError, NotInitializedError
+from collective.failure_report import report_uncaught_exceptions
 from collective.topology import Topology, topology_from_host_keys
 
 
@@ -25,6 +26,9 @@ class _Runtime:
     engine: Any = None  # Engine (or MpiEngine) once started; it owns the communicator
     # What runs a call now: the communicator, then the engine once started (both have the same run()).
     collectives: Any = None
+    # The job as init() was asked to join it (before its per-init rendezvous scope): what a later
+    # init() with only overrides rebuilds from, and what job_config() returns.
+    requested: Config | None = None
 
     def __post_init__(self) -> None:
         self.collectives = self.comm
@@ -42,12 +46,26 @@ def init(config: Config | None = None, *, bootstrap: Bootstrap | None = None, **
     ``config`` fields that are set win over ``COLLECTIVE_*`` environment variables; keyword
     ``overrides`` (``enable_shm=False``, ``timeout_s=30``...) win over both. ``bootstrap`` replaces
     the rendezvous (Spark and MPI pass their own).
+
+    Calling it again is allowed, as in Horovod: without arguments it keeps the running job (a script
+    that calls ``hvd.init()`` under a launcher that already joined it); with a config, a bootstrap or
+    overrides it leaves the running job, as ``shutdown()`` does, and joins the one they describe. Every
+    rank must then do the same, as with a first ``init()``.
     """
     global _runtime, _generation, _atexit_registered
+    running = _runtime
+    if running is not None:
+        if config is None and bootstrap is None and not overrides:
+            return
+        shutdown()
+        if bootstrap is None and running.requested is not None:
+            # The same job, rebuilt with what changed: the identity stays the launcher's.
+            config = running.requested if config is None else _with_identity(config, running.requested)
     with _lock:
         if _runtime is not None:
-            raise CollectiveError("collective.init() was already called in this process; call shutdown() first")
+            raise CollectiveError("collective.init() ran in another thread at the same time")
         cfg = config_from_env(config, overrides=overrides)
+        requested = cfg
         if cfg.reduce_isa is not None:
             _native.limit_reduce_isa(cfg.reduce_isa)
         _generation += 1
@@ -57,6 +75,7 @@ def init(config: Config | None = None, *, bootstrap: Bootstrap | None = None, **
             bootstrap = bootstrap_from_config(cfg)
         try:
             _runtime = _build_runtime(cfg, bootstrap)
+            _runtime.requested = requested if own_bootstrap else None
         finally:
             if own_bootstrap:
                 bootstrap.close()
@@ -64,6 +83,27 @@ def init(config: Config | None = None, *, bootstrap: Bootstrap | None = None, **
             # A goodbye on exit lets peers tell a finished rank from a dead one.
             atexit.register(shutdown)
             _atexit_registered = True
+            report_path = failure_report_path()
+            if report_path is not None:
+                # The launcher blames the root cause from what each rank says of its own failure.
+                report_uncaught_exceptions(report_path, _runtime.topology.rank)
+
+
+def _with_identity(config: Config, job: Config) -> Config:
+    """``config`` with the running job's identity wherever it leaves it unset."""
+    identity = {name: getattr(job, name) for name in _IDENTITY if getattr(config, name) is None}
+    return replace_unvalidated(config, **identity)
+
+
+_IDENTITY = ("rank", "size", "rendezvous", "secret", "advertise_host", "host_key")
+
+
+def job_config() -> Config:
+    """The Config this process joined its job with (rendezvous, secret and knobs); after init()."""
+    runtime = _runtime
+    if runtime is None:
+        raise NotInitializedError("collective.init() has not been called (or shutdown() was)")
+    return runtime.requested if runtime.requested is not None else runtime.config
 
 
 def _build_runtime(cfg: Config, bootstrap: Bootstrap) -> _Runtime:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Mapping
+
+from collective.failure_report import FailureReport
 
 
 class LaunchError(RuntimeError):
@@ -35,6 +38,24 @@ class RankFailure:
     traceback: str | None = None      # the child's formatted traceback, when fn raised
     exit_code: int | None = None      # the child's exit status (negative: killed by that signal)
     peer_failure: bool = False        # a consequence of another rank failing, not a root cause
+    blamed_rank: int | None = None    # the peer it was waiting on when it noticed (peer failures)
+
+    @classmethod
+    def from_report(cls, rank: int, report: FailureReport, exit_code: int | None = None) -> "RankFailure":
+        return cls(rank=rank, summary=report.summary, traceback=report.traceback, exit_code=exit_code,
+                   peer_failure=report.peer_failure, blamed_rank=report.blamed_rank)
+
+    # The one conversion to and from the frames that carry a failure (child to task, task to driver).
+    def to_wire(self) -> dict[str, Any]:
+        report = FailureReport(self.summary, self.traceback, self.peer_failure, self.blamed_rank)
+        return {**report.to_wire(), "exit_code": self.exit_code}
+
+    @classmethod
+    def from_wire(cls, rank: int, fields: Mapping[str, Any], exit_code: int | None = None) -> "RankFailure":
+        if exit_code is None:
+            sent = fields.get("exit_code")
+            exit_code = sent if isinstance(sent, int) and not isinstance(sent, bool) else None
+        return cls.from_report(rank, FailureReport.from_wire(fields), exit_code)
 
 
 class RunError(RuntimeError):

@@ -15,8 +15,10 @@ import sys
 from datetime import timedelta
 from typing import Any, Callable
 
+import collective
 from collective.bootstrap import RendezvousClient, RendezvousError
-from collective.config import config_from_env, parse_host_port
+from collective.config import Config, parse_host_port
+from collective.runtime import job_config
 from spark_hvd.launch.rank_context import rank_context
 from spark_hvd.torch_distributed_env import torch_distributed_env
 
@@ -76,15 +78,23 @@ class TorchDistributedCall:
 
 
 def _rendezvous_address() -> tuple[str, int]:
-    config = config_from_env()
+    config = _job_config()
     if config.rendezvous is None or config.secret is None:
         raise RuntimeError("torch_distributed needs the job's rendezvous: run fn with spark_hvd.run or "
                            "spark_hvd.TorchDistributor, which set it")
     return parse_host_port(config.rendezvous)
 
 
+def _job_config() -> Config:
+    # The rank child joined the job before fn runs: its Config has the rendezvous and the secret.
+    if not collective.is_initialized():
+        raise RuntimeError("torch_distributed needs the job's rendezvous: run fn with spark_hvd.run or "
+                           "spark_hvd.TorchDistributor, which set it")
+    return job_config()
+
+
 def _rendezvous_client(host: str, port: int) -> RendezvousClient:
-    config = config_from_env()
+    config = _job_config()
     return RendezvousClient(host, port, timeout_s=config.connect_timeout_s, secret=config.secret)
 
 

@@ -4,7 +4,6 @@
   ``output_collector``.
 - Task (a Spark task's Python worker, or a local-mode task): ``barrier_task``, ``local_task``, ``rank_task``,
   ``rank_child``, ``output_channel``, ``gpus``.
-- Rank child (the process that runs ``fn``): ``child_main``, ``rank_context``, ``rank_events``, ``init_shim``,
-  ``peer_failures``.
+- Rank child (the process that runs ``fn``): ``child_main``, ``rank_context``, ``rank_events``.
 - Shared: ``framing`` (the frames every hop speaks) and ``task_spec`` (what the driver ships to each task).
 """

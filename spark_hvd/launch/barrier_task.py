@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 from collective.bootstrap import RendezvousServer
 from collective.bootstrap.interfaces import mesh_host
-from collective.config import default_host_key, env_for_rank, format_host_port, parse_host_port
+from collective.config import Config, default_host_key, format_host_port, parse_host_port
 from collective.topology import topology_from_host_keys
 from spark_hvd.launch.output_channel import OutputSender
 from spark_hvd.launch.rank_child import ChildOutcome, RankChild
@@ -80,9 +80,8 @@ def _meet_and_wait(ctx: Any, spec: TaskSpec, rank: int, child: RankChild,
             cross_size=topology.cross_size, task_address=task_addresses[rank],
             task_addresses=task_addresses, gpu_addresses=gpu_addresses,
             stage_id=ctx.stageId(), task_attempt_id=ctx.taskAttemptId())
-        child.send_job(env_for_rank(rank, spec.num_proc, gathered[0]["rendezvous"], spec.secret,
-                                    nics=spec.nics),
-                       context.to_json())
+        child.send_job(Config(rank=rank, size=spec.num_proc, rendezvous=gathered[0]["rendezvous"],
+                              secret=spec.secret, nics=spec.nics), context.to_json())
         # Rank 0 keeps serving the rendezvous until its own fn is done: that covers every
         # init() that fn's peers can still make while rank 0 is alive to join them.
         return child.wait_outcome(spec.exit_grace_s, on_failure_report=sender.send_failure)

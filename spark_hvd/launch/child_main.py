@@ -5,16 +5,17 @@ thread in ``fn`` cannot take the worker down. The task (our parent) sends two fr
 
 1. ``{"kind": "payload"}`` + cloudpickle((fn, args, kwargs)), right after spawning us, so that
    unpickling (which imports the user's modules, maybe torch) overlaps the ranks' allGather;
-2. ``{"kind": "job", "env": {...}, "context": {...}}`` once the ranks have met.
+2. ``{"kind": "job", "context": {...}}`` + pickle(Config) once the ranks have met.
 
 While fn runs we may send ``{"kind": "event", "data": {...}}`` frames on RESULT_FD
 (``spark_hvd.emit_event``); we end with one report frame: ``{"ok": true}`` + cloudpickle(fn's
-return value), or ``{"ok": false, "summary", "traceback", "peer_failure", "stage"}``.
+return value), or ``{"ok": false, ...}`` with the fields of a FailureReport (collective.failure_report).
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 import sys
 import traceback
 from typing import Any, BinaryIO
@@ -22,30 +23,28 @@ from typing import Any, BinaryIO
 import cloudpickle
 
 import collective
-from spark_hvd.launch import init_shim, rank_events
+from collective.failure_report import FailureReport
+from spark_hvd.launch import rank_events
 from spark_hvd.launch.framing import read_frame, write_frame
-from spark_hvd.launch.peer_failures import is_peer_failure
 from spark_hvd.launch.rank_context import RankContext, set_rank_context
-
-_SUMMARY_LIMIT = 1000
-
 
 def main(argv: list[str]) -> int:
     launch = os.fdopen(int(argv[1]), "rb")
     results = os.fdopen(int(argv[2]), "wb")
-    # Before fn's modules are imported, so that they bind the tolerant init too.
-    init_for_fn = init_shim.install()
     stage = "receiving fn"
+    own_rank: int | None = None
     try:
         fn, args, kwargs = cloudpickle.loads(_expect(launch, "payload")[1])
         stage = "receiving the job"
-        job = _expect(launch, "job")[0]
+        job, config_blob = _expect(launch, "job")
         launch.close()
-        # collective reads its configuration from these (and so does a plain init() in fn).
-        os.environ.update(job["env"])
-        set_rank_context(RankContext.from_json(job["context"]))
+        config = pickle.loads(config_blob)
+        context = RankContext.from_json(job["context"])
+        own_rank = context.rank
+        set_rank_context(context)
         stage = "collective.init()"
-        init_for_fn()
+        # fn may call collective.init() again: without arguments that keeps this job (as in Horovod).
+        collective.init(config)
         stage = "fn"
         rank_events.attach(results)
         value = fn(*args, **kwargs)
@@ -54,13 +53,9 @@ def main(argv: list[str]) -> int:
     except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt in fn are failures too
         rank_events.detach()
         _flush_stdio()
-        write_frame(results, {
-            "ok": False,
-            "stage": stage,
-            "summary": _summary(e, stage),
-            "traceback": _traceback_text(e, skip_own_frame=stage == "fn"),
-            "peer_failure": is_peer_failure(e),
-        })
+        report = FailureReport.from_exception(e, own_rank, None if stage == "fn" else stage,
+                                              traceback=_traceback_text(e, skip_own_frame=stage == "fn"))
+        write_frame(results, {"ok": False, **report.to_wire()})
         results.close()
         return 1
     # Leave the mesh before reporting success, so peers see a goodbye, never a vanished rank.
@@ -77,13 +72,6 @@ def _expect(stream: BinaryIO, kind: str) -> tuple[dict[str, Any], bytes]:
     if frame is None or frame[0].get("kind") != kind:
         raise ConnectionError(f"the task sent {frame[0] if frame else 'nothing'} instead of the {kind}")
     return frame
-
-
-def _summary(error: BaseException, stage: str) -> str:
-    text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-    if stage != "fn":
-        text = f"{text} (while {stage})"
-    return text if len(text) <= _SUMMARY_LIMIT else text[:_SUMMARY_LIMIT] + "..."
 
 
 def _traceback_text(error: BaseException, skip_own_frame: bool) -> str:

@@ -12,7 +12,7 @@ import os
 import pickle
 import sys
 
-from collective.config import config_from_env, env_for_rank
+from collective.config import config_from_env
 from spark_hvd.launch.output_channel import OutputSender
 from spark_hvd.launch.rank_child import ChildOutcome, RankChild
 from spark_hvd.launch.rank_context import RankContext
@@ -46,7 +46,7 @@ def main(argv: list[str]) -> int:
         context = RankContext(rank=rank, size=size, local_rank=rank, local_size=size, cross_rank=0,
                               cross_size=1, task_address=LOCAL_HOST, task_addresses=(LOCAL_HOST,) * size,
                               gpu_addresses=(), stage_id=-1, task_attempt_id=-1)
-        child.send_job(env_for_rank(rank, size, config.rendezvous, config.secret), context.to_json())
+        child.send_job(config, context.to_json())
         return child.wait_outcome(spec.exit_grace_s, on_failure_report=sender.send_failure)
 
     try:

@@ -114,8 +114,7 @@ class OutputSender:
         self._send({"kind": KIND_EVENT, "data": data})
 
     def send_failure(self, failure: RankFailure) -> None:
-        self._send({"kind": KIND_FAILURE, "summary": failure.summary, "traceback": failure.traceback,
-                    "exit_code": failure.exit_code, "peer_failure": failure.peer_failure})
+        self._send({"kind": KIND_FAILURE, **failure.to_wire()})
 
     def close(self) -> None:
         """Flushes and closes; the driver reads everything sent before it sees the end."""

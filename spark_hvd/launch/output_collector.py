@@ -218,11 +218,4 @@ class OutputCollector:
             data = header.get("data")
             self._on_event(RankEvent(rank, data if isinstance(data, dict) else {}))
         elif kind == KIND_FAILURE:
-            exit_code = header.get("exit_code")
-            self._on_event(RankFailed(RankFailure(
-                rank=rank,
-                summary=str(header.get("summary") or "failed"),
-                traceback=header.get("traceback") or None,
-                exit_code=int(exit_code) if exit_code is not None else None,
-                peer_failure=bool(header.get("peer_failure")),
-            )))
+            self._on_event(RankFailed(RankFailure.from_wire(rank, header)))

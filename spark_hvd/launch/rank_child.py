@@ -3,22 +3,23 @@
 from __future__ import annotations
 
 import os
+import pickle
 import queue
 import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Mapping
 
-from collective.run import child_setup_for
-from collective.run import describe_exit
+from collective.processes import ChildProcess, describe_exit
+from collective.config import Config
 from spark_hvd.errors import RankFailure
 from spark_hvd.launch.framing import FrameError, read_frame, write_frame
 from spark_hvd.launch.rank_events import EVENT_KIND
 
-_LINE_LIMIT = 1 << 16
 # After the child exits, how long its output may still trickle in: a grandchild that inherited
 # the pipes can hold them open forever, and its output is not worth hanging the task for.
 _DRAIN_DEADLINE_S = 5.0
@@ -53,12 +54,12 @@ class RankChild:
         launch_read, launch_write = os.pipe()
         result_read, result_write = os.pipe()
         try:
-            self._proc = subprocess.Popen(
+            self._child = ChildProcess(
                 [executable or sys.executable, "-m", "spark_hvd.launch.child_main", str(launch_read),
                  str(result_write)],
-                env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, pass_fds=(launch_read, result_write),
-                preexec_fn=child_setup_for(os.getpid()), close_fds=True)
+                env, lambda stream, chunk: on_line(stream, chunk.decode("utf-8", "replace").rstrip("\n")),
+                pass_fds=(launch_read, result_write), name=f"spark-hvd-rank{rank}")
+            self._proc = self._child.proc
         except BaseException as e:
             for fd in (launch_write, result_read):
                 os.close(fd)
@@ -75,13 +76,6 @@ class RankChild:
         self._results: BinaryIO = os.fdopen(result_read, "rb")
         self._payload_writer: threading.Thread | None = None
         self._reader: threading.Thread | None = None
-        self._pumps = [
-            threading.Thread(target=_pump_lines, args=(pipe, name, on_line),
-                             name=f"spark-hvd-rank{rank}-{name}", daemon=True)
-            for pipe, name in ((self._proc.stdout, "stdout"), (self._proc.stderr, "stderr"))
-        ]
-        for pump in self._pumps:
-            pump.start()
 
     @property
     def pid(self) -> int:
@@ -94,11 +88,14 @@ class RankChild:
             name=f"spark-hvd-rank{self.rank}-payload", daemon=True)
         self._payload_writer.start()
 
-    def send_job(self, env: Mapping[str, str], context: Mapping[str, Any]) -> None:
-        """The second and last launch frame: the rank's environment and RankContext."""
+    def send_job(self, config: Config, context: Mapping[str, Any]) -> None:
+        """The second and last launch frame: the Config the child joins the job with, and its RankContext.
+
+        The Config goes as it is (pickled, on a pipe only our child reads), secret included: no
+        environment variables to encode it in and parse it back from."""
         if self._payload_writer is not None:
             self._payload_writer.join()
-        self._write_quietly({"kind": "job", "env": dict(env), "context": dict(context)})
+        self._write_quietly({"kind": "job", "context": dict(context)}, pickle.dumps(config))
         try:
             self._launch.close()
         except OSError:
@@ -131,7 +128,7 @@ class RankChild:
                 self.kill()
         returncode = self._proc.wait()
         # fn is over; whatever it left running would only hold the pipes open.
-        _kill_group(self._proc.pid)
+        self._child.signal_group(signal.SIGKILL)
         # After the exit, a complete report is already in the pipe; only a torn one can block.
         reader.join(_DRAIN_DEADLINE_S)
         self._drain_output()
@@ -161,11 +158,11 @@ class RankChild:
 
     def kill(self) -> None:
         """SIGKILLs the child's whole process group (its own children included)."""
-        _kill_group(self._proc.pid)
+        self._child.signal_group(signal.SIGKILL)
 
     def close(self) -> None:
         """Kills whatever is left of the group, grandchildren too, and reaps the child; idempotent."""
-        _kill_group(self._proc.pid)
+        self._child.signal_group(signal.SIGKILL)
         try:
             self._proc.wait(_REAP_DEADLINE_S)
         except subprocess.TimeoutExpired:
@@ -188,36 +185,14 @@ class RankChild:
             pass  # The child is gone; wait_outcome() reports how it ended.
 
     def _drain_output(self) -> None:
-        for pump in self._pumps:
-            pump.join(_DRAIN_DEADLINE_S)
-
-
-def _kill_group(pgid: int) -> None:
-    # The child leads its group (set up before exec), so its pid names the group; the group
-    # outlives the child while grandchildren remain, which is what this cleans up.
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+        self._child.drain_output(time.monotonic() + _DRAIN_DEADLINE_S)
 
 
 def _outcome(rank: int, returncode: int | None, frame: tuple[dict[str, Any], bytes] | None) -> ChildOutcome:
     if frame is not None and frame[0].get("ok"):
         return ChildOutcome(rank, returncode, result=frame[1])
     if frame is not None:
-        header = frame[0]
-        return ChildOutcome(rank, returncode, failure=RankFailure(
-            rank=rank, summary=str(header.get("summary") or "fn failed"),
-            traceback=header.get("traceback") or None, exit_code=returncode,
-            peer_failure=bool(header.get("peer_failure"))), reported=True)
+        return ChildOutcome(rank, returncode, failure=RankFailure.from_wire(rank, frame[0], returncode), reported=True)
     return ChildOutcome(rank, returncode, failure=RankFailure(
         rank=rank, summary=f"its process {describe_exit(returncode)} before fn returned",
         exit_code=returncode))
-
-
-def _pump_lines(pipe: BinaryIO, name: str, on_line: Callable[[str, str], None]) -> None:
-    try:
-        for chunk in iter(lambda: pipe.readline(_LINE_LIMIT), b""):
-            on_line(name, chunk.decode("utf-8", "replace").rstrip("\n"))
-    finally:
-        pipe.close()

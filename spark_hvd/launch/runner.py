@@ -15,6 +15,7 @@ from typing import IO, Any, Callable, Collection, Mapping, Sequence
 import cloudpickle
 
 from collective.config import format_host_port
+from collective.failure_report import root_cause
 from collective.run import LineSink
 from spark_hvd.launch import run_arguments as checked
 from spark_hvd.launch.barrier_job import BarrierJob, JobFailed, JobFinished
@@ -322,10 +323,25 @@ class _Supervisor:
         return wrapped
 
     def _run_error(self) -> RunError:
-        # The root cause is the first failure that is not just a reaction to another rank's.
-        root = next((f for f in self._failures if not f.peer_failure), self._failures[0])
+        root = self._root_cause()
         others = [f for f in self._failures if f is not root]
         return RunError(root, self._collector.tail(root.rank), others)
+
+    def _root_cause(self) -> RankFailure:
+        """The first failure that is not a reaction to another rank's; else the rank the reactions lead to.
+
+        A rank whose task died under it, or that stopped responding, reports nothing: the peers that were
+        waiting on it name it, and it is the one to blame.
+        """
+        own = next((f for f in self._failures if not f.peer_failure), None)
+        if own is not None:
+            return own
+        first = self._failures[0]
+        blamed = root_cause(first.rank, {f.rank: f.blamed_rank for f in self._failures})
+        if blamed == first.rank:
+            return first
+        return RankFailure(rank=blamed, summary=f"it died or stopped responding (rank {first.rank} noticed: "
+                                                f"{first.summary})")
 
     def _start_timeout_message(self) -> str:
         missing = sorted(set(range(self._num_proc)) - self._started)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 import threading
@@ -114,3 +115,17 @@ def emit_numbered_events(count: int) -> int:
     for i in range(count):
         sent += spark_hvd.emit_event({"rank": collective.rank(), "i": i})
     return sent
+
+
+def fail_on_rank(mode: str, victim: int) -> int:
+    """The victim raises, is SIGKILLed, has its Spark task SIGKILLed under it, or stops; the others keep
+    allreducing until they notice."""
+    collective.barrier()
+    if collective.rank() == victim:
+        if mode == "raise":
+            raise ValueError(f"rank {victim} gives up")
+        # The child's parent is the task process that owns this rank (in Spark's Python worker).
+        target = os.getppid() if mode == "kill_task" else os.getpid()
+        os.kill(target, signal.SIGSTOP if mode == "sigstop" else signal.SIGKILL)
+    while True:
+        collective.allreduce(np.ones(16))

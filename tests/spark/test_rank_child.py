@@ -12,12 +12,13 @@ import cloudpickle
 import pytest
 
 from capture import wait_for_exit
+from collective.config import Config
 from spark_hvd.launch.rank_child import RankChild
 from spark_hvd.launch.rank_context import RankContext
 
 pytestmark = pytest.mark.timeout(60)
 
-ONE_RANK_ENV = {"COLLECTIVE_RANK": "0", "COLLECTIVE_SIZE": "1"}
+ONE_RANK = Config(rank=0, size=1)
 CONTEXT = RankContext(rank=0, size=1, local_rank=0, local_size=1, cross_rank=0, cross_size=1,
                       task_address="localhost:1", task_addresses=("localhost:1",), gpu_addresses=(),
                       stage_id=0, task_attempt_id=0).to_json()
@@ -29,7 +30,7 @@ def _run_child(fn, *args):
     child = RankChild(0, env, lambda stream, text: lines.append((stream, text)))
     try:
         child.send_payload_in_background(cloudpickle.dumps((fn, args, {})))
-        child.send_job(ONE_RANK_ENV, CONTEXT)
+        child.send_job(ONE_RANK, CONTEXT)
         return child.wait_outcome(exit_grace_s=10), lines
     finally:
         child.close()

@@ -21,7 +21,8 @@ import pytest
 import collective
 import spark_hvd
 from collective.bootstrap.interfaces import interface_addresses
-from collective.config import ENV_RENDEZVOUS, ENV_SPARK_START_TIMEOUT, parse_host_port
+from collective.config import ENV_SPARK_START_TIMEOUT, parse_host_port
+from collective.runtime import job_config
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(120)]
 
@@ -53,7 +54,7 @@ def mesh_addresses() -> dict:
     local = sorted({c.laddr.ip for c in psutil.Process().net_connections(kind="tcp")
                     if c.status == psutil.CONN_ESTABLISHED})
     return {"rank": collective.rank(), "local": local,
-            "rendezvous_host": parse_host_port(os.environ[ENV_RENDEZVOUS])[0]}
+            "rendezvous_host": parse_host_port(job_config().rendezvous)[0]}
 
 
 def print_lines(count: int) -> int:
