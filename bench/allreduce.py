@@ -13,9 +13,17 @@ rank bounds what a training step would see), then the median over R interleaved 
 algbw = bytes / time; busbw = algbw * 2(p-1)/p, in GB/s = 1e9 bytes/s.
 Exit status is non-zero only if one of our own implementations fails.
 
-``--baseline DIR`` also runs ours-shm and ours-tcp from another build of the package, installed into DIR
-(``pip install --no-deps --target DIR <checkout of an older commit>``), as ``ours-shm@base`` and
-``ours-tcp@base``, interleaved with the current build's rounds: a before/after comparison in one run.
+``--baseline PYTHON`` also runs ours-shm and ours-tcp on an interpreter that imports another build of the
+package, as ``ours-shm@base`` and ``ours-tcp@base``, interleaved with this build's rounds: a before/after
+comparison in one run. Such an interpreter, for an older commit REV (an editable install's import hook
+would shadow anything on PYTHONPATH, hence a venv of its own that sees this one's packages through a .pth):
+
+    git worktree add --detach /tmp/base-src REV
+    .venv/bin/pip install --no-deps --no-build-isolation --target /tmp/base-build /tmp/base-src
+    python3 -m venv /tmp/base-venv
+    printf '/tmp/base-build\n%s\n' "$(.venv/bin/python -c 'import site; print(site.getsitepackages()[0])')" \
+        > /tmp/base-venv/lib/python3.11/site-packages/baseline.pth
+    .venv/bin/python bench/allreduce.py --baseline /tmp/base-venv/bin/python ...
 """
 
 from __future__ import annotations
@@ -61,8 +69,6 @@ MPI_TRANSPORT = {
 }
 _TERM_GRACE_S = 5.0
 BASELINE_SUFFIX = "@base"
-# Set, the editable install's import hook stands aside, so the baseline's PYTHONPATH copy is imported.
-_EDITABLE_SKIP = "SKBUILD_EDITABLE_SKIP"
 
 
 @dataclass
@@ -118,11 +124,9 @@ def make_job(impl: str, ranks: int, sizes: list[int], worker_args: list[str], ti
     work = [str(WORKER), "--sizes", *map(str, sizes), *worker_args]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if impl.endswith(BASELINE_SUFFIX) and baseline is not None:
-        base_impl = impl.removesuffix(BASELINE_SUFFIX)
-        env.update({"PYTHONPATH": os.pathsep.join(filter(None, [str(baseline), env.get("PYTHONPATH")])),
-                    _EDITABLE_SKIP: "1"})
-        argv = [py, "-m", "collective.run", "-np", str(ranks), "--timeout", str(int(timeout_s)),
-                *work, "--impl", base_impl, "--label", impl]
+        # The launcher and its ranks all run on the baseline's interpreter (ranks use sys.executable).
+        argv = [str(baseline), "-m", "collective.run", "-np", str(ranks), "--timeout", str(int(timeout_s)),
+                *work, "--impl", impl.removesuffix(BASELINE_SUFFIX), "--label", impl]
         return Job(impl, ranks, [argv], [env])
     if impl in OURS:
         argv = [py, "-m", "collective.run", "-np", str(ranks), "--timeout", str(int(timeout_s)),
@@ -421,13 +425,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="smoke test: 2 ranks, sizes up to 16 MiB, ~0.2 s per cell")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results")
     parser.add_argument("--baseline", type=Path, default=None,
-                        help="a directory holding another build of the package (pip install --target): "
-                             "ours-shm and ours-tcp also run from it, as ours-*@base")
+                        help="a Python interpreter that imports another build of the package: ours-shm "
+                             "and ours-tcp also run on it, as ours-*@base (see the module docstring)")
     args = parser.parse_args(argv)
     if args.baseline is not None:
-        if not (args.baseline / "collective").is_dir():
-            parser.error(f"--baseline {args.baseline}: no collective package there; install one with "
-                         f"pip install --no-deps --target {args.baseline} <checkout>")
+        found = subprocess.run([str(args.baseline), "-c", "import collective; print(collective.__file__)"],
+                               capture_output=True, text=True)
+        if found.returncode != 0:
+            parser.error(f"--baseline {args.baseline} cannot import collective: {found.stderr.strip()[-300:]}")
+        if Path(found.stdout.strip()).resolve().parent == (BENCH_DIR.parent / "collective").resolve():
+            parser.error(f"--baseline {args.baseline} imports this checkout's collective, not another build")
+        print(f"[bench] baseline: {found.stdout.strip()}", file=sys.stderr)
         args.impls += [i + BASELINE_SUFFIX for i in args.impls if i in OURS]
 
     sizes = sorted(set(args.sizes or [parse_size(s) for s in (QUICK_SIZES if args.quick else DEFAULT_SIZES)]))
