@@ -94,6 +94,7 @@ def test_failed_fit_ends_its_run_failed_with_the_epochs_it_finished(local_spark,
     with pytest.raises(RunError) as failure:
         with mlflow.start_run() as run:
             make_estimator(tmp_path, epochs=4, transformation_fn=failing).fit(df)
+    assert failure.value.rank == 1, str(failure.value)  # the rank whose transformation_fn raised
     finished = tracking.get_run(run.info.run_id)
     assert finished.info.status == "FAILED"
     assert finished.data.tags["spark_hvd.error"].startswith(f"RunError: {str(failure.value)[:200]}")
