@@ -15,6 +15,8 @@ Counters are stored as ASCII decimal so GET on a counter key returns something r
 
 The store may be reachable by other users of the host or network, so frames are size-limited,
 malformed input closes only the offending connection, and a per-job secret can be required.
+Connections are accepted and handshaken by the shared Listener (listener.py); a client retries a
+refused, reset or dropped handshake until its own deadline.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ import hmac
 import logging
 import math
 import secrets
-import selectors
 import socket
 import struct
 import threading
@@ -32,6 +33,14 @@ import time
 from types import TracebackType
 
 from collective.bootstrap.base import Bootstrap
+from collective.bootstrap.listener import (
+    ADMIT,
+    DEFAULT_HANDSHAKE_TIMEOUT_S,
+    DEFAULT_MAX_PENDING,
+    Handshake,
+    HandshakeRefused,
+    Listener,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +68,7 @@ _HELLO = struct.Struct("!4sB")
 _SERVER_HELLO = struct.Struct(f"!4sBB{NONCE_BYTES}s")
 _I64 = struct.Struct("!q")
 _U32 = struct.Struct("!I")
+_DIGEST_BYTES = hashlib.sha256().digest_size
 _MAX_ERROR_BYTES = 4096
 # Slack on client-side socket deadlines so a server answering "timeout" right at the
 # deadline is not misread as a dead connection.
@@ -163,11 +173,12 @@ class _Store:
 
 
 class RendezvousServer:
-    """Thread-per-connection TCP key-value store.
+    """The TCP key-value store's server, on the shared Listener (see listener.py).
 
-    Connections that have not completed the handshake within ``handshake_timeout_s`` are
-    dropped, so idle or hostile sockets cannot pin threads. Authenticated connections may stay
-    idle until ``idle_timeout_s`` (None: until stop(), which wakes every blocked thread).
+    A connection must finish the handshake within ``handshake_timeout_s``; strangers are capped
+    at ``max_pending`` (the oldest dropped first) apart from the ``max_connections`` authenticated
+    ones, which get a thread each and may stay idle until ``idle_timeout_s`` (None: until stop(),
+    which wakes every blocked thread).
     """
 
     def __init__(
@@ -179,82 +190,38 @@ class RendezvousServer:
         max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
         max_store_bytes: int = DEFAULT_MAX_STORE_BYTES,
         max_connections: int = 1024,
-        handshake_timeout_s: float = 10.0,
+        max_pending: int = DEFAULT_MAX_PENDING,
+        handshake_timeout_s: float = DEFAULT_HANDSHAKE_TIMEOUT_S,
         idle_timeout_s: float | None = None,
     ) -> None:
         if secret is not None and not secret:
             raise ValueError("secret must be non-empty when given")
-        self._bind_host = host
-        self._bind_port = port
         self._secret = secret
         self._max_value_bytes = max_value_bytes
         self._max_connections = max_connections
-        self._handshake_timeout_s = handshake_timeout_s
         self._idle_timeout_s = idle_timeout_s
         self._store = _Store(max_store_bytes)
-        self._listener: socket.socket | None = None
-        self._address: tuple[str, int] | None = None
-        # The accept loop selects on this pair too, so stop() can wake it without racing close().
-        self._wake_reader, self._wake_writer = socket.socketpair()
-        self._accept_thread: threading.Thread | None = None
-        self._connections: dict[socket.socket, threading.Thread] = {}
-        self._connections_lock = threading.Lock()
         self._stopping = threading.Event()
+        self._listener = Listener(
+            host, port, self._handshake, self._serve_connection, name="rendezvous server",
+            handshake_timeout_s=handshake_timeout_s, max_pending=max_pending,
+            max_peers=max_connections)
 
     @property
     def address(self) -> tuple[str, int]:
         """(host, port) the server listens on; valid after start()."""
-        if self._address is None:
-            raise RuntimeError("RendezvousServer.address is only known after start()")
-        return self._address
+        return self._listener.address
 
     def start(self) -> None:
-        if self._listener is not None:
-            raise RuntimeError("RendezvousServer already started")
-        family = socket.AF_INET6 if ":" in self._bind_host else socket.AF_INET
-        listener = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            listener.bind((self._bind_host, self._bind_port))
-            listener.listen(min(self._max_connections, socket.SOMAXCONN))
-            listener.setblocking(False)
-        except BaseException:
-            listener.close()
-            raise
-        self._listener = listener
-        host, port = listener.getsockname()[:2]
-        self._address = (host, port)
-        self._accept_thread = threading.Thread(
-            target=self._accept_loop, name=f"rendezvous-accept-{port}", daemon=True
-        )
-        self._accept_thread.start()
+        self._listener.start()
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Closes the listener and every connection; blocked GETs are answered with an error."""
         if self._stopping.is_set():
             return
         self._stopping.set()
-        deadline = time.monotonic() + timeout_s
-        try:
-            self._wake_writer.send(b"x")
-        except OSError:
-            pass
         self._store.close()
-        if self._accept_thread is not None:
-            self._accept_thread.join(max(0.0, deadline - time.monotonic()))
-        with self._connections_lock:
-            connections = dict(self._connections)
-        for conn in connections:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in recv
-            except OSError:
-                pass
-        for thread in connections.values():
-            thread.join(max(0.0, deadline - time.monotonic()))
-        if self._listener is not None:
-            self._listener.close()
-        self._wake_reader.close()
-        self._wake_writer.close()
+        self._listener.stop(timeout_s)
 
     def __enter__(self) -> "RendezvousServer":
         self.start()
@@ -268,71 +235,38 @@ class RendezvousServer:
     ) -> None:
         self.stop()
 
-    def _accept_loop(self) -> None:
-        assert self._listener is not None
-        with selectors.DefaultSelector() as selector:
-            selector.register(self._listener, selectors.EVENT_READ)
-            selector.register(self._wake_reader, selectors.EVENT_READ)
-            while not self._stopping.is_set():
-                # No timeout: stop() always writes to the wake socket.
-                for key, _ in selector.select():
-                    if key.fileobj is self._listener:
-                        self._accept_one()
+    def _handshake(self, conn: socket.socket) -> Handshake:
+        """The server's side of the handshake, driven by the Listener (fixed sizes only)."""
+        magic, version = _HELLO.unpack((yield _HELLO.size))
+        if magic != MAGIC or version != PROTOCOL_VERSION:
+            raise HandshakeRefused(f"bad hello {magic!r} v{version}")
+        if self._secret is None:
+            # Full: close before the hello, so the client retries rather than fails.
+            if not (yield ADMIT):
+                raise HandshakeRefused(f"at the cap of {self._max_connections} connections")
+            yield _SERVER_HELLO.pack(MAGIC, PROTOCOL_VERSION, 0, bytes(NONCE_BYTES))
+            return None
+        nonce = secrets.token_bytes(NONCE_BYTES)
+        yield _SERVER_HELLO.pack(MAGIC, PROTOCOL_VERSION, 1, nonce)
+        digest = yield _DIGEST_BYTES
+        if not hmac.compare_digest(digest, _auth_digest(self._secret, nonce)):
+            yield b"\x00"
+            raise HandshakeRefused("client failed authentication")
+        if not (yield ADMIT):
+            raise HandshakeRefused(f"at the cap of {self._max_connections} connections")
+        yield b"\x01"
+        return None
 
-    def _accept_one(self) -> None:
-        assert self._listener is not None
+    def _serve_connection(self, conn: socket.socket, _: object) -> None:
+        """An authenticated connection's requests, in its own thread, until it closes or stop()."""
         try:
-            conn, peer = self._listener.accept()
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as e:
-            logger.warning("rendezvous accept failed: %s", e)
-            return
-        conn.setblocking(True)
-        with self._connections_lock:
-            if self._stopping.is_set() or len(self._connections) >= self._max_connections:
-                conn.close()
-                return
-            thread = threading.Thread(
-                target=self._serve_connection, args=(conn, peer),
-                name=f"rendezvous-conn-{peer}", daemon=True,
-            )
-            self._connections[conn] = thread
-        thread.start()
-
-    def _serve_connection(self, conn: socket.socket, peer: object) -> None:
-        try:
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn.settimeout(self._handshake_timeout_s)
-            self._handshake(conn)
             conn.settimeout(self._idle_timeout_s)
             while not self._stopping.is_set():
                 self._serve_request(conn)
         except (ConnectionError, TimeoutError, OSError) as e:
             # Includes ProtocolError: only this connection is affected.
             if not self._stopping.is_set():
-                logger.debug("rendezvous connection from %s closed: %s", peer, e)
-        except Exception:  # noqa: BLE001 - a bug must not take the whole store down
-            logger.exception("rendezvous connection from %s failed", peer)
-        finally:
-            with self._connections_lock:
-                self._connections.pop(conn, None)
-            conn.close()
-
-    def _handshake(self, conn: socket.socket) -> None:
-        magic, version = _HELLO.unpack(_recv_exact(conn, _HELLO.size))
-        if magic != MAGIC or version != PROTOCOL_VERSION:
-            raise ProtocolError(f"bad hello {magic!r} v{version}")
-        nonce = secrets.token_bytes(NONCE_BYTES)
-        auth_required = self._secret is not None
-        conn.sendall(_SERVER_HELLO.pack(MAGIC, PROTOCOL_VERSION, int(auth_required), nonce))
-        if auth_required:
-            assert self._secret is not None
-            digest = _recv_exact(conn, hashlib.sha256().digest_size)
-            accepted = hmac.compare_digest(digest, _auth_digest(self._secret, nonce))
-            conn.sendall(bytes([int(accepted)]))
-            if not accepted:
-                raise ProtocolError("client failed authentication")
+                logger.debug("rendezvous connection closed: %s", e)
 
     def _serve_request(self, conn: socket.socket) -> None:
         op, key_len, body_len = _REQUEST_HEADER.unpack(_recv_exact(conn, _REQUEST_HEADER.size))
@@ -484,7 +418,9 @@ class RendezvousClient:
         self.close()
 
     def _connect(self, secret: bytes | None, deadline: float) -> socket.socket:
-        """Retries refused/unreachable connects until the deadline: the server may start late."""
+        """Retries until the deadline whatever keeps a handshake from finishing: the server may start
+        late, or drop this connection among a flood of strangers. A server that answers and refuses
+        (not a rendezvous server, a wrong secret) is final."""
         backoff_s = 0.05
         last_error: OSError | None = None
         while True:
@@ -497,18 +433,24 @@ class RendezvousClient:
                 sock = socket.create_connection((self._host, self._port), timeout=remaining)
             except OSError as e:
                 last_error = e
-                # Backoff between attempts (rate limiting, not synchronisation).
-                time.sleep(min(backoff_s, max(0.0, deadline - time.monotonic())))
-                backoff_s = min(backoff_s * 2, 1.0)
-                continue
-            try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                sock.settimeout(max(0.001, deadline - time.monotonic()) + _IO_GRACE_S)
-                self._client_handshake(sock, secret)
-                return sock
-            except BaseException:
-                sock.close()
-                raise
+            else:
+                try:
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    sock.settimeout(max(0.001, deadline - time.monotonic()))
+                    self._client_handshake(sock, secret)
+                    return sock
+                except (ProtocolError, PermissionError):
+                    sock.close()
+                    raise
+                except OSError as e:  # reset, closed or timed out mid-handshake
+                    sock.close()
+                    last_error = e
+                except BaseException:
+                    sock.close()
+                    raise
+            # Backoff between attempts (rate limiting, not synchronisation).
+            time.sleep(min(backoff_s, max(0.0, deadline - time.monotonic())))
+            backoff_s = min(backoff_s * 2, 1.0)
 
     def _client_handshake(self, sock: socket.socket, secret: bytes | None) -> None:
         sock.sendall(_HELLO.pack(MAGIC, PROTOCOL_VERSION))

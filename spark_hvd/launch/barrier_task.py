@@ -93,15 +93,10 @@ def _meet_and_wait(ctx: Any, spec: TaskSpec, rank: int, child: RankChild,
 def _start_rendezvous(spec: TaskSpec, task_address: str) -> tuple[RendezvousServer, str]:
     """Rank 0's rendezvous server, and the address its peers dial. Requests must carry the job secret."""
     task_host = parse_host_port(task_address)[0]
-    if spec.nics:
-        # Only the named interfaces may carry the job's traffic, this server's included.
-        host = mesh_host(None, spec.nics, task_host)
-        server = RendezvousServer(host, 0, secret=spec.secret)
-    else:
-        # All interfaces: peers reach it by the executor's advertised host name, whatever
-        # address that resolves to on their side.
-        host = task_host
-        server = RendezvousServer("0.0.0.0", 0, secret=spec.secret)
+    # Listen where peers dial: the host this executor advertises to Spark (the mesh's own address),
+    # or with nics the named interfaces' address; never every interface.
+    host = mesh_host(None, spec.nics or (), task_host)
+    server = RendezvousServer(host, 0, secret=spec.secret)
     server.start()
     return server, format_host_port(host, server.address[1])
 

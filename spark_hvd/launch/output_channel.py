@@ -17,6 +17,7 @@ import hmac
 import socket
 import struct
 import threading
+import time
 from typing import Any, Callable
 
 from collective.config import parse_host_port
@@ -82,27 +83,32 @@ class OutputSender:
         timeout_s: float,
         on_driver_gone: Callable[[], None],
     ) -> "OutputSender":
+        """Connects and authenticates as ``rank``, retrying a refused, reset or dropped connection until
+        ``timeout_s`` has passed (the collector drops strangers first when flooded, and a rank may be
+        caught among them). A collector that answers and refuses, or is something else, is final."""
         host, port = parse_host_port(address)
-        try:
-            sock = socket.create_connection((host, port), timeout=timeout_s)
-        except OSError as e:
-            raise ConnectionError(
-                f"rank {rank} cannot reach the spark_hvd output collector on the driver at "
-                f"{address}: {e}") from e
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            magic, version, nonce = _SERVER_HELLO.unpack(recv_exactly(sock, SERVER_HELLO_BYTES))
-            if magic != MAGIC or version != VERSION:
-                raise ConnectionError(f"{address} is not a spark_hvd output collector (v{VERSION})")
-            sock.sendall(_RANK.pack(rank) + auth_digest(secret, nonce, rank))
-            if recv_exactly(sock, 1) != b"\x01":
-                raise ConnectionError(f"the output collector at {address} rejected rank {rank}")
-            # From here on only the watcher reads, and it must block until the driver closes.
-            sock.settimeout(None)
-        except BaseException:
-            sock.close()
-            raise
-        return cls(sock, on_driver_gone)
+        deadline = time.monotonic() + timeout_s
+        backoff_s = 0.05
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                sock = socket.create_connection((host, port), timeout=max(0.001, remaining))
+                try:
+                    _client_handshake(sock, address, secret, rank)
+                except BaseException:
+                    sock.close()
+                    raise
+                return cls(sock, on_driver_gone)
+            except _Refused:
+                raise
+            except OSError as e:
+                if deadline - time.monotonic() <= 0:
+                    raise ConnectionError(
+                        f"rank {rank} cannot reach the spark_hvd output collector on the driver at "
+                        f"{address} within {timeout_s:g}s: {e}") from e
+            # Backoff between attempts (rate limiting, not synchronisation).
+            time.sleep(min(backoff_s, max(0.0, deadline - time.monotonic())))
+            backoff_s = min(backoff_s * 2, 1.0)
 
     def send_line(self, stream: str, text: str) -> None:
         self._send({"kind": KIND_LINE, "stream": stream, "text": text})
@@ -150,6 +156,23 @@ class OutputSender:
             with self._lock:
                 self._broken = True
             self._on_driver_gone()
+
+
+class _Refused(ConnectionError):
+    """The collector answered and said no (or is not one): retrying cannot help."""
+
+
+def _client_handshake(sock: socket.socket, address: str, secret: bytes, rank: int) -> None:
+    """The task's side; the socket's timeout bounds each step."""
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    magic, version, nonce = _SERVER_HELLO.unpack(recv_exactly(sock, SERVER_HELLO_BYTES))
+    if magic != MAGIC or version != VERSION:
+        raise _Refused(f"{address} is not a spark_hvd output collector (v{VERSION})")
+    sock.sendall(_RANK.pack(rank) + auth_digest(secret, nonce, rank))
+    if recv_exactly(sock, 1) != b"\x01":
+        raise _Refused(f"the output collector at {address} rejected rank {rank}")
+    # From here on only the watcher reads, and it must block until the driver closes.
+    sock.settimeout(None)
 
 
 def recv_exactly(sock: socket.socket, n: int) -> bytes:

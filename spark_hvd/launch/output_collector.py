@@ -6,13 +6,20 @@ from __future__ import annotations
 import collections
 import hmac
 import secrets
-import selectors
 import socket
 import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Union
 
+from collective.bootstrap.listener import (
+    ADMIT,
+    DEFAULT_HANDSHAKE_TIMEOUT_S,
+    DEFAULT_MAX_PENDING,
+    Handshake,
+    HandshakeRefused,
+    Listener,
+)
 from collective.run import LineSink
 from spark_hvd.errors import RankFailure
 from spark_hvd.launch.framing import FrameError, read_frame
@@ -25,11 +32,9 @@ from spark_hvd.launch.output_channel import (
     NONCE_BYTES,
     auth_digest,
     parse_client_hello,
-    recv_exactly,
     server_hello,
 )
 
-_HANDSHAKE_TIMEOUT_S = 30.0
 _MAX_FRAME_BLOB_BYTES = 0  # output frames carry everything in the header
 DRIVER_TAG = "[spark_hvd]"
 
@@ -54,7 +59,8 @@ CollectorEvent = Union[RankConnected, RankFailed, RankEvent]
 
 
 class OutputCollector:
-    """A TCP server for the ranks' OutputSenders. Thread per connection; ranks are few."""
+    """A TCP server for the ranks' OutputSenders, on the shared Listener: strangers are handshaken
+    concurrently under a short deadline and never get a thread; each authenticated rank gets one."""
 
     def __init__(
         self,
@@ -66,38 +72,39 @@ class OutputCollector:
         *,
         echo: bool = True,
         tail_lines: int = 20,
-        bind_host: str = "0.0.0.0",
+        bind_host: str = "127.0.0.1",
+        port: int = 0,
         timestamps: bool = False,
+        handshake_timeout_s: float = DEFAULT_HANDSHAKE_TIMEOUT_S,
+        max_pending: int = DEFAULT_MAX_PENDING,
     ) -> None:
         """``timestamps``: prefix every echoed rank line with the driver's local time, as Horovod's
-        ``prefix_output_with_timestamp`` does (``time.asctime()`` right before ``[rank]``)."""
+        ``prefix_output_with_timestamp`` does (``time.asctime()`` right before ``[rank]``).
+        ``bind_host``: the address the ranks dial (the driver's bind address under Spark); ``port``: 0, any free one."""
         self._secret = secret
         self._num_ranks = num_ranks
         self._on_event = on_event
         self._sinks = {"stdout": stdout, "stderr": stderr}
         self._echo = echo
         self._timestamps = timestamps
-        self._bind_host = bind_host
         self._lock = threading.Lock()
         self._tails = {r: collections.deque(maxlen=tail_lines) for r in range(num_ranks)}
         self._connected: set[int] = set()
         self._open: dict[int, socket.socket] = {}
         self._all_closed = threading.Condition(self._lock)
-        self._accept_thread: threading.Thread | None = None
-        self._conn_threads: list[threading.Thread] = []
         self._stopping = threading.Event()
-        self._listener: socket.socket | None = None
-        self._wake_reader, self._wake_writer = socket.socketpair()
+        self._listener = Listener(
+            bind_host, port, self._handshake, self._serve, name="spark_hvd output collector",
+            handshake_timeout_s=handshake_timeout_s, max_pending=max_pending, max_peers=max(1, num_ranks))
 
     def start(self) -> int:
         """Starts listening; returns the port."""
-        listener = socket.create_server((self._bind_host, 0))
-        listener.setblocking(False)
-        self._listener = listener
-        self._accept_thread = threading.Thread(
-            target=self._accept_loop, name="spark-hvd-collector", daemon=True)
-        self._accept_thread.start()
-        return listener.getsockname()[1]
+        return self._listener.start()[1]
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """(host, port) as bound; valid after start()."""
+        return self._listener.address
 
     def tail(self, rank: int) -> list[str]:
         with self._lock:
@@ -117,23 +124,7 @@ class OutputCollector:
         if self._stopping.is_set():
             return
         self._stopping.set()
-        self._wake_writer.send(b"x")
-        with self._lock:
-            conns = list(self._open.values())
-        for conn in conns:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        # The accept loop first, so the list of connection threads no longer grows.
-        if self._accept_thread is not None:
-            self._accept_thread.join(join_timeout_s)
-        for thread in self._conn_threads:
-            thread.join(join_timeout_s)
-        if self._listener is not None:
-            self._listener.close()
-        self._wake_reader.close()
-        self._wake_writer.close()
+        self._listener.stop(join_timeout_s)
 
     def __enter__(self) -> "OutputCollector":
         return self
@@ -141,31 +132,39 @@ class OutputCollector:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
-    def _accept_loop(self) -> None:
-        assert self._listener is not None
-        with selectors.DefaultSelector() as selector:
-            selector.register(self._listener, selectors.EVENT_READ)
-            selector.register(self._wake_reader, selectors.EVENT_READ)
-            while not self._stopping.is_set():
-                for key, _ in selector.select():
-                    if key.fileobj is self._wake_reader:
-                        return
-                    try:
-                        conn, _ = self._listener.accept()
-                    except (BlockingIOError, InterruptedError):
-                        continue
-                    conn.setblocking(True)
-                    thread = threading.Thread(target=self._serve, args=(conn,),
-                                              name="spark-hvd-collector-conn", daemon=True)
-                    thread.start()
-                    self._conn_threads.append(thread)
-
-    def _serve(self, conn: socket.socket) -> None:
-        rank = None
+    def _handshake(self, conn: socket.socket) -> Handshake:
+        """The driver's side of the handshake, driven by the Listener (fixed sizes only)."""
+        nonce = secrets.token_bytes(NONCE_BYTES)
+        yield server_hello(nonce)
+        rank, digest = parse_client_hello((yield CLIENT_HELLO_BYTES))
+        valid = 0 <= rank < self._num_ranks and hmac.compare_digest(
+            digest, auth_digest(self._secret, nonce, rank))
+        accepted = False
+        if valid and (yield ADMIT):
+            with self._lock:
+                # One connection per rank: a second one is a stray retry or an impostor.
+                accepted = rank not in self._connected and not self._stopping.is_set()
+                if accepted:
+                    self._connected.add(rank)
+                    self._open[rank] = conn
+        if not accepted:
+            yield b"\x00"
+            raise HandshakeRefused(f"refused a connection for rank {rank}")
         try:
-            rank = self._handshake(conn)
-            if rank is None:
-                return
+            yield b"\x01"
+        except GeneratorExit:
+            # The verdict never reached the task, which will retry: the rank is not connected.
+            with self._lock:
+                self._connected.discard(rank)
+                self._open.pop(rank, None)
+                self._all_closed.notify_all()
+            raise
+        return rank
+
+    def _serve(self, conn: socket.socket, rank: int) -> None:
+        """An authenticated rank's frames, in its own thread, until it closes or stop()."""
+        try:
+            self._on_event(RankConnected(rank))
             stream = conn.makefile("rb")
             while True:
                 frame = read_frame(stream, max_blob_bytes=_MAX_FRAME_BLOB_BYTES)
@@ -176,30 +175,9 @@ class OutputCollector:
             return  # A task that dies mid-frame is reported by Spark; nothing to add here.
         finally:
             with self._lock:
-                if rank is not None and self._open.get(rank) is conn:
+                if self._open.get(rank) is conn:
                     del self._open[rank]
                     self._all_closed.notify_all()
-            conn.close()
-
-    def _handshake(self, conn: socket.socket) -> int | None:
-        conn.settimeout(_HANDSHAKE_TIMEOUT_S)
-        nonce = secrets.token_bytes(NONCE_BYTES)
-        conn.sendall(server_hello(nonce))
-        rank, digest = parse_client_hello(recv_exactly(conn, CLIENT_HELLO_BYTES))
-        valid = 0 <= rank < self._num_ranks and hmac.compare_digest(
-            digest, auth_digest(self._secret, nonce, rank))
-        with self._lock:
-            # One connection per rank: a second one is a stray retry or an impostor.
-            accepted = valid and rank not in self._connected and not self._stopping.is_set()
-            if accepted:
-                self._connected.add(rank)
-                self._open[rank] = conn
-        conn.sendall(b"\x01" if accepted else b"\x00")
-        if not accepted:
-            return None
-        conn.settimeout(None)
-        self._on_event(RankConnected(rank))
-        return rank
 
     def _handle(self, rank: int, header: dict) -> None:
         kind = header.get("kind")

@@ -121,7 +121,7 @@ def run(
         num_proc=num_proc, payload=cloudpickle.dumps((fn, tuple(args), dict(kwargs or {}))),
         env=env, nics=nics, executable=executable, start_timeout=start_timeout, stdout=stdout,
         stderr=stderr, verbose=verbose, tail_lines=tail_lines, timestamps=timestamps,
-        on_event=on_event, collector_host=_driver_host(spark),
+        on_event=on_event, collector_host=_driver_host(spark), collector_bind_host=_driver_bind_host(spark),
         where=f"the cluster has {shape.slots} task slot(s) (master {shape.master}), which other "
               "jobs may be holding", job_label=f"the Spark job on {shape.master}")
     return run_ranks(launch, lambda spec, events: BarrierJob(spark, spec, events))
@@ -146,7 +146,7 @@ class RanksLaunch:
     nics: tuple[str, ...] | None = None
     executable: str | None = None
     timestamps: bool = False
-    collector_bind_host: str = "0.0.0.0"
+    collector_bind_host: str | None = None  # where the collector listens; None: collector_host
 
 
 def run_ranks(launch: RanksLaunch,
@@ -159,7 +159,7 @@ def run_ranks(launch: RanksLaunch,
     out = LineSink(launch.stdout if launch.stdout is not None else sys.stdout)
     collector = OutputCollector(secret, launch.num_proc, events.put, out, err, echo=launch.verbose >= 1,
                                 tail_lines=launch.tail_lines, timestamps=launch.timestamps,
-                                bind_host=launch.collector_bind_host)
+                                bind_host=launch.collector_bind_host or launch.collector_host)
     port = collector.start()
     try:
         spec = TaskSpec(num_proc=launch.num_proc, secret=secret, payload=launch.payload, env=launch.env,
@@ -372,9 +372,19 @@ def _active_session() -> Any:
 
 
 def _driver_host(spark: Any) -> str:
-    """The address executors use to reach the driver; the output collector listens there too."""
+    """The address executors use to reach the driver (the output collector's address)."""
+    return _driver_conf(spark, "spark.driver.host") or socket.getfqdn()
+
+
+def _driver_bind_host(spark: Any) -> str | None:
+    """Where the output collector listens: where Spark's own driver does (``spark.driver.bindAddress``,
+    which defaults to ``spark.driver.host``), so never every interface unless the user set 0.0.0.0 there.
+    None: the collector's address itself."""
+    return _driver_conf(spark, "spark.driver.bindAddress") or _driver_conf(spark, "spark.driver.host")
+
+
+def _driver_conf(spark: Any, key: str) -> str | None:
     try:
-        host = spark.sparkContext.getConf().get("spark.driver.host", None)
+        return spark.sparkContext.getConf().get(key, None)
     except Exception:  # noqa: BLE001 - Spark Connect: the client is the driver-side end
-        host = None
-    return host or socket.getfqdn()
+        return None
