@@ -15,6 +15,7 @@
 #include "crypto/hmac_sha256.h"
 #include "reduce/reduce.h"
 #include "transport/handshake.h"
+#include "transport/listener.h"
 
 namespace shvd {
 namespace {
@@ -168,49 +169,14 @@ void Mesh::connect_all() {
       peers_[j]->rank = j;
     }
   }
+  const HandshakeKey key{&options_.secret, me, n};
   for (int j = 0; j < me; ++j) {
     for (Channel channel : {Channel::kControl, Channel::kData}) {
-      Fd fd = connect_tcp_with_retry(options_.hosts[j], options_.ports[j], deadline, peer_name(j));
-      authenticate_outgoing(fd.get(), options_.secret, me, j, n, channel, deadline);
-      (channel == Channel::kControl ? peers_[j]->control : peers_[j]->data) = std::move(fd);
+      (channel == Channel::kControl ? peers_[j]->control : peers_[j]->data) =
+          dial_peer(options_.hosts[j], options_.ports[j], j, channel, key, options_.handshake_timeout_s, deadline);
     }
   }
-  int missing = 2 * (n - 1 - me);
-  int refused = 0;
-  std::string last_refusal;
-  while (missing > 0) {
-    Fd fd = accept_before(listener_.get(), deadline);
-    if (!fd.valid()) {
-      std::string waiting;
-      for (int j = me + 1; j < n; ++j) {
-        if (!peers_[j]->control.valid() || !peers_[j]->data.valid()) {
-          waiting += (waiting.empty() ? "" : ", ") + std::to_string(j);
-        }
-      }
-      std::string msg = peer_name(me) + " timed out after " + std::to_string(options_.connect_timeout_s) +
-                        " s waiting for rank(s) " + waiting + " to connect";
-      if (refused > 0) {
-        msg += "; refused " + std::to_string(refused) + " connection(s): " + last_refusal;
-        fail(ErrorKind::kAuthentication, msg);
-      }
-      fail(ErrorKind::kTimeout, msg);
-    }
-    // A stranger gets a few seconds at most, so it cannot hold the job's setup hostage.
-    Deadline auth_deadline = Deadline::after_seconds(std::min(5.0, options_.connect_timeout_s));
-    if (auth_deadline.at() > deadline.at()) auth_deadline = deadline;
-    std::string why;
-    Channel channel = Channel::kControl;
-    int peer_rank = authenticate_incoming(fd.get(), options_.secret, me, n, auth_deadline, &channel, &why);
-    Fd* slot = nullptr;
-    if (peer_rank >= 0) slot = channel == Channel::kControl ? &peers_[peer_rank]->control : &peers_[peer_rank]->data;
-    if (slot == nullptr || slot->valid()) {
-      ++refused;
-      last_refusal = peer_rank < 0 ? why : "a second connection claiming " + peer_name(peer_rank);
-      continue;
-    }
-    *slot = std::move(fd);
-    --missing;
-  }
+  if (me < n - 1) accept_peers(deadline);
   listener_.reset();
   for (auto& peer : peers_) {
     if (!peer) continue;
@@ -219,6 +185,46 @@ void Mesh::connect_all() {
     tune_data_socket(peer->control.get(), 0);
     tune_data_socket(peer->data.get(), options_.tcp_socket_buffer_bytes);
   }
+}
+
+void Mesh::accept_peers(const Deadline& deadline) {
+  const int me = options_.rank;
+  const int n = options_.size;
+  PeerListener listener(listener_.get(), {{&options_.secret, me, n}, options_.handshake_timeout_s,
+                                          options_.max_pending_handshakes});
+  int missing = 2 * (n - 1 - me);
+  AuthenticatedPeer peer;
+  while (missing > 0) {
+    if (!listener.next(deadline, &peer)) break;
+    Fd& slot = peer.channel == Channel::kControl ? peers_[peer.rank]->control : peers_[peer.rank]->data;
+    // Only a holder of the secret gets here: a second connection is the peer dialling again after its
+    // first attempt failed on its side, so the newer one is the one it uses.
+    if (!slot.valid()) --missing;
+    slot = std::move(peer.fd);
+  }
+  if (missing == 0) return;
+  std::vector<int> absent;
+  for (int j = me + 1; j < n; ++j) {
+    if (!peers_[j]->control.valid() || !peers_[j]->data.valid()) absent.push_back(j);
+  }
+  StrangerCounts strangers = listener.strangers();
+  std::string ranks;
+  for (int j : absent) ranks += (ranks.empty() ? "" : ", ") + std::to_string(j);
+  char seconds[32];
+  std::snprintf(seconds, sizeof(seconds), "%g", options_.connect_timeout_s);
+  std::string msg = peer_name(me) + " timed out after " + seconds + " s waiting for rank(s) " + ranks +
+                    " to connect; " + strangers.describe(options_.handshake_timeout_s, options_.max_pending_handshakes);
+  // An answer shaped like a missing rank's that failed the MAC is most likely that rank with another
+  // secret; a stranger could forge one, but only to change how this failure reads.
+  for (int j : absent) {
+    if (strangers.claimed[j] > 0) {
+      fail(ErrorKind::kAuthentication,
+           msg + "; a connection claiming to be rank " + std::to_string(j) +
+               " failed the HMAC challenge: do all ranks share the same job secret?",
+           j);
+    }
+  }
+  fail(ErrorKind::kTimeout, msg, absent.front());
 }
 
 void Mesh::setup_shm() {
