@@ -21,7 +21,9 @@ namespace shvd {
 namespace {
 
 constexpr uint32_t kFrameMagic = 0x44564853;  // "SHVD"
-enum FrameType : uint32_t { kAbort = 2, kBye = 3, kShmSetup = 4, kShmAck = 5 };
+// A rank that times out pings every peer and blames one that does not answer: a live rank answers from
+// whatever wait it is in, a stopped or hung one cannot.
+enum FrameType : uint32_t { kAbort = 2, kBye = 3, kShmSetup = 4, kShmAck = 5, kPing = 6, kPong = 7 };
 
 struct FrameHeader {
   uint32_t magic;
@@ -39,6 +41,8 @@ constexpr size_t kMaxControlPayload = 64 << 10;
 constexpr size_t kDescribeBytes = 16;
 // How long a broken data connection waits for the peer's explanation on its control connection.
 constexpr double kAbortGraceSeconds = 0.2;
+// How long a timed-out rank waits for its peers to answer a ping before it blames the silent ones.
+constexpr double kProbeSeconds = 1.0;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -57,12 +61,22 @@ void send_frame_blocking(int fd, uint32_t type, const void* payload, size_t len,
   }
 }
 
+void send_pong(int fd) {
+  FrameHeader h{kFrameMagic, kPong, 0};
+  std::string why;
+  write_all(fd, &h, sizeof(h), Deadline::after_seconds(kAbortGraceSeconds), &why);  // unanswered reads as silent
+}
+
 std::string read_frame_blocking(int fd, uint32_t expected_type, const Deadline& deadline, int peer) {
   FrameHeader h{};
   std::string why;
-  if (!read_all(fd, &h, sizeof(h), deadline, &why)) {
-    fail(ErrorKind::kPeerFailure, "reading from " + peer_name(peer) + " failed: " + why, peer);
-  }
+  do {
+    if (!read_all(fd, &h, sizeof(h), deadline, &why)) {
+      fail(ErrorKind::kPeerFailure, "reading from " + peer_name(peer) + " failed: " + why, peer);
+    }
+    // A peer that already timed out in a collective probes this rank, still setting up.
+    if (h.magic == kFrameMagic && h.type == kPing && h.length == 0) send_pong(fd);
+  } while (h.magic == kFrameMagic && (h.type == kPing || h.type == kPong) && h.length == 0);
   if (h.magic != kFrameMagic || h.type != expected_type || h.length > kMaxControlPayload) {
     fail(ErrorKind::kPeerFailure, "unexpected frame from " + peer_name(peer) + " while setting up", peer);
   }
@@ -113,6 +127,7 @@ struct Mesh::Peer {
   ShmRing out;
   ShmRing in;
   bool said_bye = false;
+  int pongs = 0;
   // Incoming bytes not yet reduced: a partial element, or a TCP chunk. Receives from one peer complete
   // in order, so one buffer per peer serves them all and lives as long as the mesh.
   ByteBuffer staging;
@@ -304,6 +319,14 @@ void Mesh::read_control_frame(Peer& peer) {
     peer.said_bye = true;
     return;
   }
+  if (h.type == kPing) {
+    send_pong(peer.control.get());
+    return;
+  }
+  if (h.type == kPong) {
+    ++peer.pongs;
+    return;
+  }
   fail(ErrorKind::kPeerFailure, "unexpected control frame " + std::to_string(h.type) + " from " + peer_name(peer.rank),
        peer.rank);
 }
@@ -486,24 +509,80 @@ void Mesh::watch(const std::vector<bool>& reading, const std::vector<bool>& writ
   }
 }
 
+std::vector<int> Mesh::silent_peers() {
+  std::vector<Peer*> asked;
+  std::vector<int> silent, answered_at;
+  for (auto& p : peers_) {
+    if (!p || !p->control.valid() || p->said_bye) continue;
+    FrameHeader h{kFrameMagic, kPing, 0};
+    std::string why;
+    if (!write_all(p->control.get(), &h, sizeof(h), Deadline::after_seconds(kAbortGraceSeconds), &why)) {
+      silent.push_back(p->rank);
+      continue;
+    }
+    asked.push_back(p.get());
+    answered_at.push_back(p->pongs + 1);
+  }
+  Deadline grace = Deadline::after_seconds(kProbeSeconds);
+  std::vector<pollfd> fds;
+  std::vector<Peer*> waiting;
+  while (true) {
+    fds.clear();
+    waiting.clear();
+    for (size_t i = 0; i < asked.size(); ++i) {
+      if (asked[i]->pongs >= answered_at[i]) continue;
+      fds.push_back({asked[i]->control.get(), POLLIN, 0});
+      waiting.push_back(asked[i]);
+    }
+    if (waiting.empty() || grace.expired()) break;
+    if (::poll(fds.data(), fds.size(), grace.remaining_ms(50)) <= 0) continue;
+    // Reading also answers the peers' own probes, and throws on a death or an abort with its cause.
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents != 0) read_control_frame(*waiting[i]);
+    }
+  }
+  for (Peer* p : waiting) silent.push_back(p->rank);
+  std::sort(silent.begin(), silent.end());
+  return silent;
+}
+
 void Mesh::time_out(const std::vector<SendItem>& sends, const std::vector<RecvItem>& recvs, const Active& active,
                     const std::string& what) {
   std::string waiting;
+  std::vector<int> waited_on;
   for (int r = 0; r < options_.size; ++r) {
     if (active.recv[r] >= 0) {
       const RecvItem& it = recvs[active.recv[r]];
       waiting += (waiting.empty() ? "" : "; ") + std::string("receiving from ") + peer_name(r) + " (" +
                  std::to_string(it.done) + " of " + std::to_string(it.len) + " bytes)";
+      waited_on.push_back(r);
     }
     if (active.send[r] >= 0) {
       const SendItem& it = sends[active.send[r]];
       if (!waits_on_own_receive(it)) {
         waiting += (waiting.empty() ? "" : "; ") + std::string("sending to ") + peer_name(r) + " (" +
                    std::to_string(it.done) + " of " + std::to_string(it.len) + " bytes)";
+        waited_on.push_back(r);
       }
     }
   }
-  fail(ErrorKind::kTimeout, what + " timed out on " + peer_name(options_.rank) + ": still " + waiting);
+  // The peer this rank waits on may itself be waiting on the real culprit (a ring passes a stall along):
+  // blame a silent peer, the one waited on first.
+  std::vector<int> silent = silent_peers();
+  auto is_silent = [&](int r) { return std::binary_search(silent.begin(), silent.end(), r); };
+  int blamed = -1;
+  for (int r : waited_on) {
+    if (blamed < 0 && is_silent(r)) blamed = r;
+  }
+  if (blamed < 0 && !silent.empty()) blamed = silent.front();
+  std::string msg = what + " timed out on " + peer_name(options_.rank) + ": still " + waiting;
+  if (blamed >= 0) {
+    msg += "; " + peer_name(blamed) + " is not responding (stopped, hung, or not in a collective)";
+  } else if (!waited_on.empty()) {
+    blamed = waited_on.front();
+    msg += "; " + peer_name(blamed) + " still answers but has not sent or taken its data";
+  }
+  fail(ErrorKind::kTimeout, msg, blamed);
 }
 
 void Mesh::wait_for_progress(const std::vector<SendItem>& sends, const std::vector<RecvItem>& recvs,

@@ -106,6 +106,7 @@ class Mesh {
   struct Peer;
   void connect_all();
   void accept_peers(const Deadline& deadline);
+  std::vector<int> silent_peers();
   void setup_shm();
   bool progress_send(SendItem& item, Peer& peer);
   bool progress_recv(RecvItem& item, Peer& peer);
