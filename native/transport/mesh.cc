@@ -525,23 +525,31 @@ std::vector<int> Mesh::silent_peers() {
   }
   Deadline grace = Deadline::after_seconds(kProbeSeconds);
   std::vector<pollfd> fds;
-  std::vector<Peer*> waiting;
-  while (true) {
-    fds.clear();
-    waiting.clear();
+  auto unanswered = [&] {
+    std::vector<Peer*> left;
     for (size_t i = 0; i < asked.size(); ++i) {
-      if (asked[i]->pongs >= answered_at[i]) continue;
-      fds.push_back({asked[i]->control.get(), POLLIN, 0});
-      waiting.push_back(asked[i]);
+      // A peer that said goodbye meanwhile left in order: not silent.
+      if (asked[i]->pongs < answered_at[i] && !asked[i]->said_bye) left.push_back(asked[i]);
     }
-    if (waiting.empty() || grace.expired()) break;
+    return left;
+  };
+  while (!unanswered().empty() && !grace.expired()) {
+    // Every peer is read, not only those yet to answer: another rank probing at the same moment must get
+    // this rank's answer too, or each would blame the other.
+    fds.clear();
+    std::vector<Peer*> polled;
+    for (Peer* p : asked) {
+      if (p->said_bye) continue;
+      fds.push_back({p->control.get(), POLLIN, 0});
+      polled.push_back(p);
+    }
     if (::poll(fds.data(), fds.size(), grace.remaining_ms(50)) <= 0) continue;
-    // Reading also answers the peers' own probes, and throws on a death or an abort with its cause.
+    // Reading throws on a death, or on an abort with its cause.
     for (size_t i = 0; i < fds.size(); ++i) {
-      if (fds[i].revents != 0) read_control_frame(*waiting[i]);
+      if (fds[i].revents != 0) read_control_frame(*polled[i]);
     }
   }
-  for (Peer* p : waiting) silent.push_back(p->rank);
+  for (Peer* p : unanswered()) silent.push_back(p->rank);
   std::sort(silent.begin(), silent.end());
   return silent;
 }
