@@ -21,6 +21,7 @@ ENV_ADVERTISE_HOST = "COLLECTIVE_ADVERTISE_HOST"
 ENV_HOST_KEY = "COLLECTIVE_HOST_KEY"
 ENV_TIMEOUT = "COLLECTIVE_TIMEOUT"
 ENV_CONNECT_TIMEOUT = "COLLECTIVE_CONNECT_TIMEOUT"
+ENV_HANDSHAKE_TIMEOUT = "COLLECTIVE_HANDSHAKE_TIMEOUT"
 ENV_DISABLE_SHM = "COLLECTIVE_DISABLE_SHM"
 ENV_SHM_BUFFER_BYTES = "COLLECTIVE_SHM_BUFFER_BYTES"
 ENV_TCP_CHUNK_BYTES = "COLLECTIVE_TCP_CHUNK_BYTES"
@@ -58,6 +59,7 @@ class Config:
     host_key: str | None = None        # physical-host identity; None = hostname + boot id
     timeout_s: float = 300.0           # deadline for any single blocking collective
     connect_timeout_s: float = 60.0    # deadline for building the mesh
+    handshake_timeout_s: float = 2.0   # each unauthenticated connection's deadline to pass the challenge
     enable_shm: bool = True            # same-host peers use shared memory
     shm_buffer_bytes: int = 4 << 20
     tcp_chunk_bytes: int = 1 << 20
@@ -342,6 +344,7 @@ _ENV_FIELDS: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "host_key": (ENV_HOST_KEY, _parse_text),
     "timeout_s": (ENV_TIMEOUT, _parse_seconds),
     "connect_timeout_s": (ENV_CONNECT_TIMEOUT, _parse_seconds),
+    "handshake_timeout_s": (ENV_HANDSHAKE_TIMEOUT, _parse_seconds),
     "enable_shm": (ENV_DISABLE_SHM, _parse_shm_enabled),
     "shm_buffer_bytes": (ENV_SHM_BUFFER_BYTES, _parse_int),
     "tcp_chunk_bytes": (ENV_TCP_CHUNK_BYTES, _parse_int),
@@ -390,7 +393,7 @@ def _validate(values: Mapping[str, Any], label: Callable[[str], str]) -> None:
         value = values[name]
         if value is not None and (not isinstance(value, str) or not value):
             fail(name, "must be a non-empty string")
-    for name in ("timeout_s", "connect_timeout_s"):
+    for name in ("timeout_s", "connect_timeout_s", "handshake_timeout_s"):
         value = values[name]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             fail(name, "must be a number of seconds")

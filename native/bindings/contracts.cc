@@ -46,6 +46,8 @@ void register_options(nb::module_& m) {
       .def_rw("tcp_chunk_bytes", &MeshOptions::tcp_chunk_bytes)
       .def_rw("tcp_socket_buffer_bytes", &MeshOptions::tcp_socket_buffer_bytes)
       .def_rw("connect_timeout_s", &MeshOptions::connect_timeout_s)
+      .def_rw("handshake_timeout_s", &MeshOptions::handshake_timeout_s)
+      .def_rw("max_pending_handshakes", &MeshOptions::max_pending_handshakes)
       .def_rw("timeout_s", &MeshOptions::timeout_s)
       .def_rw("spin_us", &MeshOptions::spin_us)
       .def_rw("yield_us", &MeshOptions::yield_us)

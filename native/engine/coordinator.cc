@@ -214,6 +214,7 @@ void Coordinator::inspect_stalls(Clock::time_point now, std::vector<Response>* o
                                         rank_list(absent) + " did not within " +
                                         std::to_string(int(options_.stall_shutdown_s)) + " s",
                                     spec));
+      out->back().error_rank = absent.front();  // the first rank everyone waits on
       it = table_.erase(it);
       continue;
     }

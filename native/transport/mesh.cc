@@ -15,12 +15,15 @@
 #include "crypto/hmac_sha256.h"
 #include "reduce/reduce.h"
 #include "transport/handshake.h"
+#include "transport/listener.h"
 
 namespace shvd {
 namespace {
 
 constexpr uint32_t kFrameMagic = 0x44564853;  // "SHVD"
-enum FrameType : uint32_t { kAbort = 2, kBye = 3, kShmSetup = 4, kShmAck = 5 };
+// A rank that times out pings every peer and blames one that does not answer: a live rank answers from
+// whatever wait it is in, a stopped or hung one cannot.
+enum FrameType : uint32_t { kAbort = 2, kBye = 3, kShmSetup = 4, kShmAck = 5, kPing = 6, kPong = 7 };
 
 struct FrameHeader {
   uint32_t magic;
@@ -38,6 +41,8 @@ constexpr size_t kMaxControlPayload = 64 << 10;
 constexpr size_t kDescribeBytes = 16;
 // How long a broken data connection waits for the peer's explanation on its control connection.
 constexpr double kAbortGraceSeconds = 0.2;
+// How long a timed-out rank waits for its peers to answer a ping before it blames the silent ones.
+constexpr double kProbeSeconds = 1.0;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -56,12 +61,22 @@ void send_frame_blocking(int fd, uint32_t type, const void* payload, size_t len,
   }
 }
 
+void send_pong(int fd) {
+  FrameHeader h{kFrameMagic, kPong, 0};
+  std::string why;
+  write_all(fd, &h, sizeof(h), Deadline::after_seconds(kAbortGraceSeconds), &why);  // unanswered reads as silent
+}
+
 std::string read_frame_blocking(int fd, uint32_t expected_type, const Deadline& deadline, int peer) {
   FrameHeader h{};
   std::string why;
-  if (!read_all(fd, &h, sizeof(h), deadline, &why)) {
-    fail(ErrorKind::kPeerFailure, "reading from " + peer_name(peer) + " failed: " + why, peer);
-  }
+  do {
+    if (!read_all(fd, &h, sizeof(h), deadline, &why)) {
+      fail(ErrorKind::kPeerFailure, "reading from " + peer_name(peer) + " failed: " + why, peer);
+    }
+    // A peer that already timed out in a collective probes this rank, still setting up.
+    if (h.magic == kFrameMagic && h.type == kPing && h.length == 0) send_pong(fd);
+  } while (h.magic == kFrameMagic && (h.type == kPing || h.type == kPong) && h.length == 0);
   if (h.magic != kFrameMagic || h.type != expected_type || h.length > kMaxControlPayload) {
     fail(ErrorKind::kPeerFailure, "unexpected frame from " + peer_name(peer) + " while setting up", peer);
   }
@@ -112,6 +127,7 @@ struct Mesh::Peer {
   ShmRing out;
   ShmRing in;
   bool said_bye = false;
+  int pongs = 0;
   // Incoming bytes not yet reduced: a partial element, or a TCP chunk. Receives from one peer complete
   // in order, so one buffer per peer serves them all and lives as long as the mesh.
   ByteBuffer staging;
@@ -168,49 +184,14 @@ void Mesh::connect_all() {
       peers_[j]->rank = j;
     }
   }
+  const HandshakeKey key{&options_.secret, me, n};
   for (int j = 0; j < me; ++j) {
     for (Channel channel : {Channel::kControl, Channel::kData}) {
-      Fd fd = connect_tcp_with_retry(options_.hosts[j], options_.ports[j], deadline, peer_name(j));
-      authenticate_outgoing(fd.get(), options_.secret, me, j, n, channel, deadline);
-      (channel == Channel::kControl ? peers_[j]->control : peers_[j]->data) = std::move(fd);
+      (channel == Channel::kControl ? peers_[j]->control : peers_[j]->data) =
+          dial_peer(options_.hosts[j], options_.ports[j], j, channel, key, options_.handshake_timeout_s, deadline);
     }
   }
-  int missing = 2 * (n - 1 - me);
-  int refused = 0;
-  std::string last_refusal;
-  while (missing > 0) {
-    Fd fd = accept_before(listener_.get(), deadline);
-    if (!fd.valid()) {
-      std::string waiting;
-      for (int j = me + 1; j < n; ++j) {
-        if (!peers_[j]->control.valid() || !peers_[j]->data.valid()) {
-          waiting += (waiting.empty() ? "" : ", ") + std::to_string(j);
-        }
-      }
-      std::string msg = peer_name(me) + " timed out after " + std::to_string(options_.connect_timeout_s) +
-                        " s waiting for rank(s) " + waiting + " to connect";
-      if (refused > 0) {
-        msg += "; refused " + std::to_string(refused) + " connection(s): " + last_refusal;
-        fail(ErrorKind::kAuthentication, msg);
-      }
-      fail(ErrorKind::kTimeout, msg);
-    }
-    // A stranger gets a few seconds at most, so it cannot hold the job's setup hostage.
-    Deadline auth_deadline = Deadline::after_seconds(std::min(5.0, options_.connect_timeout_s));
-    if (auth_deadline.at() > deadline.at()) auth_deadline = deadline;
-    std::string why;
-    Channel channel = Channel::kControl;
-    int peer_rank = authenticate_incoming(fd.get(), options_.secret, me, n, auth_deadline, &channel, &why);
-    Fd* slot = nullptr;
-    if (peer_rank >= 0) slot = channel == Channel::kControl ? &peers_[peer_rank]->control : &peers_[peer_rank]->data;
-    if (slot == nullptr || slot->valid()) {
-      ++refused;
-      last_refusal = peer_rank < 0 ? why : "a second connection claiming " + peer_name(peer_rank);
-      continue;
-    }
-    *slot = std::move(fd);
-    --missing;
-  }
+  if (me < n - 1) accept_peers(deadline);
   listener_.reset();
   for (auto& peer : peers_) {
     if (!peer) continue;
@@ -219,6 +200,46 @@ void Mesh::connect_all() {
     tune_data_socket(peer->control.get(), 0);
     tune_data_socket(peer->data.get(), options_.tcp_socket_buffer_bytes);
   }
+}
+
+void Mesh::accept_peers(const Deadline& deadline) {
+  const int me = options_.rank;
+  const int n = options_.size;
+  PeerListener listener(listener_.get(), {{&options_.secret, me, n}, options_.handshake_timeout_s,
+                                          options_.max_pending_handshakes});
+  int missing = 2 * (n - 1 - me);
+  AuthenticatedPeer peer;
+  while (missing > 0) {
+    if (!listener.next(deadline, &peer)) break;
+    Fd& slot = peer.channel == Channel::kControl ? peers_[peer.rank]->control : peers_[peer.rank]->data;
+    // Only a holder of the secret gets here: a second connection is the peer dialling again after its
+    // first attempt failed on its side, so the newer one is the one it uses.
+    if (!slot.valid()) --missing;
+    slot = std::move(peer.fd);
+  }
+  if (missing == 0) return;
+  std::vector<int> absent;
+  for (int j = me + 1; j < n; ++j) {
+    if (!peers_[j]->control.valid() || !peers_[j]->data.valid()) absent.push_back(j);
+  }
+  StrangerCounts strangers = listener.strangers();
+  std::string ranks;
+  for (int j : absent) ranks += (ranks.empty() ? "" : ", ") + std::to_string(j);
+  char seconds[32];
+  std::snprintf(seconds, sizeof(seconds), "%g", options_.connect_timeout_s);
+  std::string msg = peer_name(me) + " timed out after " + seconds + " s waiting for rank(s) " + ranks +
+                    " to connect; " + strangers.describe(options_.handshake_timeout_s, options_.max_pending_handshakes);
+  // An answer shaped like a missing rank's that failed the MAC is most likely that rank with another
+  // secret; a stranger could forge one, but only to change how this failure reads.
+  for (int j : absent) {
+    if (strangers.claimed[j] > 0) {
+      fail(ErrorKind::kAuthentication,
+           msg + "; a connection claiming to be rank " + std::to_string(j) +
+               " failed the HMAC challenge: do all ranks share the same job secret?",
+           j);
+    }
+  }
+  fail(ErrorKind::kTimeout, msg, absent.front());
 }
 
 void Mesh::setup_shm() {
@@ -296,6 +317,14 @@ void Mesh::read_control_frame(Peer& peer) {
   }
   if (h.type == kBye) {
     peer.said_bye = true;
+    return;
+  }
+  if (h.type == kPing) {
+    send_pong(peer.control.get());
+    return;
+  }
+  if (h.type == kPong) {
+    ++peer.pongs;
     return;
   }
   fail(ErrorKind::kPeerFailure, "unexpected control frame " + std::to_string(h.type) + " from " + peer_name(peer.rank),
@@ -480,24 +509,88 @@ void Mesh::watch(const std::vector<bool>& reading, const std::vector<bool>& writ
   }
 }
 
+std::vector<int> Mesh::silent_peers() {
+  std::vector<Peer*> asked;
+  std::vector<int> silent, answered_at;
+  for (auto& p : peers_) {
+    if (!p || !p->control.valid() || p->said_bye) continue;
+    FrameHeader h{kFrameMagic, kPing, 0};
+    std::string why;
+    if (!write_all(p->control.get(), &h, sizeof(h), Deadline::after_seconds(kAbortGraceSeconds), &why)) {
+      silent.push_back(p->rank);
+      continue;
+    }
+    asked.push_back(p.get());
+    answered_at.push_back(p->pongs + 1);
+  }
+  Deadline grace = Deadline::after_seconds(kProbeSeconds);
+  std::vector<pollfd> fds;
+  auto unanswered = [&] {
+    std::vector<Peer*> left;
+    for (size_t i = 0; i < asked.size(); ++i) {
+      // A peer that said goodbye meanwhile left in order: not silent.
+      if (asked[i]->pongs < answered_at[i] && !asked[i]->said_bye) left.push_back(asked[i]);
+    }
+    return left;
+  };
+  while (!unanswered().empty() && !grace.expired()) {
+    // Every peer is read, not only those yet to answer: another rank probing at the same moment must get
+    // this rank's answer too, or each would blame the other.
+    fds.clear();
+    std::vector<Peer*> polled;
+    for (Peer* p : asked) {
+      if (p->said_bye) continue;
+      fds.push_back({p->control.get(), POLLIN, 0});
+      polled.push_back(p);
+    }
+    if (::poll(fds.data(), fds.size(), grace.remaining_ms(50)) <= 0) continue;
+    // Reading throws on a death, or on an abort with its cause.
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents != 0) read_control_frame(*polled[i]);
+    }
+  }
+  for (Peer* p : unanswered()) silent.push_back(p->rank);
+  std::sort(silent.begin(), silent.end());
+  return silent;
+}
+
 void Mesh::time_out(const std::vector<SendItem>& sends, const std::vector<RecvItem>& recvs, const Active& active,
                     const std::string& what) {
   std::string waiting;
+  std::vector<int> waited_on;
   for (int r = 0; r < options_.size; ++r) {
     if (active.recv[r] >= 0) {
       const RecvItem& it = recvs[active.recv[r]];
       waiting += (waiting.empty() ? "" : "; ") + std::string("receiving from ") + peer_name(r) + " (" +
                  std::to_string(it.done) + " of " + std::to_string(it.len) + " bytes)";
+      waited_on.push_back(r);
     }
     if (active.send[r] >= 0) {
       const SendItem& it = sends[active.send[r]];
       if (!waits_on_own_receive(it)) {
         waiting += (waiting.empty() ? "" : "; ") + std::string("sending to ") + peer_name(r) + " (" +
                    std::to_string(it.done) + " of " + std::to_string(it.len) + " bytes)";
+        waited_on.push_back(r);
       }
     }
   }
-  fail(ErrorKind::kTimeout, what + " timed out on " + peer_name(options_.rank) + ": still " + waiting);
+  // The peer this rank waits on may itself be waiting on the real culprit (a ring passes a stall along):
+  // blame a silent peer, the one waited on first.
+  std::vector<int> silent = silent_peers();
+  auto is_silent = [&](int r) { return std::binary_search(silent.begin(), silent.end(), r); };
+  int blamed = -1;
+  for (int r : waited_on) {
+    if (blamed < 0 && is_silent(r)) blamed = r;
+  }
+  if (blamed < 0 && !silent.empty()) blamed = silent.front();
+  std::string msg = what + " timed out on " + peer_name(options_.rank) + ": still " + waiting;
+  if (blamed >= 0) {
+    msg += "; " + peer_name(blamed) + " is not responding (stopped, hung, or not in a collective)";
+  } else if (!waited_on.empty()) {
+    blamed = waited_on.front();
+    msg += "; " + peer_name(blamed) + " still answers but has not sent or taken its data";
+  }
+  fail(ErrorKind::kTimeout, msg, blamed);
 }
 
 void Mesh::wait_for_progress(const std::vector<SendItem>& sends, const std::vector<RecvItem>& recvs,

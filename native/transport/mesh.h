@@ -32,6 +32,8 @@ struct MeshOptions {
   size_t tcp_chunk_bytes = 1 << 20;
   int tcp_socket_buffer_bytes = 4 << 20;
   double connect_timeout_s = 60.0;
+  double handshake_timeout_s = 2.0;  // each unauthenticated connection's deadline to pass the challenge
+  int max_pending_handshakes = 64;   // strangers handshaking at once; the oldest is dropped beyond this
   double timeout_s = 300.0;  // deadline of each collective on this mesh (direct calls and the engine's)
   int spin_us = -1;     // busy-wait (pause) before yielding; -1 picks by cores vs local ranks
   int yield_us = 2000;  // then keep yielding the core this long before sleeping on a futex or poll()
@@ -103,6 +105,8 @@ class Mesh {
  private:
   struct Peer;
   void connect_all();
+  void accept_peers(const Deadline& deadline);
+  std::vector<int> silent_peers();
   void setup_shm();
   bool progress_send(SendItem& item, Peer& peer);
   bool progress_recv(RecvItem& item, Peer& peer);

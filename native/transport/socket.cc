@@ -11,7 +11,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <thread>
 
 #include "common/error.h"
 
@@ -73,7 +72,9 @@ Fd listen_tcp(const std::string& host, int port, int* bound_port) {
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) {
     fail(ErrorKind::kGeneric, "cannot listen on " + host + ":" + std::to_string(port) + ": " + errno_text(errno));
   }
-  if (::listen(fd.get(), 512) != 0) fail(ErrorKind::kGeneric, "listen() failed: " + errno_text(errno));
+  // The deepest queue the kernel allows (it caps the request at net.core.somaxconn): a flood of strangers
+  // then waits there, not in SYN retransmits that would also delay the ranks behind it.
+  if (::listen(fd.get(), 65535) != 0) fail(ErrorKind::kGeneric, "listen() failed: " + errno_text(errno));
   sockaddr_storage bound{};
   socklen_t bound_len = sizeof(bound);
   ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &bound_len);
@@ -83,47 +84,31 @@ Fd listen_tcp(const std::string& host, int port, int* bound_port) {
   return fd;
 }
 
-Fd connect_tcp_with_retry(const std::string& host, int port, const Deadline& deadline, const std::string& what) {
+Fd connect_tcp(const std::string& host, int port, const Deadline& deadline, std::string* why) {
   socklen_t len = 0;
   sockaddr_storage addr = resolve(host, port, &len);
-  std::string last_error = "no attempt made";
-  int backoff_ms = 5;
-  while (!deadline.expired()) {
-    Fd fd(::socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-    if (!fd.valid()) fail(ErrorKind::kGeneric, "socket() failed: " + errno_text(errno));
-    int rc = ::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), len);
-    if (rc != 0 && errno == EINPROGRESS) {
-      if (wait_fd(fd.get(), POLLOUT, deadline)) {
-        int err = 0;
-        socklen_t err_len = sizeof(err);
-        ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &err_len);
-        rc = err == 0 ? 0 : -1;
-        errno = err;
-      } else {
-        errno = ETIMEDOUT;
-      }
-    }
-    if (rc == 0) return fd;
-    last_error = errno_text(errno);
-    // Back off so that a peer still starting up is not hammered; the deadline bounds the total.
-    int wait_ms = std::min(backoff_ms, deadline.remaining_ms(backoff_ms));
-    std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
-    backoff_ms = std::min(backoff_ms * 2, 200);
+  Fd fd(::socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd.valid()) {
+    *why = "socket() failed: " + errno_text(errno);
+    return Fd();
   }
-  fail(ErrorKind::kTimeout, "could not connect to " + what + " at " + host + ":" + std::to_string(port) +
-                                " before the deadline: " + last_error);
-}
-
-Fd accept_before(int listen_fd, const Deadline& deadline) {
-  while (!deadline.expired()) {
-    if (!wait_fd(listen_fd, POLLIN, deadline)) break;
-    int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd >= 0) return Fd(fd);
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) {
-      fail(ErrorKind::kGeneric, "accept() failed: " + errno_text(errno));
+  int rc = ::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), len);
+  if (rc != 0 && errno == EINPROGRESS) {
+    if (!wait_fd(fd.get(), POLLOUT, deadline)) {
+      *why = "connect timed out";
+      return Fd();
     }
+    int err = 0;
+    socklen_t err_len = sizeof(err);
+    ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &err_len);
+    rc = err == 0 ? 0 : -1;
+    errno = err;
   }
-  return Fd();
+  if (rc != 0) {
+    *why = "connect failed: " + errno_text(errno);
+    return Fd();
+  }
+  return fd;
 }
 
 void set_nonblocking(int fd, bool on) {

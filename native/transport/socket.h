@@ -30,10 +30,8 @@ class Fd {
 
 // Listens on host:port (port 0 picks a free one). Returns the bound port through *bound_port.
 Fd listen_tcp(const std::string& host, int port, int* bound_port);
-// Connects, retrying refused or unreachable attempts until the deadline.
-Fd connect_tcp_with_retry(const std::string& host, int port, const Deadline& deadline, const std::string& what);
-// Accepts one connection before the deadline; returns an invalid Fd on timeout.
-Fd accept_before(int listen_fd, const Deadline& deadline);
+// One attempt to connect before the deadline; an invalid Fd, and the reason in *why, if it failed.
+Fd connect_tcp(const std::string& host, int port, const Deadline& deadline, std::string* why);
 
 void set_nonblocking(int fd, bool on);
 void tune_data_socket(int fd, int buffer_bytes);

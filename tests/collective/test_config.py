@@ -26,6 +26,7 @@ def test_every_variable_is_parsed() -> None:
         cfg.ENV_HOST_KEY: "node-a",
         cfg.ENV_TIMEOUT: "12.5",
         cfg.ENV_CONNECT_TIMEOUT: "3",
+        cfg.ENV_HANDSHAKE_TIMEOUT: "0.5",
         cfg.ENV_DISABLE_SHM: "true",
         cfg.ENV_SHM_BUFFER_BYTES: "65536",
         cfg.ENV_TCP_CHUNK_BYTES: "4096",
@@ -33,7 +34,7 @@ def test_every_variable_is_parsed() -> None:
     assert config_from_env(environ=environ) == Config(
         rank=2, size=4, rendezvous="10.0.0.1:29500", secret=b"\x00\xff\x10",
         advertise_host="10.0.0.7", host_key="node-a", timeout_s=12.5, connect_timeout_s=3.0,
-        enable_shm=False, shm_buffer_bytes=65536, tcp_chunk_bytes=4096)
+        handshake_timeout_s=0.5, enable_shm=False, shm_buffer_bytes=65536, tcp_chunk_bytes=4096)
 
 
 @pytest.mark.timeout(10)
@@ -75,6 +76,7 @@ def test_base_fields_left_at_default_take_the_environment() -> None:
     ({cfg.ENV_TIMEOUT: "0"}, "COLLECTIVE_TIMEOUT=0.0"),
     ({cfg.ENV_TIMEOUT: "nan"}, "COLLECTIVE_TIMEOUT=nan"),
     ({cfg.ENV_CONNECT_TIMEOUT: "soon"}, "COLLECTIVE_CONNECT_TIMEOUT='soon'"),
+    ({cfg.ENV_HANDSHAKE_TIMEOUT: "0"}, "COLLECTIVE_HANDSHAKE_TIMEOUT=0.0"),
     ({cfg.ENV_DISABLE_SHM: "maybe"}, "COLLECTIVE_DISABLE_SHM='maybe'"),
     ({cfg.ENV_SHM_BUFFER_BYTES: "0"}, "COLLECTIVE_SHM_BUFFER_BYTES=0"),
 ])
@@ -98,6 +100,7 @@ def test_cross_field_error_names_each_source() -> None:
     ({"secret": b""}, "Config.secret=<redacted> must be non-empty"),
     ({"timeout_s": -1.0}, "Config.timeout_s=-1.0"),
     ({"connect_timeout_s": float("inf")}, "Config.connect_timeout_s=inf"),
+    ({"handshake_timeout_s": -2.0}, "Config.handshake_timeout_s=-2.0"),
     ({"tcp_chunk_bytes": 0}, "Config.tcp_chunk_bytes=0"),
     ({"host_key": ""}, "Config.host_key=''"),
     ({"scope": ""}, "Config.scope=''"),
