@@ -12,8 +12,8 @@ from collective._native import (
 )
 
 
-# The binding signatures this Python code calls; see ABI_VERSION in native/bindings.cc.
-EXPECTED_NATIVE_ABI = 5
+# The binding signatures this Python code calls; see ABI_VERSION in native/bindings/module.cc.
+EXPECTED_NATIVE_ABI = 6
 if getattr(_native, "ABI_VERSION", None) != EXPECTED_NATIVE_ABI:
     raise ImportError(
         f"collective._native is a stale build (ABI {getattr(_native, 'ABI_VERSION', None)}, this code needs "

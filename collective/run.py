@@ -29,6 +29,7 @@ from collective.bootstrap.rendezvous import RendezvousServer
 from collective.failure_report import read_report, root_cause
 from collective.processes import ChildProcess, describe_exit
 from collective.config import (
+    config_from_env,
     default_host_key,
     env_for_rank,
     format_host_port,
@@ -84,7 +85,9 @@ def launch(
     out = LineSink(stdout if stdout is not None else sys.stdout)
     err = LineSink(stderr if stderr is not None else sys.stderr)
     secret = secrets.token_bytes(32)
-    server = RendezvousServer("127.0.0.1", 0, secret=secret)
+    # The ranks' own knobs (their env), so that COLLECTIVE_HANDSHAKE_TIMEOUT covers this listener too.
+    knobs = config_from_env(environ=inherited_environ() if env is None else env)
+    server = RendezvousServer("127.0.0.1", 0, secret=secret, handshake_timeout_s=knobs.handshake_timeout_s)
     job = _Job(out, err, tempfile.mkdtemp(prefix="collective-run-reports-"))
     if stopper is not None:
         stopper._attach(job.events)

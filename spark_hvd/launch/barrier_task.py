@@ -96,7 +96,7 @@ def _start_rendezvous(spec: TaskSpec, task_address: str) -> tuple[RendezvousServ
     # Listen where peers dial: the host this executor advertises to Spark (the mesh's own address),
     # or with nics the named interfaces' address; never every interface.
     host = mesh_host(None, spec.nics or (), task_host)
-    server = RendezvousServer(host, 0, secret=spec.secret)
+    server = RendezvousServer(host, 0, secret=spec.secret, handshake_timeout_s=spec.handshake_timeout_s)
     server.start()
     return server, format_host_port(host, server.address[1])
 

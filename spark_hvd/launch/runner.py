@@ -14,7 +14,7 @@ from typing import IO, Any, Callable, Collection, Mapping, Sequence
 
 import cloudpickle
 
-from collective.config import format_host_port
+from collective.config import config_from_env, format_host_port
 from collective.failure_report import root_cause
 from collective.run import LineSink
 from spark_hvd.launch import run_arguments as checked
@@ -154,17 +154,21 @@ def run_ranks(launch: RanksLaunch,
     """Runs the ranks with the job ``make_job`` builds (it has start() and cancel(), and ends by
     putting JobFinished or JobFailed on the queue); returns their results in rank order."""
     secret = secrets.token_bytes(32)
+    # The knobs the ranks will see (their env wins), so one setting covers the driver's listener too.
+    knobs = config_from_env(environ={**os.environ, **launch.env})
     events: queue.SimpleQueue[Any] = queue.SimpleQueue()
     err = LineSink(launch.stderr if launch.stderr is not None else sys.stderr)
     out = LineSink(launch.stdout if launch.stdout is not None else sys.stdout)
     collector = OutputCollector(secret, launch.num_proc, events.put, out, err, echo=launch.verbose >= 1,
                                 tail_lines=launch.tail_lines, timestamps=launch.timestamps,
-                                bind_host=launch.collector_bind_host or launch.collector_host)
+                                bind_host=launch.collector_bind_host or launch.collector_host,
+                                handshake_timeout_s=knobs.handshake_timeout_s)
     port = collector.start()
     try:
         spec = TaskSpec(num_proc=launch.num_proc, secret=secret, payload=launch.payload, env=launch.env,
                         nics=launch.nics, executable=launch.executable,
-                        collector_address=format_host_port(launch.collector_host, port))
+                        collector_address=format_host_port(launch.collector_host, port),
+                        connect_timeout_s=knobs.connect_timeout_s, handshake_timeout_s=knobs.handshake_timeout_s)
         job = make_job(spec, events)
         supervisor = _Supervisor(job, collector, events, launch, err)
         supervisor.progress(f"launching {launch.num_proc} rank(s) in {launch.job_label}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from collective.config import Config
+
 
 @dataclass(frozen=True)
 class TaskSpec:
@@ -14,7 +16,9 @@ class TaskSpec:
     env: dict[str, str] = field(default_factory=dict)  # extra environment for the children
     nics: tuple[str, ...] | None = None  # interfaces the rendezvous and the mesh may use; None = any
     executable: str | None = None        # the children's Python interpreter; None = the worker's own
-    connect_timeout_s: float = 60.0
+    # The driver's Config (and COLLECTIVE_* there) decides both, so one setting covers every listener.
+    connect_timeout_s: float = Config.connect_timeout_s
+    handshake_timeout_s: float = Config.handshake_timeout_s  # rank 0's rendezvous, per stranger
     exit_grace_s: float = 30.0    # after fn returns, how long its process may take to exit
 
     def __repr__(self) -> str:

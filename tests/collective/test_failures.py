@@ -65,13 +65,17 @@ def test_ops_before_init_raise_not_initialized() -> None:
         hvd.barrier()
 
 
-def test_double_init_is_refused_and_shutdown_allows_reinit() -> None:
+def test_init_again_keeps_the_job_or_rejoins_with_new_arguments_and_shutdown_allows_reinit() -> None:
     hvd.init()
     try:
         assert (hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size()) == (0, 1, 0, 1)
         assert (hvd.cross_rank(), hvd.cross_size()) == (0, 1)
-        with pytest.raises(hvd.CollectiveError, match="already"):
-            hvd.init()
+        running = hvd.runtime.communicator()
+        hvd.init()  # as in Horovod: a second init() keeps the running job
+        assert hvd.runtime.communicator() is running
+        hvd.init(timeout_s=7.0)  # with arguments: leaves the job and joins again with them
+        assert hvd.runtime.communicator() is not running
+        assert hvd.runtime.job_config().timeout_s == 7.0
         np.testing.assert_array_equal(hvd.allreduce(np.arange(4.0), op=hvd.Sum), np.arange(4.0))
     finally:
         hvd.shutdown()

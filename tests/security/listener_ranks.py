@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 
 def listening_sockets() -> list[tuple[str, int]]:
     """Every TCP socket listening in this network namespace, as (bound address, port), from /proc/net/tcp{,6}."""
@@ -32,6 +30,7 @@ def meet_and_look_at_the_listeners() -> dict:
     import numpy as np
 
     import collective
+    from collective.runtime import job_config
 
     collective.init()
     total = collective.allreduce(np.ones(4) * collective.rank(), op=collective.Sum)
@@ -39,4 +38,4 @@ def meet_and_look_at_the_listeners() -> dict:
     # Rank 0's task serves the rendezvous until its fn returns: keep every rank here until all have looked.
     collective.allreduce(np.zeros(1), op=collective.Sum)
     return {"rank": collective.rank(), "sum": total.tolist(), "listening": seen,
-            "rendezvous": os.environ["COLLECTIVE_RENDEZVOUS"]}
+            "rendezvous": job_config().rendezvous}
