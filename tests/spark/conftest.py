@@ -35,10 +35,6 @@ COMMON_CONF = {
 }
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "spark: needs Spark (a JVM); select with -m spark")
-
-
 def _java_home() -> str:
     current = os.environ.get("JAVA_HOME")
     if current and Path(current, "bin", "java").exists():
