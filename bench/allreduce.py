@@ -47,6 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from _baseline import SUFFIX as BASELINE_SUFFIX, checked_baseline
+
 BENCH_DIR = Path(__file__).resolve().parent
 WORKER = BENCH_DIR / "_allreduce_worker.py"
 MARKER = "@@allreduce "
@@ -68,7 +70,6 @@ MPI_TRANSPORT = {
     "mpi-tcp": ["--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo"],
 }
 _TERM_GRACE_S = 5.0
-BASELINE_SUFFIX = "@base"
 
 
 @dataclass
@@ -429,13 +430,10 @@ def main(argv: list[str] | None = None) -> int:
                              "and ours-tcp also run on it, as ours-*@base (see the module docstring)")
     args = parser.parse_args(argv)
     if args.baseline is not None:
-        found = subprocess.run([str(args.baseline), "-c", "import collective; print(collective.__file__)"],
-                               capture_output=True, text=True)
-        if found.returncode != 0:
-            parser.error(f"--baseline {args.baseline} cannot import collective: {found.stderr.strip()[-300:]}")
-        if Path(found.stdout.strip()).resolve().parent == (BENCH_DIR.parent / "collective").resolve():
-            parser.error(f"--baseline {args.baseline} imports this checkout's collective, not another build")
-        print(f"[bench] baseline: {found.stdout.strip()}", file=sys.stderr)
+        try:
+            print(f"[bench] baseline: {checked_baseline(args.baseline)}", file=sys.stderr)
+        except ValueError as e:
+            parser.error(str(e))
         args.impls += [i + BASELINE_SUFFIX for i in args.impls if i in OURS]
 
     sizes = sorted(set(args.sizes or [parse_size(s) for s in (QUICK_SIZES if args.quick else DEFAULT_SIZES)]))

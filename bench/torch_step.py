@@ -1,6 +1,6 @@
 """Training-step benchmark: collective.torch's DistributedOptimizer against torch DDP over gloo.
 
-    .venv/bin/python bench/torch_step.py [--rounds 3] [--steps 20] [--batch 32] [--ranks 2]
+    .venv/bin/python bench/torch_step.py [--rounds 3] [--steps 20] [--batch 32] [--ranks 2] [--baseline PYTHON]
 
 An MLP of about 10M parameters (float32) trains on CPU with one intra-op thread per rank, on a fixed
 random batch per rank. Configurations, each started as its own set of processes from here:
@@ -11,6 +11,8 @@ random batch per rank. Configurations, each started as its own set of processes 
 A configuration's time = max over ranks of that rank's median step time; the reported figure is the
 median over --rounds interleaved rounds (the machine drifts between fast and slow phases).
 Communication overhead = step time - single-process step time. Target: ours / DDP <= 1.0.
+--baseline PYTHON adds ours-fusion@base: ours-fusion on an interpreter that imports another build of the
+package (see bench/_baseline.py), interleaved with the rest: a before/after in one run.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from _baseline import SUFFIX as BASELINE_SUFFIX, checked_baseline
 from _step_runs import free_port, interleaved_medians, print_step_table, run_processes
 
 MARKER = "@@torch_step "
@@ -103,6 +106,11 @@ def commands(config: str, args: argparse.Namespace) -> list[tuple[list[str], dic
     me = [sys.executable, str(Path(__file__).resolve())]
     role = ["--role", config, "--batch", str(args.batch), "--steps", str(args.steps)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    if config.endswith(BASELINE_SUFFIX):
+        # The launcher, and so its ranks, on the baseline's interpreter (ranks use sys.executable).
+        role[1] = config.removesuffix(BASELINE_SUFFIX)
+        launcher = [str(args.baseline), "-m", "collective.run", "-np", str(args.ranks), "--timeout", "300"]
+        return [(launcher + me[1:] + role, env)]
     if config.startswith("ours"):
         launcher = [sys.executable, "-m", "collective.run", "-np", str(args.ranks), "--timeout", "300"]
         return [(launcher + me[1:] + role, env)]
@@ -124,10 +132,15 @@ def drive(args: argparse.Namespace) -> None:
     print(f"MLP {LAYERS}, {sum(p.numel() for p in build_model().parameters()) / 1e6:.2f}M parameters (float32), "
           f"batch {args.batch} per rank, {args.ranks} ranks, 1 intra-op thread each, "
           f"{args.steps} timed steps after {WARMUP_STEPS} warm-up, {args.rounds} interleaved rounds", flush=True)
-    step = interleaved_medians(CONFIGS, args.rounds, lambda config: run_config(config, args))
-    print_step_table(CONFIGS, step)
+    configs = CONFIGS + (("ours-fusion" + BASELINE_SUFFIX,) if args.baseline is not None else ())
+    step = interleaved_medians(configs, args.rounds, lambda config: run_config(config, args))
+    print_step_table(configs, step)
     for ours in ("ours-fusion", "ours-nofusion"):
         print(f"{ours} / ddp-gloo step-time ratio: {step[ours] / step['ddp-gloo']:.3f} (target <= 1.0)")
+    if args.baseline is not None:
+        before = step["ours-fusion" + BASELINE_SUFFIX]
+        print(f"ours-fusion / ours-fusion{BASELINE_SUFFIX} step-time ratio: {step['ours-fusion'] / before:.3f} "
+              "(after / before; 1.0 = no change)")
 
 
 def main() -> None:
@@ -137,7 +150,14 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32, help="samples per rank per step")
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--role", choices=CONFIGS, help=argparse.SUPPRESS)
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="an interpreter that imports another build: adds ours-fusion" + BASELINE_SUFFIX)
     args = parser.parse_args()
+    if args.baseline is not None and args.role is None:
+        try:
+            print(f"baseline: {checked_baseline(args.baseline)}", flush=True)
+        except ValueError as e:
+            parser.error(str(e))
     torch.set_num_threads(1)
     if args.role is None:
         drive(args)
