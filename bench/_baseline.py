@@ -15,8 +15,11 @@ _CHECKOUT_PACKAGE = (Path(__file__).resolve().parent.parent / "collective").reso
 
 def checked_baseline(python: Path) -> str:
     """Where ``python`` imports collective from; raises ValueError, naming why, unless it is another build."""
-    found = subprocess.run([str(python), "-c", "import collective; print(collective.__file__)"],
-                           capture_output=True, text=True)
+    try:
+        found = subprocess.run([str(python), "-c", "import collective; print(collective.__file__)"],
+                               capture_output=True, text=True)
+    except OSError as e:
+        raise ValueError(f"--baseline {python} cannot be run: {e.strerror}") from e
     if found.returncode != 0:
         raise ValueError(f"--baseline {python} cannot import collective: {found.stderr.strip()[-300:]}")
     location = found.stdout.strip()
