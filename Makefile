@@ -9,7 +9,7 @@ NATIVE_SOURCES := $(shell find native -type f) CMakeLists.txt pyproject.toml
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all build test test-mpi demo bench clean wheel wheel-test docs
+.PHONY: all build test suite test-mpi demo bench clean wheel wheel-test docs petastorm-test
 
 all: build
 
@@ -31,11 +31,13 @@ build: $(VENV)/.built
 # `make test` for now: with it the suite comes too close to CI's 40-minute budget on a 2-core machine.
 # Two test processes, a file each at a time (module fixtures stay in one process): most of the suite waits
 # on JVMs and ranks rather than computing, so two files at once take about half the time on 2 cores.
+# Petastorm's venv and the docs site build beside the suite (-O keeps each one's output together).
 TEST_WORKERS ?= 2
 test: build
+	$(MAKE) --no-print-directory -j3 -O suite petastorm-test docs
+
+suite: build
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
-	$(MAKE) petastorm-test
-	$(MAKE) docs
 
 # Petastorm needs an old stack (pyarrow 14, pyspark 4.0, numpy 1): its reader is tested in a venv of its own,
 # with its own build of the extension. The main venv skips those tests (petastorm does not import there).
