@@ -10,13 +10,15 @@ import subprocess
 from pathlib import Path
 
 SUFFIX = "@base"
+# -P: run from a checkout, ``python -m`` would put the working directory, and its collective, first.
+SAFE_PATH = ("-P",)
 _CHECKOUT_PACKAGE = (Path(__file__).resolve().parent.parent / "collective").resolve()
 
 
 def checked_baseline(python: Path) -> str:
     """Where ``python`` imports collective from; raises ValueError, naming why, unless it is another build."""
     try:
-        found = subprocess.run([str(python), "-c", "import collective; print(collective.__file__)"],
+        found = subprocess.run([str(python), *SAFE_PATH, "-c", "import collective; print(collective.__file__)"],
                                capture_output=True, text=True)
     except OSError as e:
         raise ValueError(f"--baseline {python} cannot be run: {e.strerror}") from e

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _baseline import SUFFIX as BASELINE_SUFFIX, checked_baseline
+from _baseline import SAFE_PATH, SUFFIX as BASELINE_SUFFIX, checked_baseline
 
 BENCH_DIR = Path(__file__).resolve().parent
 WORKER = BENCH_DIR / "_allreduce_worker.py"
@@ -126,7 +126,7 @@ def make_job(impl: str, ranks: int, sizes: list[int], worker_args: list[str], ti
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if impl.endswith(BASELINE_SUFFIX) and baseline is not None:
         # The launcher and its ranks all run on the baseline's interpreter (ranks use sys.executable).
-        argv = [str(baseline), "-m", "collective.run", "-np", str(ranks), "--timeout", str(int(timeout_s)),
+        argv = [str(baseline), *SAFE_PATH, "-m", "collective.run", "-np", str(ranks), "--timeout", str(int(timeout_s)),
                 *work, "--impl", impl.removesuffix(BASELINE_SUFFIX), "--label", impl]
         return Job(impl, ranks, [argv], [env])
     if impl in OURS:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from _baseline import SUFFIX as BASELINE_SUFFIX, checked_baseline
+from _baseline import SAFE_PATH, SUFFIX as BASELINE_SUFFIX, checked_baseline
 from _step_runs import free_port, interleaved_medians, print_step_table, run_processes
 
 MARKER = "@@torch_step "
@@ -109,7 +109,7 @@ def commands(config: str, args: argparse.Namespace) -> list[tuple[list[str], dic
     if config.endswith(BASELINE_SUFFIX):
         # The launcher, and so its ranks, on the baseline's interpreter (ranks use sys.executable).
         role[1] = config.removesuffix(BASELINE_SUFFIX)
-        launcher = [str(args.baseline), "-m", "collective.run", "-np", str(args.ranks), "--timeout", "300"]
+        launcher = [str(args.baseline), *SAFE_PATH, "-m", "collective.run", "-np", str(args.ranks), "--timeout", "300"]
         return [(launcher + me[1:] + role, env)]
     if config.startswith("ours"):
         launcher = [sys.executable, "-m", "collective.run", "-np", str(args.ranks), "--timeout", "300"]
