@@ -16,6 +16,7 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -44,8 +45,10 @@ def block(launches: int) -> None:
 
 
 def run_block(python: str, launches: int) -> list[float]:
+    # From a neutral directory: Spark's Python workers and the rank children start with ``python -m``, which
+    # would put a checkout's working directory, and its collective, ahead of the interpreter's own build.
     done = subprocess.run([python, str(Path(__file__).resolve()), "--role-block", str(launches)],
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, cwd=tempfile.gettempdir())
     found = [line for line in done.stdout.splitlines() if line.startswith(MARKER)]
     if done.returncode != 0 or not found:
         raise RuntimeError(f"{python}: block failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
