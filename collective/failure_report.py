@@ -28,6 +28,9 @@ _TORCH_PEER_LOST = (
     "Broken pipe",
     "remote process exited or there was a network error",
 )
+# How long a launcher waits for the root cause's own report once it has heard only a reaction to it (or,
+# under Spark, only that the job failed): a dying rank's report can trail its peers' by a moment.
+REPORT_LAG_S = 3.0
 # Errors wrap errors (``raise RunFailed(...) from e``); a reaction stays a reaction however deep.
 _CHAIN_DEPTH = 8
 

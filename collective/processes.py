@@ -22,7 +22,6 @@ from typing import BinaryIO, Callable, Mapping, Sequence
 
 _LINE_LIMIT = 1 << 16
 _PR_SET_PDEATHSIG = 1
-STREAMS = ("stdout", "stderr")
 
 
 class ChildProcess:

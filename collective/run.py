@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import IO, Any, BinaryIO, Mapping
 
 from collective.bootstrap.rendezvous import RendezvousServer
-from collective.failure_report import read_report, root_cause
+from collective.failure_report import REPORT_LAG_S, read_report, root_cause
 from collective.processes import ChildProcess, describe_exit
 from collective.config import (
     config_from_env,
@@ -46,8 +46,6 @@ LAUNCHER_TAG = "[collective.run]"
 _DRAIN_DEADLINE_S = 5.0
 # How long SIGKILLed ranks get to be reaped before we stop waiting (e.g. stuck in D state).
 _REAP_DEADLINE_S = 10.0
-# How long the first rank to fail may wait for the peer it blames to exit and report its own failure.
-_REPORT_LAG_S = 3.0
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -311,7 +309,7 @@ class _Job:
         running by then has stopped responding.
         """
         exits = {first.rank: first.returncode}
-        deadline = time.monotonic() + _REPORT_LAG_S
+        deadline = time.monotonic() + REPORT_LAG_S
         while True:
             # A rank writes its report just before it exits (an interpreter can take seconds to end).
             reports = {rank: read_report(self.report_path(rank)) for rank in self._children}

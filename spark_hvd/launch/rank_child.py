@@ -59,7 +59,6 @@ class RankChild:
                  str(result_write)],
                 env, lambda stream, chunk: on_line(stream, chunk.decode("utf-8", "replace").rstrip("\n")),
                 pass_fds=(launch_read, result_write), name=f"spark-hvd-rank{rank}")
-            self._proc = self._child.proc
         except BaseException as e:
             for fd in (launch_write, result_read):
                 os.close(fd)
@@ -79,7 +78,7 @@ class RankChild:
 
     @property
     def pid(self) -> int:
-        return self._proc.pid
+        return self._child.pid
 
     def send_payload_in_background(self, payload: bytes) -> None:
         """Sends fn and its arguments without blocking: the child reads them while we meet peers."""
@@ -122,11 +121,11 @@ class RankChild:
                          name=f"spark-hvd-rank{self.rank}-wait", daemon=True).start()
         if endings.get() == "report" and report[0] is not None and report[0][0].get("ok"):
             try:
-                self._proc.wait(timeout=exit_grace_s)
+                self._child.proc.wait(timeout=exit_grace_s)
             except subprocess.TimeoutExpired:
                 # fn returned but the process does not end (a non-daemon thread, say).
                 self.kill()
-        returncode = self._proc.wait()
+        returncode = self._child.proc.wait()
         # fn is over; whatever it left running would only hold the pipes open.
         self._child.signal_group(signal.SIGKILL)
         # After the exit, a complete report is already in the pipe; only a torn one can block.
@@ -135,7 +134,7 @@ class RankChild:
         return _outcome(self.rank, returncode, report[0])
 
     def _await_exit(self, endings: "queue.SimpleQueue[str]") -> None:
-        self._proc.wait()
+        self._child.proc.wait()
         endings.put("exit")
 
     def _read_report(self, report: list, endings: "queue.SimpleQueue[str]") -> None:
@@ -164,7 +163,7 @@ class RankChild:
         """Kills whatever is left of the group, grandchildren too, and reaps the child; idempotent."""
         self._child.signal_group(signal.SIGKILL)
         try:
-            self._proc.wait(_REAP_DEADLINE_S)
+            self._child.proc.wait(_REAP_DEADLINE_S)
         except subprocess.TimeoutExpired:
             pass  # Stuck in the kernel (D state); the task must still end.
         self._drain_output()

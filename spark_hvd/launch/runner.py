@@ -15,7 +15,7 @@ from typing import IO, Any, Callable, Collection, Mapping, Sequence
 import cloudpickle
 
 from collective.config import config_from_env, format_host_port
-from collective.failure_report import root_cause
+from collective.failure_report import REPORT_LAG_S, root_cause
 from collective.run import LineSink
 from spark_hvd.launch import run_arguments as checked
 from spark_hvd.launch.barrier_job import BarrierJob, JobFailed, JobFinished
@@ -35,9 +35,6 @@ from spark_hvd.torch_distributed_call import TorchDistributedCall
 
 # Once a rank has failed and the job is cancelled, how long to wait for Spark to wind it down.
 _CANCEL_DEADLINE_S = 60.0
-# When Spark reports the failure first, or a rank reports only its reaction to another rank's
-# failure, how long the failing rank's own report may lag behind.
-_REPORT_LAG_S = 3.0
 # After success, how long the ranks' last output lines may take to arrive.
 _OUTPUT_DRAIN_S = 10.0
 
@@ -281,7 +278,7 @@ class _Supervisor:
         """The first report is a rank's reaction to another's failure (its peer vanished): cancelling
         now could stop that other rank before its own report is out, so wait a moment for it.
         Returns whether the job ended meanwhile."""
-        deadline = time.monotonic() + _REPORT_LAG_S
+        deadline = time.monotonic() + REPORT_LAG_S
         while all(f.peer_failure for f in self._failures):
             try:
                 event = self._events.get(timeout=max(0.0, deadline - time.monotonic()))
@@ -309,7 +306,7 @@ class _Supervisor:
 
     def _error_after_job_failed(self, error: BaseException) -> BaseException:
         # A failing rank reports before its task fails, but the report travels on another path.
-        deadline = time.monotonic() + _REPORT_LAG_S
+        deadline = time.monotonic() + REPORT_LAG_S
         while not self._failures:
             try:
                 event = self._events.get(timeout=max(0.0, deadline - time.monotonic()))
