@@ -225,9 +225,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-iters", type=int, default=5)
     parser.add_argument("--max-iters", type=int, default=100_000)
     parser.add_argument("--label", default=None, help="name reported for this implementation")
+    parser.add_argument("--pin", action="store_true", help="bind this rank to one CPU: rank mod the usable CPUs")
     args = parser.parse_args(argv)
 
     backend = make_backend(args.impl)
+    if args.pin:
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[backend.rank % len(cpus)]})
     if args.label:
         backend.name = args.label
     for nbytes in args.sizes:

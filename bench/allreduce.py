@@ -13,6 +13,9 @@ rank bounds what a training step would see), then the median over R interleaved 
 algbw = bytes / time; busbw = algbw * 2(p-1)/p, in GB/s = 1e9 bytes/s.
 Exit status is non-zero only if one of our own implementations fails.
 
+``--pin`` binds rank r to CPU r, as mpirun does by default; without it the two ranks of a 2-core machine
+sometimes share a core for a whole job, which swings small-call latency by 2x in either direction.
+
 ``--baseline PYTHON`` also runs ours-shm and ours-tcp on an interpreter that imports another build of the
 package, as ``ours-shm@base`` and ``ours-tcp@base``, interleaved with this build's rounds: a before/after
 comparison in one run. Such an interpreter, for an older commit REV (an editable install's import hook
@@ -424,6 +427,9 @@ def main(argv: list[str] | None = None) -> int:
                              "round (default 3; 1 with --quick)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke test: 2 ranks, sizes up to 16 MiB, ~0.2 s per cell")
+    parser.add_argument("--pin", action="store_true",
+                        help="pin rank r to CPU r (mod the CPUs this process may use), as mpirun binds by default: "
+                             "small-call latency then measures the code, not where the scheduler put the ranks")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results")
     parser.add_argument("--baseline", type=Path, default=None,
                         help="a Python interpreter that imports another build of the package: ours-shm "
@@ -445,6 +451,8 @@ def main(argv: list[str] | None = None) -> int:
         worker_args = ["--target-s", "0", "--min-iters", str(args.iters), "--max-iters", str(args.iters)]
     else:
         worker_args = ["--target-s", str(target_s), "--min-iters", "3" if args.quick else "5"]
+    if args.pin:
+        worker_args.append("--pin")
 
     started = dt.datetime.now()
     library_at_start = library_identity()

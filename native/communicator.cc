@@ -29,31 +29,28 @@ OwnedResult Communicator::run(CallInfo& call, void* data) {
     OpContext ctx{*mesh_, {Deadline::after_seconds(mesh_->options().timeout_s), call_label(call)}, slots_, work_};
     const CollectiveOp& op = op_for(call.kind);
     InlineBytes offer = op.prepare(ctx, call, data);
-    Agreed agreed = agree(call, offer, ctx.options.deadline);
-    return op.run(ctx, call, data, agreed);
+    return op.run(ctx, call, data, agree(call, offer, ctx.options));
   });
 }
 
-Agreed Communicator::agree(const CallInfo& call, InlineBytes offer, const Deadline& deadline) {
+const Agreed& Communicator::agree(const CallInfo& call, InlineBytes offer, const CollectiveOptions& options) {
   const size_t inline_bytes = offer.data != nullptr && is_small_call(offer.len, size()) ? offer.len : 0;
   if (size() == 1) {
     // Nobody to disagree with; keep the shape of the answer so the ops need no special case.
     const CallInfo* mine = &call;
-    Agreed agreed = agreed_from(call.kind, &mine, 1);
-    agreed.inline_data.push_back({offer.data, inline_bytes});
-    return agreed;
+    fill_agreed(call.kind, &mine, 1, agreed_);
+    agreed_.inline_data.push_back({offer.data, inline_bytes});
+    return agreed_;
   }
-  std::vector<PeerBlock> blocks = exchange_call_info(*mesh_, call, offer.data, inline_bytes, deadline, scratch_);
-  std::vector<const CallInfo*> calls;
-  std::vector<int> ranks;
-  for (const PeerBlock& b : blocks) {
-    ranks.push_back(int(calls.size()));
-    calls.push_back(&b.info);
+  exchange_call_info(*mesh_, call, offer.data, inline_bytes, options.deadline, options.tag, round_);
+  if (ranks_.size() != round_.calls.size()) {
+    ranks_.resize(round_.calls.size());
+    for (size_t r = 0; r < ranks_.size(); ++r) ranks_[r] = int(r);
   }
-  check_agreement(calls, ranks, size_t(rank()));
-  Agreed agreed = agreed_from(call.kind, calls.data(), calls.size());
-  for (const PeerBlock& b : blocks) agreed.inline_data.push_back({b.data, b.data_bytes});
-  return agreed;
+  check_agreement(round_.calls, ranks_, size_t(rank()));
+  fill_agreed(call.kind, round_.calls.data(), round_.calls.size(), agreed_);
+  for (const PeerBlock& b : round_.blocks) agreed_.inline_data.push_back({b.data, b.data_bytes});
+  return agreed_;
 }
 
 void Communicator::shutdown() { mesh_->close(); }

@@ -33,11 +33,15 @@ class Communicator {
  private:
   template <typename Fn>
   auto guarded(Fn&& fn) -> decltype(fn());
-  Agreed agree(const CallInfo& call, InlineBytes offer, const Deadline& deadline);
+  // What every rank asked for, checked; valid until the next call.
+  const Agreed& agree(const CallInfo& call, InlineBytes offer, const CollectiveOptions& options);
 
   std::unique_ptr<Mesh> mesh_;
   uint64_t seq_ = 0;
-  std::vector<ByteBuffer> scratch_;  // peers' call descriptors (and inline tensors), reused every call
+  // Reused every call, so that a warm small call allocates nothing here.
+  DescriptorRound round_;
+  std::vector<int> ranks_;  // 0..size-1: the descriptor round hears from every rank
+  Agreed agreed_;
   ByteBuffer slots_;
   ByteBuffer work_;
 };

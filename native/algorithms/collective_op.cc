@@ -47,14 +47,21 @@ void require_rows(const CallInfo& call) {
   if (call.shape.empty()) fail(ErrorKind::kInvalidArgument, call_label(call) + " needs a tensor with at least one dimension");
 }
 
-Agreed agreed_from(CollectiveKind kind, const CallInfo* const* by_rank, size_t size) {
-  Agreed agreed;
+void fill_agreed(CollectiveKind kind, const CallInfo* const* by_rank, size_t size, Agreed& agreed) {
+  agreed.first_dims.clear();
+  agreed.split_matrix.clear();
+  agreed.inline_data.clear();
   for (size_t r = 0; r < size && kind == CollectiveKind::kAllgather; ++r) {
     agreed.first_dims.push_back(by_rank[r]->shape.empty() ? 0 : by_rank[r]->shape[0]);
   }
   for (size_t r = 0; r < size && kind == CollectiveKind::kAlltoall; ++r) {
     agreed.split_matrix.insert(agreed.split_matrix.end(), by_rank[r]->splits.begin(), by_rank[r]->splits.end());
   }
+}
+
+Agreed agreed_from(CollectiveKind kind, const CallInfo* const* by_rank, size_t size) {
+  Agreed agreed;
+  fill_agreed(kind, by_rank, size, agreed);
   return agreed;
 }
 

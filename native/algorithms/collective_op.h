@@ -46,6 +46,8 @@ struct Agreed {
 };
 // The per-rank parts of a call, from every rank's request (by_rank[r] is rank r's, for r < size).
 Agreed agreed_from(CollectiveKind kind, const CallInfo* const* by_rank, size_t size);
+// The same into `agreed`, whose buffers are reused (direct calls keep one from call to call).
+void fill_agreed(CollectiveKind kind, const CallInfo* const* by_rank, size_t size, Agreed& agreed);
 
 // Where an op runs, and the buffers it may reuse from one call to the next.
 struct OpContext {

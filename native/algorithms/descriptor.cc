@@ -60,9 +60,8 @@ void decode_block(const ByteBuffer& raw, int rank, PeerBlock* b) {
 
 }  // namespace
 
-std::vector<PeerBlock> exchange_call_info(Mesh& mesh, const CallInfo& mine, const void* inline_data,
-                                          size_t inline_bytes, const Deadline& deadline,
-                                          std::vector<ByteBuffer>& scratch) {
+void exchange_call_info(Mesh& mesh, const CallInfo& mine, const void* inline_data, size_t inline_bytes,
+                        const Deadline& deadline, const std::string& label, DescriptorRound& round) {
   const std::vector<int64_t>& extra = mine.splits;
   if (mine.name.size() > kMaxName) fail(ErrorKind::kInvalidArgument, "tensor name longer than 1024 bytes");
   if (mine.shape.size() > kMaxDims) fail(ErrorKind::kInvalidArgument, "tensor has more than 64 dimensions");
@@ -84,6 +83,7 @@ std::vector<PeerBlock> exchange_call_info(Mesh& mesh, const CallInfo& mine, cons
 
   const int n = mesh.size();
   const int me = mesh.rank();
+  std::vector<ByteBuffer>& scratch = round.scratch;
   if (int(scratch.size()) < n) scratch.resize(n);
   // The header goes out from my own scratch slot; the inline data straight from the caller's tensor.
   ByteBuffer& head = scratch[me];
@@ -97,10 +97,8 @@ std::vector<PeerBlock> exchange_call_info(Mesh& mesh, const CallInfo& mine, cons
   p += 8 * mine.shape.size();
   std::memcpy(p, extra.data(), 8 * extra.size());
 
-  std::vector<SendItem> sends;
-  std::vector<RecvItem> recvs;
-  sends.reserve(2 * n);
-  recvs.reserve(n);
+  round.sends.clear();
+  round.recvs.clear();
   // Inline data can make a block large; cap what a peer may announce to something sane.
   const size_t max_block = (64u << 20) + sizeof(h) + kMaxName + 8 * (kMaxDims + size_t(n));
   for (int step = 1; step < n; ++step) {
@@ -111,28 +109,29 @@ std::vector<PeerBlock> exchange_call_info(Mesh& mesh, const CallInfo& mine, cons
     s.peer = to;
     s.data = head.data();
     s.len = head_bytes;
-    sends.push_back(s);
+    round.sends.push_back(s);
     if (inline_bytes > 0) {
       s.data = static_cast<const uint8_t*>(inline_data);
       s.len = inline_bytes;
-      sends.push_back(s);
+      round.sends.push_back(s);
     }
     RecvItem r;
     r.peer = from;
     r.grow_into = &scratch[from];
     r.max_len = max_block;
-    recvs.push_back(std::move(r));
+    round.recvs.push_back(r);
   }
-  mesh.run(sends, recvs, deadline, call_label(mine));
+  mesh.run(round.sends, round.recvs, deadline, label);
 
-  std::vector<PeerBlock> blocks(n);
+  round.blocks.resize(n);
+  round.calls.resize(n);
   for (int r = 0; r < n; ++r) {
-    if (r != me) decode_block(scratch[r], r, &blocks[r]);
+    if (r != me) decode_block(scratch[r], r, &round.blocks[r]);
+    round.calls[r] = &round.blocks[r].info;
   }
-  blocks[me].info = mine;
-  blocks[me].data = inline_bytes ? static_cast<const uint8_t*>(inline_data) : nullptr;
-  blocks[me].data_bytes = inline_bytes;
-  return blocks;
+  round.calls[me] = &mine;
+  round.blocks[me].data = inline_bytes ? static_cast<const uint8_t*>(inline_data) : nullptr;
+  round.blocks[me].data_bytes = inline_bytes;
 }
 
 }  // namespace shvd

@@ -4,6 +4,7 @@
 // error on every rank instead of a hang or garbage, and the communicator stays usable.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "algorithms/call.h"
@@ -20,10 +21,19 @@ struct PeerBlock {
   size_t data_bytes = 0;
 };
 
-// Exchanges blocks with all peers in one round; returns every rank's block, in rank order. Peers'
-// blocks land in `scratch` (one buffer per rank, reused across calls), which must outlive the result.
-std::vector<PeerBlock> exchange_call_info(Mesh& mesh, const CallInfo& mine, const void* inline_data,
-                                          size_t inline_bytes, const Deadline& deadline,
-                                          std::vector<ByteBuffer>& scratch);
+// One rank's buffers for the descriptor round, kept from one call to the next so that a small call
+// allocates nothing once warm.
+struct DescriptorRound {
+  std::vector<ByteBuffer> scratch;  // every peer's raw block (and inline tensor); mine holds my header
+  std::vector<PeerBlock> blocks;    // decoded, in rank order; my own slot carries only my inline data
+  std::vector<const CallInfo*> calls;  // every rank's call, in rank order; mine is the caller's own
+  std::vector<SendItem> sends;
+  std::vector<RecvItem> recvs;
+};
+
+// Exchanges blocks with all peers in one round; afterwards `round.calls` and `round.blocks` describe
+// every rank's call. `mine` must outlive the use of `round.calls`.
+void exchange_call_info(Mesh& mesh, const CallInfo& mine, const void* inline_data, size_t inline_bytes,
+                        const Deadline& deadline, const std::string& label, DescriptorRound& round);
 
 }  // namespace shvd
