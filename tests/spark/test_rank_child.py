@@ -63,6 +63,43 @@ def _forks_then_exits(code):
     os._exit(code)
 
 
+def _leaves_work_for_the_exit(directory):
+    import atexit
+    import hashlib
+    import sys
+    import threading
+
+    # A file the user never closes: only the exit's flush saves what is still in its buffer.
+    unclosed = open(os.path.join(directory, "unclosed.txt"), "w")
+    unclosed.write("buffered")
+    sys.modules["__main__"].kept_open = unclosed
+
+    def write(name):
+        with open(os.path.join(directory, name), "w") as f:
+            f.write(name)
+
+    def work_then_write():
+        released.wait()
+        hashlib.pbkdf2_hmac("sha256", b"work", b"that outlasts fn", 200_000)  # about 0.1 s of CPU
+        write("thread.txt")
+
+    # A non-daemon thread still at work when fn returns, and an atexit handler: both run before the exit.
+    released = threading.Event()
+    threading.Thread(target=work_then_write).start()
+    atexit.register(write, "atexit.txt")
+    released.set()
+    return "returned"
+
+
+def test_the_exit_after_fn_keeps_what_an_interpreter_exit_keeps(tmp_path) -> None:
+    """The child leaves without tearing its interpreter down, but not before what a normal exit does."""
+    outcome, _ = _run_child(_leaves_work_for_the_exit, str(tmp_path))
+    assert outcome.failure is None and outcome.returncode == 0
+    assert cloudpickle.loads(outcome.result) == "returned"
+    contents = {p.name: p.read_text() for p in tmp_path.iterdir()}
+    assert contents == {"unclosed.txt": "buffered", "thread.txt": "thread.txt", "atexit.txt": "atexit.txt"}
+
+
 def test_the_result_comes_back_pickled_with_the_output() -> None:
     outcome, lines = _run_child(_returns_rank_and_prints)
     assert outcome.failure is None and outcome.returncode == 0
