@@ -1,7 +1,8 @@
 """Spark fixtures: a local[2] session, and a real standalone cluster (plain, or with fake GPUs).
 
-Sessions are expensive (about 9-18 s) and a process holds one SparkContext at a time, so every
-session fixture is module-scoped and each test module uses exactly one of them.
+Sessions are expensive (about 9-18 s) and a process holds one SparkContext at a time, so each test
+module uses exactly one session fixture. The local[2] session is kept from module to module
+(kept_session.py); the standalone ones are module-scoped, and building one stops the kept session.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 pytest.importorskip("pyspark")
 
 import estimator_models  # noqa: E402
+import kept_session  # noqa: E402
 import rank_functions  # noqa: E402  (tests/spark is on sys.path, like tests/ for jobs.py)
 from standalone_cluster import StandaloneCluster, WorkerSpec  # noqa: E402
 
@@ -71,6 +73,8 @@ def _session(master: str, conf: dict[str, str]) -> Iterator[Any]:
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
+    # getOrCreate would hand back the kept local[2] session, whatever this one asks for.
+    kept_session.release()
     settings = {**COMMON_CONF, **conf}
     builder = SparkSession.builder.master(master).appName("spark_hvd-tests")
     for key, value in settings.items():
@@ -88,9 +92,8 @@ def _session(master: str, conf: dict[str, str]) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def local_spark(spark_environment: dict[str, str]) -> Iterator[Any]:
-    with _session("local[2]", {}) as spark:
-        yield spark
+def local_spark(spark_environment: dict[str, str]) -> Any:
+    return kept_session.local(lambda: _session("local[2]", {}))
 
 
 def _cluster_conf(cores: int) -> dict[str, str]:
