@@ -111,7 +111,10 @@ class _Alltoall(torch.autograd.Function):
 
 
 class _Reducescatter(torch.autograd.Function):
-    """Each output row is a (scaled) sum over ranks, so every rank's input gets all output gradients."""
+    """Horovod's gradient, not the exact one: every rank's input gets all ranks' output gradients,
+    multiplied by the number of ranks for Sum and left undivided for Average (the exact gradient of
+    a Sum is the gathered gradient itself, of an Average that divided by size). Scripts ported from
+    Horovod train with the learning rates they were tuned for."""
 
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, name: str | None, op: ReduceOp, prescale: float,
@@ -125,7 +128,7 @@ class _Reducescatter(torch.autograd.Function):
         op, prescale, postscale = ctx.reduction
         if op not in (Sum, Average):
             raise InvalidArgumentError(f"reducescatter with op={op.name} has no gradient; use Sum or Average")
-        scale = prescale * postscale / (size() if op == Average else 1)
+        scale = prescale * postscale * (size() if op == Sum else 1)
         gathered = allgather(grad)
         return (gathered * scale if scale != 1 else gathered), None, None, None, None
 

@@ -228,10 +228,13 @@ def reducescatter(c: Cases) -> None:
     default = everyone((size, 2), torch.float64, seed=1050)
     c.check(close(hvd.reducescatter(default[rank]), reference_reduce(default, "Average")[rank:rank + 1]),
             "the default op is Average")
-    x = torch.ones(rows, 2, dtype=torch.float64, requires_grad=True)
-    (hvd.reducescatter(x, op=hvd.Sum) * (rank + 1)).sum().backward()
+    # Horovod's gradient: every rank gets all output gradients (rank r's rows weighted r + 1 here),
+    # times size for Sum and not divided for Average.
     weights = torch.cat([torch.full((counts[r], 2), float(r + 1), dtype=torch.float64) for r in range(size)])
-    c.check(close(x.grad, weights), "reducescatter gradient")
+    for op_name, factor in (("Sum", size), ("Average", 1)):
+        x = torch.ones(rows, 2, dtype=torch.float64, requires_grad=True)
+        (hvd.reducescatter(x, op=OPS[op_name]) * (rank + 1)).sum().backward()
+        c.check(close(x.grad, weights * factor), f"reducescatter {op_name} gradient: {x.grad[:, 0].tolist()}")
 
 
 def out_of_order(c: Cases) -> None:
