@@ -23,6 +23,8 @@ from collective.ops import (
     barrier,
     broadcast,
     broadcast_,
+    grouped_allgather,
+    grouped_reducescatter,
     reducescatter,
 )
 from collective.reduce_ops import Average, Max, Min, Product, ReduceOp, Sum
@@ -43,6 +45,6 @@ __all__ = [
     "Average", "AuthenticationError", "CollectiveError", "CollectiveTimeoutError", "Config",
     "InvalidArgumentError", "Max", "Min", "MismatchError", "NotInitializedError", "PeerFailureError",
     "Product", "ReduceOp", "Sum", "allgather", "allreduce", "allreduce_", "alltoall", "barrier",
-    "broadcast", "broadcast_", "cross_rank", "cross_size", "init", "is_initialized", "local_rank",
+    "broadcast", "broadcast_", "cross_rank", "cross_size", "grouped_allgather", "grouped_reducescatter", "init", "is_initialized", "local_rank",
     "local_size", "rank", "reducescatter", "shutdown", "size", "uses_shared_memory",
 ]

@@ -16,7 +16,9 @@ import numpy as np
 
 from collective._native import CollectiveKind
 from collective.dtypes import as_buffer, dtype_code
+from collective.engine import wait_all
 from collective.errors import InvalidArgumentError
+from collective.grouped import Member, member_names, submit_group
 from collective.reduce_ops import ReduceOp, Sum, resolve_op
 from collective.runtime import current
 
@@ -126,6 +128,37 @@ def reducescatter(tensor: np.ndarray, op: ReduceOp | None = None, name: str | No
     flat, out_shape = current().collectives.run(CollectiveKind.REDUCESCATTER, name, as_buffer(array, code), code, None,
                                          resolve_op(op, None), -1, prescale_factor, postscale_factor)
     return _result(flat, out_shape, array.dtype)
+
+
+def _run_group(kind: CollectiveKind, tensors: Sequence[np.ndarray | Sequence], name: str | None, op: ReduceOp = Sum,
+               prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> list[np.ndarray]:
+    names = member_names(name, len(tensors))
+    arrays = [_as_array(t, n or "") for t, n in zip(tensors, names)]
+    codes = [dtype_code(a.dtype, n or "") for a, n in zip(arrays, names)]
+    engine = current().engine
+    if engine is None:
+        # Direct calls complete one at a time in the same order everywhere, so the members need no
+        # negotiation as a unit: the group is only the engine's concern.
+        results = [current().collectives.run(kind, n or "", as_buffer(a, c), c, None, op, -1, prescale_factor,
+                                             postscale_factor) for a, n, c in zip(arrays, names, codes)]
+    else:
+        members = [Member(n, as_buffer(a, c), c) for a, n, c in zip(arrays, names, codes)]
+        results = wait_all(engine, submit_group(engine, kind, members, op=op, prescale=prescale_factor,
+                                                postscale=postscale_factor))
+    return [_result(flat, shape, a.dtype) for (flat, shape), a in zip(results, arrays)]
+
+
+def grouped_allgather(tensors: Sequence[np.ndarray | Sequence], name: str | None = None) -> list[np.ndarray]:
+    """Allgathers every array as one group (see ``allgather``); members are named ``name.0``, ``name.1``..."""
+    return _run_group(CollectiveKind.ALLGATHER, tensors, name)
+
+
+def grouped_reducescatter(tensors: Sequence[np.ndarray | Sequence], op: ReduceOp | None = None,
+                          name: str | None = None, prescale_factor: float = 1.0,
+                          postscale_factor: float = 1.0) -> list[np.ndarray]:
+    """Reducescatters every array as one group (see ``reducescatter``) and returns this rank's shares."""
+    return _run_group(CollectiveKind.REDUCESCATTER, tensors, name, resolve_op(op, None), prescale_factor,
+                      postscale_factor)
 
 
 def barrier() -> None:

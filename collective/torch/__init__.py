@@ -16,7 +16,16 @@ from collective.errors import (
 )
 from collective.reduce_ops import Average, Max, Min, Product, ReduceOp, Sum
 from collective.runtime import cross_rank, cross_size, is_initialized, local_rank, local_size, rank, size
-from collective.torch.autograd import allgather, allreduce, alltoall, broadcast, grouped_allreduce, reducescatter
+from collective.torch.autograd import (
+    allgather,
+    allreduce,
+    alltoall,
+    broadcast,
+    grouped_allgather,
+    grouped_allreduce,
+    grouped_reducescatter,
+    reducescatter,
+)
 from collective.torch.compression import Compression
 from collective.torch.functions import (
     allgather_object,
@@ -35,15 +44,18 @@ from collective.torch.ops import (
     broadcast_,
     broadcast_async,
     broadcast_async_,
+    grouped_allgather_async,
     grouped_allreduce_,
     grouped_allreduce_async,
     grouped_allreduce_async_,
+    grouped_reducescatter_async,
     join,
     poll,
     reducescatter_async,
     synchronize,
 )
 from collective.torch.optimizer import DistributedOptimizer
+from collective.torch.sparse import sparse_allreduce_async
 from collective.torch.sync_batch_norm import SyncBatchNorm
 
 # Scripts that catch Horovod's error type keep working.
@@ -56,7 +68,8 @@ __all__ = [
     "allgather_object", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "alltoall",
     "alltoall_async", "barrier", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
     "broadcast_object", "broadcast_optimizer_state", "broadcast_parameters", "cross_rank", "cross_size",
-    "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "init",
-    "is_initialized", "join", "local_rank", "local_size", "poll", "rank", "reducescatter", "reducescatter_async",
-    "shutdown", "size", "synchronize",
+    "grouped_allgather", "grouped_allgather_async", "grouped_allreduce", "grouped_allreduce_",
+    "grouped_allreduce_async", "grouped_allreduce_async_", "grouped_reducescatter", "grouped_reducescatter_async",
+    "init", "is_initialized", "join", "local_rank", "local_size", "poll", "rank", "reducescatter",
+    "reducescatter_async", "shutdown", "size", "sparse_allreduce_async", "synchronize",
 ]

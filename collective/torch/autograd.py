@@ -19,7 +19,9 @@ from collective.torch.ops import (
     allreduce_async,
     alltoall_async,
     broadcast_async,
+    grouped_allgather_async,
     grouped_allreduce_async,
+    grouped_reducescatter_async,
     reducescatter_async,
     resolve_op,
     synchronize,
@@ -54,10 +56,14 @@ class _GroupedAllreduce(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
         op, prescale, postscale = ctx.reduction
-        # Every rank must send every member, even for outputs that did not reach the loss here.
-        filled = [torch.zeros(shape, dtype=dtype) if g is None else g for g, (shape, dtype) in zip(grads, ctx.likes)]
-        reduced = grouped_allreduce(filled, op=op, prescale_factor=prescale, postscale_factor=postscale)
+        reduced = grouped_allreduce(_zeros_for_missing(grads, ctx.likes), op=op, prescale_factor=prescale, postscale_factor=postscale)
         return (None, None, None, None, *reduced)
+
+
+def _zeros_for_missing(grads: Sequence[torch.Tensor | None], likes: Sequence[tuple[torch.Size, torch.dtype]]
+                       ) -> list[torch.Tensor]:
+    """Every rank must send every member of a group, even for outputs that did not reach the loss here."""
+    return [torch.zeros(shape, dtype=dtype) if g is None else g for g, (shape, dtype) in zip(grads, likes)]
 
 
 class _Allgather(torch.autograd.Function):
@@ -74,6 +80,24 @@ class _Allgather(torch.autograd.Function):
         rows = allgather(torch.tensor([ctx.rows], dtype=torch.int64))
         offset = int(rows[:rank()].sum())
         return reduced.narrow(0, offset, ctx.rows), None
+
+
+class _GroupedAllgather(torch.autograd.Function):
+    """Each member's gradient as _Allgather's, with one grouped allreduce and one allgather of row counts."""
+
+    @staticmethod
+    def forward(ctx: Any, name: str | None, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        ctx.rows = [t.shape[0] if t.dim() else 0 for t in tensors]
+        outputs = tuple(synchronize(grouped_allgather_async(tensors, name=name)))
+        ctx.likes = [(o.shape, o.dtype) for o in outputs]
+        return outputs
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
+        reduced = grouped_allreduce(_zeros_for_missing(grads, ctx.likes), op=Average)
+        rows = allgather(torch.tensor([ctx.rows], dtype=torch.int64))  # (size, members)
+        offsets = rows[:rank()].sum(0).tolist()
+        return (None, *[r.narrow(0, int(offset), n) for r, offset, n in zip(reduced, offsets, ctx.rows)])
 
 
 class _Broadcast(torch.autograd.Function):
@@ -111,7 +135,10 @@ class _Alltoall(torch.autograd.Function):
 
 
 class _Reducescatter(torch.autograd.Function):
-    """Each output row is a (scaled) sum over ranks, so every rank's input gets all output gradients."""
+    """Horovod's gradient, not the exact one: every rank's input gets all ranks' output gradients,
+    multiplied by the number of ranks for Sum and left undivided for Average (the exact gradient of
+    a Sum is the gathered gradient itself, of an Average that divided by size). Scripts ported from
+    Horovod train with the learning rates they were tuned for."""
 
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, name: str | None, op: ReduceOp, prescale: float,
@@ -122,12 +149,34 @@ class _Reducescatter(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        op, prescale, postscale = ctx.reduction
-        if op not in (Sum, Average):
-            raise InvalidArgumentError(f"reducescatter with op={op.name} has no gradient; use Sum or Average")
-        scale = prescale * postscale / (size() if op == Average else 1)
+        scale = _reducescatter_gradient_scale(*ctx.reduction)
         gathered = allgather(grad)
         return (gathered * scale if scale != 1 else gathered), None, None, None, None
+
+
+class _GroupedReducescatter(torch.autograd.Function):
+    """Each member's gradient as _Reducescatter's (Horovod's), with one grouped allgather."""
+
+    @staticmethod
+    def forward(ctx: Any, name: str | None, op: ReduceOp, prescale: float, postscale: float,
+                *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        ctx.reduction = (op, prescale, postscale)
+        outputs = tuple(synchronize(grouped_reducescatter_async(tensors, name=name, op=op, prescale_factor=prescale,
+                                                                postscale_factor=postscale)))
+        ctx.likes = [(o.shape, o.dtype) for o in outputs]
+        return outputs
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
+        scale = _reducescatter_gradient_scale(*ctx.reduction)
+        gathered = grouped_allgather(_zeros_for_missing(grads, ctx.likes))
+        return (None, None, None, None, *[g * scale if scale != 1 else g for g in gathered])
+
+
+def _reducescatter_gradient_scale(op: ReduceOp, prescale: float, postscale: float) -> float:
+    if op not in (Sum, Average):
+        raise InvalidArgumentError(f"reducescatter with op={op.name} has no gradient; use Sum or Average")
+    return prescale * postscale * (size() if op == Sum else 1)
 
 
 def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
@@ -155,6 +204,11 @@ def allgather(tensor: torch.Tensor, name: str | None = None) -> torch.Tensor:
     return _Allgather.apply(tensor, name)
 
 
+def grouped_allgather(tensors: Sequence[torch.Tensor], name: str | None = None) -> list[torch.Tensor]:
+    """Allgathers every tensor, negotiated as one group, and returns the list; differentiable."""
+    return list(_GroupedAllgather.apply(name, *tensors))
+
+
 def broadcast(tensor: torch.Tensor, root_rank: int, name: str | None = None) -> torch.Tensor:
     """Returns ``root_rank``'s ``tensor`` on every rank; differentiable."""
     return _Broadcast.apply(tensor, root_rank, name)
@@ -173,3 +227,13 @@ def reducescatter(tensor: torch.Tensor, name: str | None = None, compression: ty
     compressed, ctx = compression.compress(tensor)
     reduced = _Reducescatter.apply(compressed, name, reduce_op, prescale_factor, postscale_factor)
     return compression.decompress(reduced, ctx)
+
+
+def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: str | None = None,
+                          compression: type[Compressor] = Compression.none, op: ReduceOp = Average,
+                          prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> list[torch.Tensor]:
+    """Reducescatters every tensor, negotiated as one group, and returns this rank's shares; differentiable."""
+    reduce_op = resolve_op(op, None)
+    compressed, contexts = zip(*[compression.compress(t) for t in tensors]) if tensors else ((), ())
+    reduced = _GroupedReducescatter.apply(name, reduce_op, prescale_factor, postscale_factor, *compressed)
+    return [compression.decompress(t, c) for t, c in zip(reduced, contexts)]

@@ -10,6 +10,7 @@ import torch
 
 from collective.runtime import rank
 from collective.torch.ops import allgather_async, broadcast_, broadcast_async_, synchronize
+from collective.torch.optimizer import local_step
 
 _ENGINE_DTYPES = frozenset({torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16, torch.bfloat16,
                             torch.float32, torch.float64})
@@ -94,12 +95,31 @@ def _receiver(local: Any, slot: _TensorSlot) -> torch.Tensor:
     return torch.empty(slot.shape, dtype=slot.dtype)
 
 
+def _initialize_state(optimizer: torch.optim.Optimizer) -> None:
+    """Horovod's way to give an optimizer that has not stepped its state: one local step on zero
+    gradients, after which the parameters and gradients are put back as they were."""
+    params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
+    saved = [(p.detach().clone(), p.grad) for p in params]
+    for p in params:
+        zeros = torch.zeros_like(p)
+        p.grad = zeros.to_sparse() if isinstance(optimizer, torch.optim.SparseAdam) else zeros
+    local_step(optimizer)
+    with torch.no_grad():  # weight decay moves parameters even on zero gradients
+        for p, (data, grad) in zip(params, saved):
+            p.copy_(data)
+            p.grad = grad
+
+
 def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int) -> None:
     """Gives every rank ``root_rank``'s optimizer state and hyperparameters.
 
-    Works when the other ranks have no state yet (no step taken): the root sends the layout of its
-    state first, so nothing has to be initialised by a dummy step.
+    As in Horovod, an optimizer that has not stepped yet first steps once on zero gradients (its
+    parameters are restored), so that its state exists (Adam's moments and step count, SGD's
+    momentum buffers) and every rank ends up holding the root's. A rank whose state is still empty
+    afterwards receives the layout of the root's, so ranks need not agree on what has stepped.
     """
+    if not optimizer.state_dict()["state"]:
+        _initialize_state(optimizer)
     state_dict = optimizer.state_dict()
     layout = broadcast_object(_layout(state_dict) if rank() == root_rank else None, root_rank,
                               name="optimizer_state.layout")

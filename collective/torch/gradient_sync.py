@@ -16,6 +16,7 @@ import torch
 from collective.reduce_ops import Average, ReduceOp
 from collective.torch.compression import Compressor
 from collective.torch.ops import allreduce_async_, submit_grouped_allreduce_, synchronize
+from collective.torch.sparse import sparse_allreduce_async
 
 TOO_MANY_BACKWARDS = ("Gradients were computed more than backward_passes_per_step times before call to step(). "
                       "Increase backward_passes_per_step to accumulate gradients locally.")
@@ -27,6 +28,7 @@ class _Submission:
     handle: int
     sent: list[torch.Tensor]  # what travels: the gradients themselves, or their compressed copies
     contexts: list[Any]
+    sparse: bool = False      # a sparse gradient: its result is a new tensor that replaces p.grad
 
 
 class GradientSync:
@@ -34,8 +36,9 @@ class GradientSync:
 
     def __init__(self, params: Sequence[torch.Tensor], names: dict[torch.Tensor, str], compression: type[Compressor],
                  op: ReduceOp, gradient_predivide_factor: float, backward_passes_per_step: int,
-                 groups: Sequence[tuple[torch.Tensor, ...]]) -> None:
+                 groups: Sequence[tuple[torch.Tensor, ...]], sparse_as_dense: bool = False) -> None:
         self._params = list(params)
+        self._sparse_as_dense = sparse_as_dense
         self._names = names
         self._compression = compression
         self._op = op
@@ -107,6 +110,23 @@ class GradientSync:
             if p.grad is None:
                 # Unused in this step here, but the other ranks still send it.
                 p.grad = torch.zeros_like(p)
+            elif p.grad.is_sparse and self._sparse_as_dense:
+                p.grad = p.grad.to_dense()
+        # Sparse gradients travel on their own (their indices and values gathered), uncompressed.
+        for p in params:
+            if p.grad.is_sparse:
+                handle = sparse_allreduce_async(p.grad, name=self._names[p], op=self._op)
+                self._record(_Submission((p,), handle, [p.grad], [None], sparse=True))
+        params = tuple(p for p in params if not p.grad.is_sparse)
+        if params:
+            self._submit_dense(params)
+
+    def _record(self, submission: _Submission) -> None:
+        self._order.append(submission)
+        for p in submission.params:
+            self._submitted[p] = submission
+
+    def _submit_dense(self, params: tuple[torch.Tensor, ...]) -> None:
         sent, contexts = zip(*[self._compression.compress(p.grad) for p in params])
         names = [self._names[p] for p in params]
         if params[0] in self._group_of:
@@ -114,10 +134,7 @@ class GradientSync:
         else:
             handle = allreduce_async_(sent[0], name=names[0], op=self._op, prescale_factor=self._prescale,
                                       postscale_factor=self._postscale)
-        submission = _Submission(params, handle, list(sent), list(contexts))
-        self._order.append(submission)
-        for p in params:
-            self._submitted[p] = submission
+        self._record(_Submission(params, handle, list(sent), list(contexts)))
 
     def synchronize(self) -> None:
         """Starts whatever backward did not (unused parameters, passes short of the count), then
@@ -130,9 +147,12 @@ class GradientSync:
         error: Exception | None = None
         for submission in self._order:
             try:
-                synchronize(submission.handle)
+                result = synchronize(submission.handle)
             except Exception as exc:  # noqa: BLE001 - raised once every other allreduce is waited for
                 error = error or exc
+                continue
+            if submission.sparse:
+                submission.params[0].grad = result
                 continue
             for p, sent, ctx in zip(submission.params, submission.sent, submission.contexts):
                 result = self._compression.decompress(sent, ctx)

@@ -7,7 +7,6 @@ tensor work on a contiguous copy and write it back when the handle is synchroniz
 
 from __future__ import annotations
 
-import itertools
 import warnings
 from typing import Any, Callable, Sequence
 
@@ -15,6 +14,7 @@ import torch
 
 from collective._native import CollectiveKind
 from collective.errors import InvalidArgumentError
+from collective.grouped import Member, member_names, submit_group
 from collective.reduce_ops import Average, ReduceOp, resolve_op as _resolve_op
 from collective.runtime import start_engine
 from collective.torch import cuda_ops
@@ -29,13 +29,10 @@ from collective.torch.tensors import (
 
 __all__ = [
     "allgather_async", "allreduce_", "allreduce_async", "allreduce_async_", "alltoall_async", "barrier",
-    "broadcast_", "broadcast_async", "broadcast_async_", "grouped_allreduce_", "grouped_allreduce_async",
-    "grouped_allreduce_async_", "join", "poll", "reducescatter_async", "resolve_op", "synchronize",
+    "broadcast_", "broadcast_async", "broadcast_async_", "grouped_allgather_async", "grouped_allreduce_",
+    "grouped_allreduce_async", "grouped_allreduce_async_", "grouped_reducescatter_async", "join", "poll",
+    "reducescatter_async", "resolve_op", "synchronize",
 ]
-
-# Members of one grouped allreduce share an id; ranks make grouped calls in the same order, so a
-# per-process counter gives the same id everywhere.
-_group_ids = itertools.count()
 
 
 def resolve_op(op: ReduceOp | int | None, average: bool | None) -> ReduceOp:
@@ -46,10 +43,31 @@ def resolve_op(op: ReduceOp | int | None, average: bool | None) -> ReduceOp:
     return _resolve_op(op, average)
 
 
-def _submit(kind: int, name: str | None, tensor: torch.Tensor, code: int, **options: Any) -> int:
+def _member(name: str | None, tensor: torch.Tensor, code: int) -> Member:
     if tensor.device.type != "cpu":  # the engine reads host memory; CUDA tensors go through cuda_ops
         raise InvalidArgumentError(f"{name!r}: the engine cannot take a tensor on {tensor.device}")
-    return start_engine().submit(kind, name, tensor.data_ptr(), dtype=code, shape=list(tensor.shape), **options)
+    return Member(name, tensor.data_ptr(), code, list(tensor.shape))
+
+
+def _submit(kind: int, name: str | None, tensor: torch.Tensor, code: int, **options: Any) -> int:
+    member = _member(name, tensor, code)
+    return start_engine().submit(kind, name, member.tensor, dtype=code, shape=member.shape, **options)
+
+
+def _submit_group(kind: int, works: Sequence[torch.Tensor], names: Sequence[str | None], codes: Sequence[int],
+                  **options: Any) -> list[tuple[int, int]]:
+    members = [_member(n, w, c) for w, n, c in zip(works, names, codes)]
+    return submit_group(start_engine(), kind, members, **options)
+
+
+def _any_cuda(tensors: Sequence[torch.Tensor]) -> bool:
+    return any(cuda_ops.is_cuda(t) for t in tensors)
+
+
+def _joined(handles: list[int]) -> int:
+    """One handle over several (CUDA members, each on its own route); ``synchronize`` returns their list."""
+    return register([], lambda _results: [synchronize(h) for h in handles], (),
+                    ready=lambda: all(poll(h) for h in handles))
 
 
 def _writable(tensor: torch.Tensor) -> torch.Tensor:
@@ -108,18 +126,9 @@ def submit_grouped_allreduce_(tensors: Sequence[torch.Tensor], names: Sequence[s
                                                  submit_grouped_allreduce_)
     codes = [check_tensor(t, n) for t, n in zip(targets, names)]
     works = [_writable(t) for t in targets]
-    # The engine fuses a group into one buffer of one dtype, so a mixed group goes as one group per dtype.
-    groups = {code: (next(_group_ids), codes.count(code)) for code in dict.fromkeys(codes)}
-    requests = [
-        (_submit(CollectiveKind.ALLREDUCE, n, w, c, op=op, prescale=prescale_factor, postscale=postscale_factor,
-                 group=groups[c][0], group_size=groups[c][1]), c)
-        for w, n, c in zip(works, names, codes)
-    ]
+    requests = _submit_group(CollectiveKind.ALLREDUCE, works, names, codes, op=op, prescale=prescale_factor,
+                             postscale=postscale_factor)
     return _in_place_handle(targets, works, requests, lambda: targets)
-
-
-def _member_names(name: str | None, count: int) -> list[str | None]:
-    return [f"{name}.{i}" for i in range(count)] if name else [None] * count
 
 
 def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: bool | None = None, name: str | None = None,
@@ -127,7 +136,7 @@ def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: bool | No
                              postscale_factor: float = 1.0) -> int:
     """Starts reducing every tensor in place, as one group; ``synchronize`` returns the list."""
     tensors = list(tensors)
-    return submit_grouped_allreduce_(tensors, _member_names(name, len(tensors)), resolve_op(op, average),
+    return submit_grouped_allreduce_(tensors, member_names(name, len(tensors)), resolve_op(op, average),
                                      prescale_factor, postscale_factor)
 
 
@@ -136,7 +145,7 @@ def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: bool | Non
                             postscale_factor: float = 1.0) -> int:
     """Starts reducing every tensor as one group; ``synchronize`` returns a list of new tensors."""
     tensors = list(tensors)
-    names = _member_names(name, len(tensors))
+    names = member_names(name, len(tensors))
     for tensor, member in zip(tensors, names):
         check_tensor(tensor, member)
     return submit_grouped_allreduce_([contiguous_clone(t) for t in tensors], names, resolve_op(op, average),
@@ -159,6 +168,20 @@ def allgather_async(tensor: torch.Tensor, name: str | None = None) -> int:
     request = _submit(CollectiveKind.ALLGATHER, name, work, code)
     dtype = tensor.dtype
     return register([(request, code)], lambda results: from_flat(*results[0], dtype), (work,))
+
+
+def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: str | None = None) -> int:
+    """Starts an allgather of every tensor, negotiated as one group; ``synchronize`` returns the list
+    of gathered tensors."""
+    tensors = list(tensors)
+    names = member_names(name, len(tensors))
+    if _any_cuda(tensors):
+        return _joined([allgather_async(t, n) for t, n in zip(tensors, names)])
+    codes = [check_tensor(t, n) for t, n in zip(tensors, names)]
+    works = [contiguous_input(t) for t in tensors]
+    requests = _submit_group(CollectiveKind.ALLGATHER, works, names, codes)
+    dtypes = [t.dtype for t in tensors]
+    return register(requests, lambda results: [from_flat(*r, d) for r, d in zip(results, dtypes)], tuple(works))
 
 
 def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None = None) -> int:
@@ -214,6 +237,24 @@ def reducescatter_async(tensor: torch.Tensor, name: str | None = None, op: Reduc
                       postscale=postscale_factor)
     dtype = tensor.dtype
     return register([(request, code)], lambda results: from_flat(*results[0], dtype), (work,))
+
+
+def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: str | None = None, op: ReduceOp = Average,
+                                prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> int:
+    """Starts a reducescatter of every tensor, negotiated as one group; ``synchronize`` returns the
+    list of this rank's shares."""
+    tensors = list(tensors)
+    names = member_names(name, len(tensors))
+    reduce_op = resolve_op(op, None)
+    if _any_cuda(tensors):
+        return _joined([reducescatter_async(t, n, reduce_op, prescale_factor, postscale_factor)
+                        for t, n in zip(tensors, names)])
+    codes = [check_tensor(t, n) for t, n in zip(tensors, names)]
+    works = [contiguous_input(t) for t in tensors]
+    requests = _submit_group(CollectiveKind.REDUCESCATTER, works, names, codes, op=reduce_op,
+                             prescale=prescale_factor, postscale=postscale_factor)
+    dtypes = [t.dtype for t in tensors]
+    return register(requests, lambda results: [from_flat(*r, d) for r, d in zip(results, dtypes)], tuple(works))
 
 
 def join(device: int = -1) -> int:

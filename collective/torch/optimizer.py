@@ -74,14 +74,17 @@ class _DistributedOptimizer:
 
     def __init__(self, params: list[dict[str, Any]], named_parameters: Iterable[Any] | None,
                  compression: type[Compressor], backward_passes_per_step: int, op: ReduceOp,
-                 gradient_predivide_factor: float, groups: int | Sequence[Sequence[Any]] | None) -> None:
+                 gradient_predivide_factor: float, groups: int | Sequence[Sequence[Any]] | None,
+                 sparse_as_dense: bool) -> None:
         super().__init__(params)  # type: ignore[call-arg]
         names = _parameter_names(self.param_groups, named_parameters)
+        # Horovod's attribute, read by its scripts and tests: parameter -> the name its gradient goes by.
+        self._parameter_names = names
         trained = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
         self.op = op
         self.gradient_predivide_factor = gradient_predivide_factor
         self._gradient_sync = GradientSync(trained, names, compression, op, gradient_predivide_factor,
-                                           backward_passes_per_step, _gradient_groups(trained, groups))
+                                           backward_passes_per_step, _gradient_groups(trained, groups), sparse_as_dense)
         self._synchronized = False
         self._should_synchronize = True
         # With one rank there is nothing to overlap; synchronize() alone does the (trivial) allreduces.
@@ -139,6 +142,15 @@ class _DistributedOptimizer:
         super().load_state_dict(state_dict)  # type: ignore[misc]
 
 
+def local_step(optimizer: torch.optim.Optimizer) -> None:
+    """The optimizer's own step on this rank's gradients as they are: a DistributedOptimizer's reduces
+    nothing, so no other rank has to take part."""
+    if isinstance(optimizer, _DistributedOptimizer):
+        super(_DistributedOptimizer, optimizer).step()  # type: ignore[misc]
+    else:
+        optimizer.step()
+
+
 _classes: dict[type, type] = {}
 
 
@@ -151,13 +163,16 @@ def _distributed_class(base: type) -> type:
 def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Iterable[Any] | None = None,
                          compression: type[Compressor] = Compression.none, backward_passes_per_step: int = 1,
                          op: ReduceOp = Average, gradient_predivide_factor: float = 1.0, num_groups: int = 0,
-                         groups: int | Sequence[Sequence[Any]] | None = None) -> torch.optim.Optimizer:
+                         groups: int | Sequence[Sequence[Any]] | None = None,
+                         sparse_as_dense: bool = False) -> torch.optim.Optimizer:
     """Wraps ``optimizer`` so that ``step()`` applies gradients averaged (``op``) over all ranks.
 
     ``named_parameters`` names the allreduces (recommended: ``model.named_parameters()``);
     ``backward_passes_per_step`` accumulates that many backward passes locally before reducing;
     ``gradient_predivide_factor`` divides before the sum and multiplies after (Average only);
-    ``groups`` (or the deprecated ``num_groups``) reduces parameters in fused groups.
+    ``groups`` (or the deprecated ``num_groups``) reduces parameters in fused groups;
+    ``sparse_as_dense`` turns sparse gradients (``nn.Embedding(sparse=True)``) dense before reducing them,
+    else their indices and values are gathered from every rank (``sparse_allreduce_async``).
     """
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
@@ -169,7 +184,7 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Ite
             groups = num_groups
     cls = _distributed_class(optimizer.__class__)
     distributed = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
-                      gradient_predivide_factor, groups)
+                      gradient_predivide_factor, groups, sparse_as_dense)
     # Keep any state the wrapped optimizer already has (e.g. loaded from a checkpoint before wrapping).
     distributed.state.update(optimizer.state)
     return distributed

@@ -1,4 +1,4 @@
-"""allgather(v), broadcast, alltoall(v), reducescatter, barrier, in-place and scaling, checked on every rank."""
+"""allgather(v), broadcast, alltoall(v), reducescatter, their grouped forms, barrier, in-place and scaling, checked on every rank."""
 
 from __future__ import annotations
 
@@ -86,6 +86,24 @@ def main() -> None:
             got = hvd.reducescatter(tensor, op=hvd.Average)
             if not np.allclose(got, mine / size):
                 failures.append(f"reducescatter average rows={rows}")
+
+    @case
+    def grouped_allgather_and_reducescatter() -> None:
+        def share(total: np.ndarray) -> np.ndarray:
+            per, extra = divmod(total.shape[0], size)
+            start = rank * per + min(rank, extra)
+            return total[start:start + per + (1 if rank < extra else 0)]
+        mine = [np.full((rows_for(rank), 2), rank, np.int32), np.arange(3, dtype=np.float64) + 10 * rank]
+        wants = [np.concatenate([np.full((rows_for(r), 2), r, np.int32) for r in range(size)]),
+                 np.concatenate([np.arange(3, dtype=np.float64) + 10 * r for r in range(size)])]
+        for i, (got, want) in enumerate(zip(hvd.grouped_allgather(mine, name="ggather"), wants)):
+            check(failures, f"grouped_allgather member {i}", got, want)
+        rows = size * 2 + 1
+        mine = [np.arange(rows * 2, dtype=np.float32).reshape(rows, 2) + rank, np.full((size, 3), rank + 1, np.int64)]
+        totals = [sum(np.arange(rows * 2, dtype=np.float32).reshape(rows, 2) + r for r in range(size)),
+                  np.full((size, 3), size * (size + 1) // 2, np.int64)]
+        for i, (got, total) in enumerate(zip(hvd.grouped_reducescatter(mine, op=hvd.Sum), totals)):
+            check(failures, f"grouped_reducescatter member {i}", got, share(total))
 
     @case
     def allreduce_in_place_and_scaled() -> None:

@@ -228,10 +228,89 @@ def reducescatter(c: Cases) -> None:
     default = everyone((size, 2), torch.float64, seed=1050)
     c.check(close(hvd.reducescatter(default[rank]), reference_reduce(default, "Average")[rank:rank + 1]),
             "the default op is Average")
-    x = torch.ones(rows, 2, dtype=torch.float64, requires_grad=True)
-    (hvd.reducescatter(x, op=hvd.Sum) * (rank + 1)).sum().backward()
+    # Horovod's gradient: every rank gets all output gradients (rank r's rows weighted r + 1 here),
+    # times size for Sum and not divided for Average.
     weights = torch.cat([torch.full((counts[r], 2), float(r + 1), dtype=torch.float64) for r in range(size)])
-    c.check(close(x.grad, weights), "reducescatter gradient")
+    for op_name, factor in (("Sum", size), ("Average", 1)):
+        x = torch.ones(rows, 2, dtype=torch.float64, requires_grad=True)
+        (hvd.reducescatter(x, op=OPS[op_name]) * (rank + 1)).sum().backward()
+        c.check(close(x.grad, weights * factor), f"reducescatter {op_name} gradient: {x.grad[:, 0].tolist()}")
+
+
+def _share_of(rank: int, rows: int) -> range:
+    """Rank `rank`'s rows of a reducescatter result: the first rows % size ranks get one more."""
+    per, extra = divmod(rows, hvd.size())
+    start = rank * per + min(rank, extra)
+    return range(start, start + per + (1 if rank < extra else 0))
+
+
+def _share(total: torch.Tensor) -> torch.Tensor:
+    rows = _share_of(hvd.rank(), total.shape[0])
+    return total[rows.start:rows.stop]
+
+
+def grouped_allgather(c: Cases) -> None:
+    size, rank = hvd.size(), hvd.rank()
+    specs = [((2, 3), torch.float32), ((1,), torch.int64), ((3, 2, 2), torch.bfloat16)]
+    inputs = [[rank_tensor(r, (r + shape[0],) + shape[1:], dtype, seed=1200 + i) for r in range(size)]
+              for i, (shape, dtype) in enumerate(specs)]
+    expected = [torch.cat(per_rank) for per_rank in inputs]
+    outs = hvd.grouped_allgather([per_rank[rank] for per_rank in inputs], name="ggather")
+    c.check(isinstance(outs, list) and len(outs) == 3, "grouped_allgather returns a list")
+    c.check(all(o.dtype == e.dtype and torch.equal(o, e) for o, e in zip(outs, expected)), "grouped_allgather values")
+    handle = hvd.grouped_allgather_async([per_rank[rank].t() if per_rank[rank].dim() == 2 else per_rank[rank]
+                                          for per_rank in inputs[1:]])
+    got = hvd.synchronize(handle)
+    c.check(isinstance(got, list) and all(torch.equal(o, e) for o, e in zip(got, expected[1:])),
+            "grouped_allgather_async values")
+    a = torch.ones(rank + 1, 2, dtype=torch.float64, requires_grad=True)
+    b = torch.ones(2, dtype=torch.float64, requires_grad=True)
+    ga, gb = hvd.grouped_allgather([a, b])
+    (ga * (rank + 1)).sum().backward()  # gb unused: its gradient is zeros, and every rank still sends it
+    # As allgather's: this rank's rows of the averaged output gradient.
+    c.check(close(a.grad, torch.full_like(a, (size + 1) / 2)) and b.grad is not None and not b.grad.any(),
+            f"grouped_allgather gradient: {a.grad.tolist()} {b.grad}")
+
+
+def grouped_reducescatter(c: Cases) -> None:
+    size, rank = hvd.size(), hvd.rank()
+    specs = [((2 * size + 1, 3), torch.float32, "Sum"), ((size, 2), torch.int32, "Sum"), ((3, 4), torch.float64, "Sum")]
+    inputs = [everyone(shape, dtype, seed=1300 + i) for i, (shape, dtype, _) in enumerate(specs)]
+    expected = [_share(reference_reduce(per_rank, "Sum")) for per_rank in inputs]
+    outs = hvd.grouped_reducescatter([per_rank[rank] for per_rank in inputs], op=hvd.Sum, name="gscatter")
+    c.check(isinstance(outs, list) and all(close(o, e, d) for o, e, (_, d, _) in zip(outs, expected, specs)),
+            "grouped_reducescatter Sum values")
+    averaged = hvd.synchronize(hvd.grouped_reducescatter_async([inputs[0][rank], inputs[2][rank]]))
+    c.check(all(close(o, _share(reference_reduce(inputs[i], "Average"))) for o, i in zip(averaged, (0, 2))),
+            "grouped_reducescatter_async: the default op is Average")
+    weights = torch.cat([torch.full((len(_share_of(r, 2 * size + 1)), 2), float(r + 1), dtype=torch.float64)
+                         for r in range(size)])
+    for op_name, factor in (("Sum", size), ("Average", 1)):
+        xs = [torch.ones(2 * size + 1, 2, dtype=torch.float64, requires_grad=True) for _ in range(2)]
+        ys = hvd.grouped_reducescatter(xs, op=OPS[op_name])
+        (ys[0] * (rank + 1)).sum().backward()
+        c.check(close(xs[0].grad, weights * factor) and not xs[1].grad.any(),
+                f"grouped_reducescatter {op_name} gradient: {xs[0].grad[:, 0].tolist()}")
+
+
+def sparse_allreduce(c: Cases) -> None:
+    size, rank = hvd.size(), hvd.rank()
+    dense = [torch.zeros(5, 2) for _ in range(size)]
+    for r in range(size):
+        dense[r][r % 5] = r + 1.0
+        dense[r][4] = 1.0  # an index every rank sends: the result repeats it, coalescing adds it up
+    mine = dense[rank].to_sparse()
+    handle = hvd.sparse_allreduce_async(mine, name="sparse.sum", op=hvd.Sum)
+    summed = hvd.synchronize(handle)
+    c.check(summed.is_sparse and summed.shape == (5, 2), f"sparse result {summed.layout} {summed.shape}")
+    c.check(torch.equal(summed.to_dense(), sum(dense)), "sparse Sum values")
+    averaged = hvd.sparse_allreduce_async(mine, name="sparse.avg", op=hvd.Average)()  # Horovod's handle is called
+    c.check(torch.allclose(averaged.to_dense(), sum(dense) / size), "sparse Average values (handle called)")
+    try:
+        hvd.sparse_allreduce_async(dense[rank], name="not.sparse", op=hvd.Sum)
+        c.check(False, "a dense tensor was accepted")
+    except hvd.InvalidArgumentError as exc:
+        c.check("not.sparse" in str(exc), f"message: {exc}")
 
 
 def out_of_order(c: Cases) -> None:
@@ -340,7 +419,7 @@ def join(c: Cases) -> None:
 
 CASES = [allreduce, allreduce_in_place, allreduce_async, allreduce_scaling, allreduce_special_shapes,
          allreduce_autograd, allreduce_compression, grouped_allreduce, allgather, broadcast, alltoall, reducescatter,
-         out_of_order, mismatch, invalid_arguments, objects, broadcast_parameters, poll_and_barrier, join]
+         grouped_allgather, grouped_reducescatter, sparse_allreduce, out_of_order, mismatch, invalid_arguments, objects, broadcast_parameters, poll_and_barrier, join]
 
 
 def main() -> None:

@@ -136,6 +136,75 @@ def adam_state_broadcast(c: Cases) -> None:
     check_identical_across_ranks(c, model, "after a step with the broadcast state")
 
 
+def fresh_optimizer_state_broadcast(c: Cases) -> None:
+    """No rank has stepped: as in Horovod, the broadcast first creates the state (one step on zero
+    gradients, parameters restored), so every rank ends up with the root's."""
+    root = hvd.size() - 1
+    makers = {
+        "Adam": lambda params, rank: torch.optim.Adam(params, lr=0.01 * (rank + 1), weight_decay=0.1),
+        "SGD momentum": lambda params, rank: torch.optim.SGD(params, lr=0.1 * (rank + 1), momentum=0.9,
+                                                             weight_decay=0.1),
+    }
+    for label, make in makers.items():
+        for wrapped in (False, True):
+            what = f"{label}{' (DistributedOptimizer)' if wrapped else ''}"
+            torch.manual_seed(hvd.rank())
+            model = torch.nn.Linear(5, 4).double()
+            optimizer = make(model.parameters(), hvd.rank())
+            if wrapped:
+                optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+            hvd.broadcast_parameters(model.state_dict(), root_rank=root)
+            before = flat_params(model)
+            hvd.broadcast_optimizer_state(optimizer, root_rank=root)
+            c.check(torch.equal(flat_params(model), before), f"{what}: the broadcast moved the parameters")
+            c.check(all(p.grad is None for p in model.parameters()), f"{what}: the broadcast left gradients")
+            mine = optimizer.state_dict()
+            root_state = hvd.broadcast_object(mine, root_rank=root)
+            c.check(len(mine["state"]) == 2, f"{what}: state entries {sorted(mine['state'])}, expected 2")
+            c.check(mine["param_groups"] == root_state["param_groups"], f"{what}: param_groups differ")
+            for index, entries in root_state["state"].items():
+                for key, value in entries.items():
+                    c.check(torch.equal(torch.as_tensor(mine["state"][index][key]), torch.as_tensor(value)),
+                            f"{what}: state[{index}][{key!r}] differs from the root's")
+
+
+def sparse_embeddings(c: Cases) -> None:
+    """nn.Embedding(sparse=True) trains as single-process training on the combined batch does, with
+    its gradient gathered sparse or, with sparse_as_dense, reduced dense."""
+    def model() -> torch.nn.Module:
+        torch.manual_seed(77)
+        return torch.nn.Sequential(torch.nn.Embedding(20, 4, sparse=True), torch.nn.Linear(4, 2)).double()
+
+    def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        gen = torch.Generator().manual_seed(900 + step)
+        rows = PER_RANK * hvd.size()
+        return torch.randint(0, 20, (rows,), generator=gen), torch.randn(rows, 2, generator=gen, dtype=torch.float64)
+
+    reference = model()
+    ref_optimizer = torch.optim.SGD(reference.parameters(), lr=0.5)
+    for step in range(STEPS):
+        ref_optimizer.zero_grad()
+        x, y = batch(step)
+        torch.nn.functional.mse_loss(reference(x), y).backward()
+        ref_optimizer.step()
+    for sparse_as_dense in (False, True):
+        net = model()
+        optimizer = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.5),
+                                             named_parameters=net.named_parameters(), sparse_as_dense=sparse_as_dense)
+        c.check(optimizer._parameter_names == {p: n for n, p in net.named_parameters()},
+                "_parameter_names maps each parameter to its name")
+        for step in range(STEPS):
+            optimizer.zero_grad()
+            x, y = batch(step)
+            torch.nn.functional.mse_loss(net(my_shard(x, PER_RANK)), my_shard(y, PER_RANK)).backward()
+            optimizer.step()
+        c.check(net[0].weight.grad.is_sparse != sparse_as_dense,
+                f"sparse_as_dense={sparse_as_dense}: gradient layout {net[0].weight.grad.layout}")
+        check_identical_across_ranks(c, net, f"sparse_as_dense={sparse_as_dense}")
+        diff = (flat_params(net) - flat_params(reference)).abs().max().item()
+        c.check(diff < 1e-9, f"sparse_as_dense={sparse_as_dense}: differs from single-process training by {diff}")
+
+
 def compression_converges(c: Cases) -> None:
     for compression in (hvd.Compression.fp16, hvd.Compression.bf16):
         torch.manual_seed(7)
@@ -254,7 +323,8 @@ def sync_batch_norm(c: Cases) -> None:
         c.check(torch.allclose(sync(x_mine.detach()), reference(x_mine.detach()), **tol), f"{label}: eval mode")
 
 
-CASES = [matches_single_process, backward_passes_per_step, adam_state_broadcast, compression_converges,
+CASES = [matches_single_process, backward_passes_per_step, adam_state_broadcast, fresh_optimizer_state_broadcast,
+         sparse_embeddings, compression_converges,
          synchronize_and_guards, mismatched_models, unused_parameters, sync_batch_norm]
 
 

@@ -1,0 +1,52 @@
+"""Allreduce of sparse (COO) tensors, as Horovod does it: every rank's indices and values are
+allgathered, so the result holds every rank's entries (repeated indices add up once coalesced)."""
+
+from __future__ import annotations
+
+import torch
+
+from collective.errors import InvalidArgumentError
+from collective.reduce_ops import Average, ReduceOp, Sum
+from collective.runtime import size
+from collective.torch.handles import poll, register, synchronize
+from collective.torch.ops import allgather_async, resolve_op
+from collective.torch.tensors import label
+
+
+class SparseHandle(int):
+    """A handle ``poll`` and ``synchronize`` take like any other. Horovod's is a function that returns
+    the result, so calling it works too."""
+
+    def __call__(self) -> torch.Tensor:
+        return synchronize(self)
+
+
+def _part(name: str | None, part: str) -> str | None:
+    return f"{name}.{part}" if name else None
+
+
+def sparse_allreduce_async(tensor: torch.Tensor, name: str | None = None, op: ReduceOp = Average) -> SparseHandle:
+    """Starts reducing the sparse COO ``tensor`` across ranks; ``synchronize`` (or calling the handle)
+    returns a sparse tensor of the same shape with every rank's entries, their values divided by the
+    number of ranks for Average. Only Sum and Average are sparse reductions."""
+    if not isinstance(tensor, torch.Tensor) or not tensor.is_sparse:
+        raise InvalidArgumentError(f"sparse_allreduce_async: tensor {label(name)} is not a sparse COO tensor")
+    reduce_op = resolve_op(op, None)
+    if reduce_op not in (Sum, Average):
+        raise InvalidArgumentError(f"sparse_allreduce_async: tensor {label(name)}: op {reduce_op.name} is not "
+                                   "supported on sparse tensors; use Sum or Average")
+    # Allgather concatenates along the first dimension, so the indices travel one entry per row.
+    indices = tensor._indices().t().contiguous()
+    values = tensor._values()
+    values_handle = allgather_async(values, _part(name, "values"))
+    indices_handle = allgather_async(indices, _part(name, "indices"))
+    shape = tensor.shape
+
+    def finish(_results: list) -> torch.Tensor:
+        gathered_values = synchronize(values_handle)
+        gathered_indices = synchronize(indices_handle)
+        if reduce_op == Average:
+            gathered_values = gathered_values / size()
+        return torch.sparse_coo_tensor(gathered_indices.t(), gathered_values, shape)
+    return SparseHandle(register([], finish, (indices, values),
+                                 ready=lambda: poll(values_handle) and poll(indices_handle)))
