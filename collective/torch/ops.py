@@ -191,7 +191,7 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: str | None = 
         return cuda_ops.alltoall_async(tensor, splits, name, alltoall_async)
     code = check_tensor(tensor, name)
     work = contiguous_input(tensor)
-    rows = [] if splits is None else split_list(splits)  # the engine divides evenly, as its op's rule says
+    rows = [] if splits is None else split_list(splits, name)  # the engine divides evenly, as its op's rule says
     request = _submit(CollectiveKind.ALLTOALL, name, work, code, splits=rows)
     dtype = tensor.dtype
 

@@ -6,7 +6,8 @@ import sys
 import numpy as np
 
 import collective as hvd
-from collective.runtime import start_engine
+from collective._native import CollectiveKind
+from collective.runtime import engine as running_engine, start_engine
 from common import Cases, report
 
 
@@ -109,6 +110,33 @@ def main() -> None:
     def barrier_many_times() -> None:
         for _ in range(50):
             hvd.barrier()
+
+    @case
+    def bad_arguments_are_value_errors() -> None:
+        """Horovod raises ValueError for these; a ported `except ValueError` must still catch ours."""
+        rows = np.ones((size + 1, 2), np.float32)
+        bad = {"splits of the wrong length": lambda: hvd.alltoall(rows, splits=[1] * (size + 1), name="a2a.len"),
+               "splits that are not integers": lambda: hvd.alltoall(rows, splits=np.ones(size), name="a2a.type"),
+               "splits not summing to the rows": lambda: hvd.alltoall(rows, splits=[1] * size, name="a2a.sum")}
+        if size > 1:
+            bad["mismatched shapes"] = lambda: hvd.allreduce(np.ones(2 + rank, np.float32), name="shapes")
+        if running_engine() is not None:
+            bad["a duplicate in-flight name"] = duplicate_name
+        for what, call in bad.items():
+            try:
+                call()
+                failures.append(f"{what}: accepted")
+            except ValueError as exc:
+                if not isinstance(exc, hvd.CollectiveError):
+                    failures.append(f"{what}: {type(exc).__name__} is not a CollectiveError")
+
+    def duplicate_name() -> None:
+        engine = running_engine()
+        first = engine.submit(CollectiveKind.BARRIER, "dup", None)
+        try:
+            engine.submit(CollectiveKind.BARRIER, "dup", None)
+        finally:
+            engine.wait(first)
 
     case.run_and_report("cases")
     hvd.shutdown()

@@ -283,6 +283,33 @@ def invalid_arguments(c: Cases) -> None:
         c.check("uneven" in str(exc), f"alltoall message: {exc}")
 
 
+def bad_arguments_are_value_errors(c: Cases) -> None:
+    """Horovod raises ValueError for these; a ported `except ValueError` must still catch ours."""
+    size = hvd.size()
+    rows = torch.ones(size + 1, 2)
+    bad = {"splits of the wrong length": lambda: hvd.alltoall(rows, splits=[1] * (size + 1), name="a2a.len"),
+           "float splits": lambda: hvd.alltoall(rows, splits=torch.ones(size), name="a2a.type"),
+           "splits not summing to the rows": lambda: hvd.alltoall(rows, splits=torch.ones(size, dtype=torch.int32)),
+           "a duplicate in-flight name": _duplicate_name}
+    if size > 1:
+        bad["mismatched shapes"] = lambda: hvd.allreduce(torch.ones(2 + hvd.rank()), name="shapes")
+    for what, call in bad.items():
+        try:
+            call()
+            c.check(False, f"{what}: accepted")
+        except ValueError as exc:
+            c.check(isinstance(exc, hvd.HorovodInternalError) or what != "mismatched shapes",
+                    f"{what}: {type(exc).__name__} is not a HorovodInternalError")
+
+
+def _duplicate_name() -> None:
+    first = hvd.allreduce_async(torch.ones(3), name="duplicate_name")
+    try:
+        hvd.allreduce_async(torch.ones(3), name="duplicate_name")
+    finally:
+        hvd.synchronize(first)
+
+
 def objects(c: Cases) -> None:
     for root in range(hvd.size()):
         value = {"rank": hvd.rank(), "payload": list(range(hvd.rank() * 100))}
@@ -340,7 +367,8 @@ def join(c: Cases) -> None:
 
 CASES = [allreduce, allreduce_in_place, allreduce_async, allreduce_scaling, allreduce_special_shapes,
          allreduce_autograd, allreduce_compression, grouped_allreduce, allgather, broadcast, alltoall, reducescatter,
-         out_of_order, mismatch, invalid_arguments, objects, broadcast_parameters, poll_and_barrier, join]
+         out_of_order, mismatch, invalid_arguments, objects, broadcast_parameters, poll_and_barrier, join,
+         bad_arguments_are_value_errors]
 
 
 def main() -> None:
