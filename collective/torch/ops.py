@@ -220,9 +220,7 @@ def join(device: int = -1) -> int:
     """Marks this rank as out of data; until every rank has joined, it contributes zeros to the
     others' allreduces. Blocks until all have joined and returns the rank that joined last.
     ``device`` is accepted for Horovod compatibility; everything here runs on the CPU."""
-    engine = start_engine()
-    # A fixed name: joining must not advance the counter behind auto-generated names.
-    return int(engine.wait(engine.submit(CollectiveKind.JOIN, "join", None)))
+    return start_engine().join()
 
 
 def barrier() -> None:

@@ -9,7 +9,8 @@ from jobs import JobResult, run_job
 CASES = ["allreduce", "allreduce_in_place", "allreduce_async", "allreduce_scaling", "allreduce_special_shapes",
          "allreduce_autograd", "allreduce_compression", "grouped_allreduce", "allgather", "broadcast", "alltoall",
          "reducescatter", "out_of_order", "mismatch", "invalid_arguments", "objects", "broadcast_parameters",
-         "poll_and_barrier", "join", "bad_arguments_are_value_errors"]
+         "poll_and_barrier", "join", "bad_arguments_are_value_errors",
+         "automatic_names_stay_in_step"]
 
 _jobs: dict[int, JobResult] = {}
 

@@ -138,6 +138,18 @@ def main() -> None:
         finally:
             engine.wait(first)
 
+    @case
+    def a_call_rejected_on_one_rank_then_barrier() -> None:
+        """The rejected call must not use up an automatic name there, or the barrier's names differ."""
+        if rank == 0:
+            try:
+                hvd.alltoall(np.ones(size + 1), splits=[1] * size)
+                failures.append("splits that do not sum to the rows were accepted")
+            except hvd.InvalidArgumentError:
+                pass
+        hvd.barrier()
+        check(failures, "unnamed allgather afterwards", hvd.allgather(np.array([rank])), np.arange(size))
+
     case.run_and_report("cases")
     hvd.shutdown()
 
