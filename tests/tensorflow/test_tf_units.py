@@ -81,3 +81,11 @@ def test_errors_are_the_classes_horovod_scripts_catch() -> None:
         assert isinstance(module.PeerFailureError("rank 1 left"), module.HorovodInternalError)
         assert issubclass(module.InvalidArgumentError, ValueError)
         assert issubclass(module.MismatchError, ValueError)
+
+
+def test_build_queries_are_exported() -> None:
+    import collective
+    import collective.keras as keras_hvd
+    for module in (hvd, keras_hvd):
+        for name in collective.capabilities.__all__:
+            assert getattr(module, name) is getattr(collective, name) and name in module.__all__

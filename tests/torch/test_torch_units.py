@@ -100,3 +100,12 @@ def test_errors_are_the_classes_horovod_scripts_catch() -> None:
         assert issubclass(error, ValueError) and issubclass(error, RuntimeError)
         assert issubclass(error, hvd.HorovodInternalError)
     assert not issubclass(hvd.PeerFailureError, ValueError)
+
+
+def test_build_queries_are_horovods_names_and_types() -> None:
+    import collective
+    for name in ("mpi_built", "mpi_enabled", "gloo_built", "gloo_enabled", "cuda_built", "rocm_built", "ccl_built",
+                 "ddl_built"):
+        assert getattr(hvd, name) is getattr(collective, name) and name in hvd.__all__
+        assert type(getattr(hvd, name)()) is bool, name
+    assert type(hvd.nccl_built()) is int  # NCCL's version code, 0 when libnccl does not load

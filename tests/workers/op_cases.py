@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import sys
+
 import numpy as np
 
 import collective as hvd
@@ -149,6 +152,20 @@ def main() -> None:
                 pass
         hvd.barrier()
         check(failures, "unnamed allgather afterwards", hvd.allgather(np.array([rank])), np.arange(size))
+
+    @case
+    def build_and_availability_queries() -> None:
+        on_mpi = os.environ.get("COLLECTIVE_BACKEND") == "mpi"  # set by tests/mpi; the launcher runs the ring
+        got = (hvd.mpi_enabled(), hvd.gloo_enabled(), hvd.gloo_built())
+        if got != (on_mpi, not on_mpi, True):
+            failures.append(f"mpi_enabled, gloo_enabled, gloo_built: {got} on backend mpi={on_mpi}")
+        if hvd.mpi_built() is not (importlib.util.find_spec("mpi4py") is not None):
+            failures.append(f"mpi_built() is {hvd.mpi_built()}")
+        nccl = hvd.nccl_built()
+        if type(nccl) is not int or hvd.cuda_built() is not (nccl > 0):
+            failures.append(f"nccl_built() {nccl!r}, cuda_built() {hvd.cuda_built()}")
+        if [hvd.rocm_built(), hvd.ccl_built(), hvd.ddl_built()] != [False] * 3:
+            failures.append("a ROCm, oneCCL or DDL path claims to be built")
 
     case.run_and_report("cases")
     hvd.shutdown()
