@@ -13,6 +13,8 @@ import socket
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
+from collective.topology import Topology
+
 ENV_RANK = "COLLECTIVE_RANK"
 ENV_SIZE = "COLLECTIVE_SIZE"
 ENV_RENDEZVOUS = "COLLECTIVE_RENDEZVOUS"
@@ -284,6 +286,20 @@ def env_for_rank(
                "rendezvous": rendezvous, "secret": secret, "host_key": host_key,
                "nics": nics}, _field_label)
     return env
+
+
+def horovod_env_for_rank(topology: Topology, hostname: str) -> dict[str, str]:
+    """What horovodrun exports to each rank, for scripts that read their place in the job from it.
+    Written by the launcher beside env_for_rank's variables; never read by this package."""
+    return {
+        "HOROVOD_RANK": str(topology.rank),
+        "HOROVOD_SIZE": str(topology.size),
+        "HOROVOD_LOCAL_RANK": str(topology.local_rank),
+        "HOROVOD_LOCAL_SIZE": str(topology.local_size),
+        "HOROVOD_CROSS_RANK": str(topology.cross_rank),
+        "HOROVOD_CROSS_SIZE": str(topology.cross_size),
+        "HOROVOD_HOSTNAME": hostname,
+    }
 
 
 def inherited_environ() -> dict[str, str]:

@@ -28,3 +28,14 @@ def as_buffer(array: np.ndarray, code: DType) -> np.ndarray:
     """What the binding reads: the array itself, or for bfloat16 (which numpy cannot export as a
     buffer) its bit pattern as uint16."""
     return array.view(np.uint16) if code is DType.bfloat16 else array
+
+
+def split_counts(splits: object, tensor_name: str) -> list[int]:
+    """Alltoall's ``splits`` (rows per destination rank, a sequence or an integer array) as plain ints.
+
+    Non-integer splits are refused, as Horovod refuses them, rather than truncated to rows nobody asked for."""
+    array = np.asarray(splits)
+    if array.size and array.dtype.kind not in "iu":
+        raise InvalidArgumentError(
+            f"alltoall {tensor_name}: splits must be integers (rows per rank), got dtype {array.dtype}")
+    return [int(s) for s in array.reshape(-1)]

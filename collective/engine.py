@@ -7,11 +7,11 @@ submits and waits in one step, taking and returning what the communicator's ``ru
 
 from __future__ import annotations
 
-import itertools
 from typing import Any, Sequence
 
 from collective import _native
 from collective._native import CollectiveKind, DType, ReduceOp
+from collective.auto_names import AutoNames, auto_name
 from collective.config import Config
 
 
@@ -21,11 +21,7 @@ class Engine:
     def __init__(self, comm: Any, config: Config) -> None:
         self._native = _native.Engine(comm, config.to_native().engine)
         self._timeout_s = config.timeout_s
-        self._unnamed = itertools.count()
-
-    def auto_name(self, kind: CollectiveKind) -> str:
-        """Horovod's rule for unnamed ops: ranks that submit in the same order agree on the names."""
-        return f"{kind.name.lower()}.noname.{next(self._unnamed)}"
+        self._names = AutoNames()
 
     def submit(
         self,
@@ -44,16 +40,25 @@ class Engine:
     ) -> int:
         """Enqueues a request. ``tensor`` is a buffer, an address (then ``dtype`` and ``shape`` are
         required), or None (barrier, join). The memory must stay valid until the handle completes."""
-        return self._native.enqueue(
-            kind, name or self.auto_name(kind), tensor, dtype, shape, op, int(root), float(prescale),
-            float(postscale), list(splits), int(group), int(group_size))
+        if name:
+            return self._native.enqueue(kind, name, tensor, dtype, shape, op, int(root), float(prescale),
+                                        float(postscale), list(splits), int(group), int(group_size))
+        with self._names.next_number() as number:
+            return self._native.enqueue(kind, auto_name(kind.name.lower(), number), tensor, dtype, shape, op,
+                                        int(root), float(prescale), float(postscale), list(splits), int(group),
+                                        int(group_size))
 
     def run(self, kind: CollectiveKind, name: str | None, tensor: Any, dtype: DType | None = None,
             shape: Sequence[int] | None = None, op: ReduceOp = ReduceOp.SUM, root: int = -1, prescale: float = 1.0,
             postscale: float = 1.0, splits: Sequence[int] = ()) -> Any:
-        """Submits one request and waits for it: takes and returns what the communicator's ``run`` does."""
-        return self._native.run(kind, name or self.auto_name(kind), tensor, dtype, shape, op, int(root),
-                                float(prescale), float(postscale), list(splits), self._timeout_s * 4)
+        """Submits one request and waits for it: takes and returns what the communicator's ``run`` does.
+        A call with a tensor gives its ``dtype``."""
+        if name:
+            return self._native.run(kind, name, tensor, dtype, shape, op, int(root), float(prescale),
+                                    float(postscale), list(splits), self._timeout_s * 4)
+        # In two steps, so that the number is used up only once the engine has accepted the request.
+        handle = self.submit(kind, None, tensor, dtype, shape, op, root, prescale, postscale, splits)
+        return self.wait(handle, DType.uint8 if dtype is None else dtype)
 
     def poll(self, handle: int) -> bool:
         return bool(self._native.poll(handle))
@@ -63,6 +68,13 @@ class Engine:
         # The engine's own deadlines (negotiation, transfers, stall shutdown) fire first; this outer one
         # only guards against a stalled tensor when the stall shutdown is off.
         return self._native.wait(handle, self._timeout_s * 4, dtype)
+
+    def join(self) -> int:
+        """Marks this rank as out of data; blocks until every rank has joined and returns the last to join."""
+        # A fixed name: joining itself uses up no number. Once all have joined, every rank starts a new series.
+        last = int(self.wait(self.submit(CollectiveKind.JOIN, "join", None)))
+        self._names.start_series()
+        return last
 
     def shutdown(self) -> None:
         self._native.shutdown()

@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 
 from collective._native import CollectiveKind
-from collective.dtypes import as_buffer, dtype_code
+from collective.dtypes import as_buffer, dtype_code, split_counts
 from collective.engine import wait_all
 from collective.errors import InvalidArgumentError
 from collective.grouped import Member, member_names, submit_group
@@ -107,7 +107,7 @@ def alltoall(
     name = name or ""
     array = _as_array(tensor, name)
     code = dtype_code(array.dtype, name)
-    split_list = [] if splits is None else [int(s) for s in np.asarray(splits).reshape(-1)]
+    split_list = [] if splits is None else split_counts(splits, repr(name))
     flat, out_shape, received = current().collectives.run(
         CollectiveKind.ALLTOALL, name, as_buffer(array, code), code, None, Sum, -1, 1.0, 1.0, split_list)
     output = _result(flat, out_shape, array.dtype)

@@ -17,6 +17,7 @@ import secrets
 import shutil
 import signal
 import site
+import socket
 import subprocess
 import sys
 import tempfile
@@ -33,8 +34,10 @@ from collective.config import (
     default_host_key,
     env_for_rank,
     format_host_port,
+    horovod_env_for_rank,
     inherited_environ,
 )
+from collective.topology import topology_from_host_keys
 
 TIMEOUT_EXIT_CODE = 124
 # launch() ended early by Stopper.stop(): the ranks were stopped as SIGTERM would stop them.
@@ -96,12 +99,16 @@ def launch(
         try:
             rendezvous = format_host_port(*server.address)
             host_key = default_host_key() if host_key_per_rank else None
+            # Which host each rank counts as, for its local and cross ranks.
+            rank_hosts = [f"{host_key}/rank{rank}" if host_key else "one host" for rank in range(num_proc)]
+            hostname = socket.gethostname()
             for rank in range(num_proc):
                 child_env = inherited_environ() if env is None else dict(env)
                 child_env.update(env_for_rank(
                     rank, num_proc, rendezvous, secret,
                     host_key=f"{host_key}/rank{rank}" if host_key else None, timeline=timeline,
                     failure_report=job.report_path(rank)))
+                child_env.update(horovod_env_for_rank(topology_from_host_keys(rank, rank_hosts), hostname))
                 child_env["PYTHONUNBUFFERED"] = "1"
                 pythonpath = _pythonpath_with_package(child_env.get("PYTHONPATH"))
                 if pythonpath:

@@ -29,6 +29,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from collective._native import CollectiveKind, DType, ReduceOp
+from collective.auto_names import AutoNames, auto_name
 from collective.config import Config
 from collective.errors import CollectiveError, CollectiveTimeoutError, InvalidArgumentError, MismatchError, \
     PeerFailureError
@@ -94,7 +95,7 @@ class MpiEngine:
         self._joins: list[_Request] = []
         self._handles: dict[int, _Request] = {}
         self._next_handle = itertools.count(1)
-        self._unnamed = itertools.count()
+        self._names = AutoNames()
         self._stopping = False
         self._broken: BaseException | None = None
         self._table = Table(self._size)
@@ -109,9 +110,6 @@ class MpiEngine:
 
     # ---- the interface of collective.engine.Engine -------------------------------------------
 
-    def auto_name(self, kind: int) -> str:
-        return _auto_name(kind, next(self._unnamed))
-
     def submit(self, kind: CollectiveKind, name: str | None, tensor: Any, dtype: DType | None = None,
                shape: Sequence[int] | None = None, op: ReduceOp = ReduceOp.SUM, root: int = -1,
                prescale: float = 1.0, postscale: float = 1.0, splits: Sequence[int] = (), group: int = -1,
@@ -123,11 +121,13 @@ class MpiEngine:
         data, code, dims = tensor_array(tensor, dtype, shape) if tensor is not None else (None, -1, ())
         template = self._template(kind, name or None, code, dims, op, root, prescale, postscale, splits)
         if name:
-            call, fields = template, tuple(template)
-        else:
-            number = next(self._unnamed)
-            name = _auto_name(kind, number)
-            call, fields = Call(kind, name, *template[2:]), (kind, number, *template[2:])
+            return self._enqueue(template, tuple(template), data)
+        with self._names.next_number() as number:  # used up only if the request is accepted
+            return self._enqueue(Call(kind, _auto_name(kind, number), *template[2:]), (kind, number, *template[2:]),
+                                 data)
+
+    def _enqueue(self, call: Call, fields: tuple, data: Any) -> int:
+        kind, name = call.kind, call.name
         with self._lock:
             if self._broken is not None:
                 raise CollectiveError(f"the MPI engine has stopped: {self._broken}")
@@ -167,6 +167,12 @@ class MpiEngine:
             postscale: float = 1.0, splits: Sequence[int] = ()) -> Any:
         """Submits one request and waits for it, as ``collective.engine.Engine.run``."""
         return self.wait(self.submit(kind, name, tensor, dtype, shape, op, root, prescale, postscale, splits))
+
+    def join(self) -> int:
+        """As ``collective.engine.Engine.join``."""
+        last = int(self.wait(self.submit(CollectiveKind.JOIN, "join", None)))
+        self._names.start_series()
+        return last
 
     def poll(self, handle: int) -> bool:
         return self._request(handle).done
@@ -508,4 +514,4 @@ class MpiEngine:
 
 
 def _auto_name(kind: int, number: int) -> str:
-    return f"{kind_name(kind)}.noname.{number}"
+    return auto_name(kind_name(kind), number)

@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from collective._native import CollectiveKind
-from collective.dtypes import as_buffer, dtype_code
+from collective.dtypes import as_buffer, dtype_code, split_counts
 from collective.engine import Engine, wait_all
 from collective.errors import InvalidArgumentError
 from collective.reduce_ops import ReduceOp
@@ -127,7 +127,7 @@ def alltoall(array: np.ndarray, splits: Sequence[int] | None, name: str | None) 
     (work,) = _readable([array])
     _rows(work, name, "alltoall")
     # None: the engine divides the first dimension evenly, by the alltoall op's own rule.
-    split_list = [] if splits is None else [int(s) for s in np.asarray(splits).reshape(-1)]
+    split_list = [] if splits is None else split_counts(splits, _label(name))
 
     def submit(engine: Engine, index: int, buffer: np.ndarray, name: str | None, code: int) -> int:
         return engine.submit(CollectiveKind.ALLTOALL, name, buffer, code, splits=split_list)
@@ -157,6 +157,4 @@ def barrier() -> None:
 def join() -> int:
     """Marks this rank as out of data (it contributes zeros to others' allreduces until all have joined);
     returns the rank that joined last."""
-    engine = start_engine()
-    # A fixed name: joining must not advance the counter behind automatic names.
-    return int(engine.wait(engine.submit(CollectiveKind.JOIN, "join", None)))
+    return start_engine().join()

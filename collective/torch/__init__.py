@@ -73,3 +73,19 @@ __all__ = [
     "init", "is_initialized", "join", "local_rank", "local_size", "poll", "rank", "reducescatter",
     "reducescatter_async", "shutdown", "size", "sparse_allreduce_async", "synchronize",
 ]
+
+# Horovod's build and availability queries, answered for this install and run.
+from collective.capabilities import (  # noqa: E402
+    ccl_built,
+    cuda_built,
+    ddl_built,
+    gloo_built,
+    gloo_enabled,
+    mpi_built,
+    mpi_enabled,
+    nccl_built,
+    rocm_built,
+)
+from collective.capabilities import __all__ as _capability_names  # noqa: E402
+
+__all__ += _capability_names

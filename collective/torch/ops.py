@@ -214,7 +214,7 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: str | None = 
         return cuda_ops.alltoall_async(tensor, splits, name, alltoall_async)
     code = check_tensor(tensor, name)
     work = contiguous_input(tensor)
-    rows = [] if splits is None else split_list(splits)  # the engine divides evenly, as its op's rule says
+    rows = [] if splits is None else split_list(splits, name)  # the engine divides evenly, as its op's rule says
     request = _submit(CollectiveKind.ALLTOALL, name, work, code, splits=rows)
     dtype = tensor.dtype
 
@@ -261,9 +261,7 @@ def join(device: int = -1) -> int:
     """Marks this rank as out of data; until every rank has joined, it contributes zeros to the
     others' allreduces. Blocks until all have joined and returns the rank that joined last.
     ``device`` is accepted for Horovod compatibility; everything here runs on the CPU."""
-    engine = start_engine()
-    # A fixed name: joining must not advance the counter behind auto-generated names.
-    return int(engine.wait(engine.submit(CollectiveKind.JOIN, "join", None)))
+    return start_engine().join()
 
 
 def barrier() -> None:

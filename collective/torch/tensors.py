@@ -14,7 +14,7 @@ import torch
 
 from collective import _native
 from collective._native import CollectiveKind, DType
-from collective.dtypes import SUPPORTED
+from collective.dtypes import SUPPORTED, split_counts
 from collective.errors import InvalidArgumentError
 from collective.runtime import size
 
@@ -67,11 +67,13 @@ def from_flat(flat: np.ndarray, shape: Sequence[int], dtype: torch.dtype) -> tor
     return result.view(torch.bfloat16) if dtype == torch.bfloat16 else result
 
 
-def split_list(splits: Any) -> list[int]:
-    """Alltoall splits given as a list, tuple, numpy array or tensor, as plain ints."""
+def split_list(splits: Any, name: str | None) -> list[int]:
+    """Alltoall splits given as a list, tuple, numpy array or tensor, as plain ints; non-integers are refused."""
     if isinstance(splits, torch.Tensor):
-        return [int(s) for s in splits.reshape(-1).tolist()]
-    return [int(s) for s in np.asarray(splits).reshape(-1)]
+        splits = splits.detach().cpu()
+        # numpy has no bfloat16; as float32 it is refused all the same.
+        splits = (splits.float() if splits.dtype == torch.bfloat16 else splits).numpy()
+    return split_counts(splits, label(name))
 
 
 def checked_call(kind: CollectiveKind, tensor: torch.Tensor, name: str | None, root: int = -1,
@@ -79,5 +81,5 @@ def checked_call(kind: CollectiveKind, tensor: torch.Tensor, name: str | None, r
     """Checks a call that the native core does not see (CUDA tensors go to NCCL) by its op's own rule
     (native/algorithms/<op>.cc). Returns alltoall's rows per rank: ``splits``, or Horovod's default, the
     first dimension divided evenly."""
-    given = [] if splits is None else split_list(splits)
+    given = [] if splits is None else split_list(splits, name)
     return list(_native.validate_call(kind, name or "", list(tensor.shape), root, given, size()))

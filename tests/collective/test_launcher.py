@@ -6,6 +6,7 @@ import io
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -213,6 +214,24 @@ def test_launch_passes_env_and_per_rank_host_keys(tmp_path: Path) -> None:
     assert code == 0
     assert sorted(out.getvalue().decode().splitlines()) == [
         "[0]: 0 rank0 7.5 True", "[1]: 1 rank1 7.5 True"]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("hosts_per_rank", [False, True])
+def test_ranks_get_horovodrun_variables(tmp_path: Path, hosts_per_rank: bool) -> None:
+    """Scripts written for horovodrun read their place in the job from HOROVOD_* variables."""
+    script = tmp_path / "show_horovod_env.py"
+    names = ["RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE", "HOSTNAME"]
+    script.write_text(f"import os\nprint(*[os.environ['HOROVOD_' + n] for n in {names!r}])\n")
+    out = io.BytesIO()
+    code = run.launch([str(script)], 3, timeout_s=30, host_key_per_rank=hosts_per_rank, stdout=out,
+                      stderr=io.BytesIO())
+    assert code == 0
+    host = socket.gethostname()
+    # One host: local ranks 0..2 and one cross group each. A host per rank: the other way round.
+    want = [f"[{r}]: {r} 3 0 1 {r} 3 {host}" if hosts_per_rank else f"[{r}]: {r} 3 {r} 3 0 1 {host}"
+            for r in range(3)]
+    assert sorted(out.getvalue().decode().splitlines()) == want
 
 
 @pytest.mark.timeout(30)

@@ -41,7 +41,7 @@ def test_collective_cases(backend: str, num_proc: int, mode: str) -> None:
     assert_clean(job, num_proc)
     for rank in range(num_proc):
         (record,) = job.records(rank)
-        assert len(record["ran"]) == 8
+        assert len(record["ran"]) == 11
         assert record["failures"] == [], record["failures"]
 
 
@@ -101,6 +101,11 @@ def test_rank_size_and_local_rank_come_from_mpi(backend: str) -> None:
         (record,) = job.records(rank)
         assert record["mpi"] == [rank, 3, rank, 3]  # one host: one shared-memory domain
         assert record["ours"] == [rank, 3, rank, 3, 0, 1]
+        # Under mpiexec: MPI is enabled only when it moves the data; the native ring plays Gloo's role.
+        queries = record["queries"]
+        assert (queries["mpi_enabled"], queries["gloo_enabled"]) == (backend == "mpi", backend != "mpi"), queries
+        assert queries["mpi_built"] is True and queries["gloo_built"] is True
+        assert not any(queries[name] for name in ("rocm_built", "ccl_built", "ddl_built")), queries
 
 
 @pytest.mark.timeout(150)

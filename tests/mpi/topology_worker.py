@@ -9,6 +9,10 @@ from mpi4py import MPI
 import collective
 
 
+QUERIES = ["mpi_built", "mpi_enabled", "gloo_built", "gloo_enabled", "nccl_built", "cuda_built", "rocm_built",
+           "ccl_built", "ddl_built"]
+
+
 def main() -> None:
     collective.init()
     world = MPI.COMM_WORLD
@@ -17,6 +21,7 @@ def main() -> None:
         "ours": [collective.rank(), collective.size(), collective.local_rank(), collective.local_size(),
                  collective.cross_rank(), collective.cross_size()],
         "mpi": [world.Get_rank(), world.Get_size(), node.Get_rank(), node.Get_size()],
+        "queries": {name: getattr(collective, name)() for name in QUERIES},
     }
     node.Free()
     print("RESULT " + json.dumps(record), flush=True)

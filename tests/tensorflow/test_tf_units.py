@@ -73,3 +73,19 @@ def test_graph_names_repeat_when_a_function_is_traced_again() -> None:
 def test_xla_compiled_functions_are_refused_clearly() -> None:
     with pytest.raises(hvd.InvalidArgumentError, match="jit_compile=False"):
         tf.function(lambda x: hvd.allreduce(x, name="x"), jit_compile=True)(tf.ones(2))
+
+
+def test_errors_are_the_classes_horovod_scripts_catch() -> None:
+    import collective.keras as keras_hvd
+    for module in (hvd, keras_hvd):
+        assert isinstance(module.PeerFailureError("rank 1 left"), module.HorovodInternalError)
+        assert issubclass(module.InvalidArgumentError, ValueError)
+        assert issubclass(module.MismatchError, ValueError)
+
+
+def test_build_queries_are_exported() -> None:
+    import collective
+    import collective.keras as keras_hvd
+    for module in (hvd, keras_hvd):
+        for name in collective.capabilities.__all__:
+            assert getattr(module, name) is getattr(collective, name) and name in module.__all__

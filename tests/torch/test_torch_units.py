@@ -89,3 +89,23 @@ def test_predivide_needs_average() -> None:
     optimizer = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
     with pytest.raises(ValueError, match="gradient_predivide_factor"):
         hvd.DistributedOptimizer(optimizer, op=hvd.Sum, gradient_predivide_factor=2.0)
+
+
+def test_errors_are_the_classes_horovod_scripts_catch() -> None:
+    # Horovod's elastic loop catches HorovodInternalError to restore and retry after a peer fails.
+    assert isinstance(hvd.PeerFailureError("rank 1 left"), hvd.HorovodInternalError)
+    assert issubclass(hvd.CollectiveTimeoutError, hvd.HorovodInternalError)
+    # Horovod raises ValueError for bad arguments and disagreeing ranks; ours stay RuntimeErrors too.
+    for error in (hvd.InvalidArgumentError, hvd.MismatchError):
+        assert issubclass(error, ValueError) and issubclass(error, RuntimeError)
+        assert issubclass(error, hvd.HorovodInternalError)
+    assert not issubclass(hvd.PeerFailureError, ValueError)
+
+
+def test_build_queries_are_horovods_names_and_types() -> None:
+    import collective
+    for name in ("mpi_built", "mpi_enabled", "gloo_built", "gloo_enabled", "cuda_built", "rocm_built", "ccl_built",
+                 "ddl_built"):
+        assert getattr(hvd, name) is getattr(collective, name) and name in hvd.__all__
+        assert type(getattr(hvd, name)()) is bool, name
+    assert type(hvd.nccl_built()) is int  # NCCL's version code, 0 when libnccl does not load

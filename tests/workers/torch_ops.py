@@ -362,6 +362,56 @@ def invalid_arguments(c: Cases) -> None:
         c.check("uneven" in str(exc), f"alltoall message: {exc}")
 
 
+def bad_arguments_are_value_errors(c: Cases) -> None:
+    """Horovod raises ValueError for these; a ported `except ValueError` must still catch ours."""
+    size = hvd.size()
+    rows = torch.ones(size + 1, 2)
+    bad = {"splits of the wrong length": lambda: hvd.alltoall(rows, splits=[1] * (size + 1), name="a2a.len"),
+           "float splits": lambda: hvd.alltoall(rows, splits=torch.ones(size), name="a2a.type"),
+           "splits not summing to the rows": lambda: hvd.alltoall(rows, splits=torch.ones(size, dtype=torch.int32)),
+           "a duplicate in-flight name": _duplicate_name}
+    if size > 1:
+        bad["mismatched shapes"] = lambda: hvd.allreduce(torch.ones(2 + hvd.rank()), name="shapes")
+    for what, call in bad.items():
+        try:
+            call()
+            c.check(False, f"{what}: accepted")
+        except ValueError as exc:
+            c.check(isinstance(exc, hvd.HorovodInternalError) or what != "mismatched shapes",
+                    f"{what}: {type(exc).__name__} is not a HorovodInternalError")
+
+
+def _duplicate_name() -> None:
+    first = hvd.allreduce_async(torch.ones(3), name="duplicate_name")
+    try:
+        hvd.allreduce_async(torch.ones(3), name="duplicate_name")
+    finally:
+        hvd.synchronize(first)
+
+
+def automatic_names_stay_in_step(c: Cases) -> None:
+    """Unnamed calls that only rank 0 makes (refused or run while the others have joined, or rejected
+    before they reach the engine) must not shift the numbers behind the next automatic names."""
+    size = hvd.size()
+    if hvd.rank() == 0:
+        try:
+            hvd.allgather(torch.ones(1))  # the ring engine refuses it while ranks have joined; MPI's runs it
+        except hvd.InvalidArgumentError:
+            pass
+        hvd.allreduce(torch.ones(1))  # the joined ranks contribute zeros without submitting it
+    hvd.join()
+    c.check(hvd.allgather_object(hvd.rank()) == list(range(size)), "allgather_object after the join")
+    hvd.barrier()
+    if hvd.rank() == 0:
+        try:
+            hvd.alltoall(torch.ones(size + 1), splits=[1] * size)
+            c.check(False, "splits that do not sum to the rows were accepted")
+        except ValueError:
+            pass
+    hvd.barrier()
+    c.check(hvd.allreduce(torch.ones(2), op=hvd.Sum).tolist() == [size] * 2, "an unnamed allreduce afterwards")
+
+
 def objects(c: Cases) -> None:
     for root in range(hvd.size()):
         value = {"rank": hvd.rank(), "payload": list(range(hvd.rank() * 100))}
@@ -419,7 +469,8 @@ def join(c: Cases) -> None:
 
 CASES = [allreduce, allreduce_in_place, allreduce_async, allreduce_scaling, allreduce_special_shapes,
          allreduce_autograd, allreduce_compression, grouped_allreduce, allgather, broadcast, alltoall, reducescatter,
-         grouped_allgather, grouped_reducescatter, sparse_allreduce, out_of_order, mismatch, invalid_arguments, objects, broadcast_parameters, poll_and_barrier, join]
+         grouped_allgather, grouped_reducescatter, sparse_allreduce, out_of_order, mismatch, invalid_arguments, objects,
+         broadcast_parameters, poll_and_barrier, join, bad_arguments_are_value_errors, automatic_names_stay_in_step]
 
 
 def main() -> None:
