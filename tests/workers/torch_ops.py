@@ -84,6 +84,15 @@ def allreduce_scaling(c: Cases) -> None:
         except ValueError:
             pass
     c.check(close(hvd.allreduce(mine), total / hvd.size()), "the default op is Average")
+    # Integers scale as Horovod's do: the product truncated toward zero (9 * 1.5 -> 13 on every rank,
+    # 26 on two ranks, where rounding gave 28), the prescale on each rank before the sum.
+    size = hvd.size()
+    ints = torch.tensor([9, -9], dtype=torch.int32)
+    c.check(torch.equal(hvd.allreduce(ints, op=hvd.Sum, prescale_factor=1.5), torch.tensor([13, -13]).int() * size),
+            "int32 prescale truncates toward zero")
+    threes = torch.full((3,), 3, dtype=torch.int64)
+    c.check(torch.equal(hvd.allreduce(threes, op=hvd.Sum, postscale_factor=1.5), torch.full((3,), int(3 * size * 1.5))),
+            "int64 postscale truncates toward zero")
 
 
 def allreduce_special_shapes(c: Cases) -> None:
@@ -265,7 +274,7 @@ def mismatch(c: Cases) -> None:
 
 
 def invalid_arguments(c: Cases) -> None:
-    for dtype in (torch.int16, torch.bool, torch.complex64):
+    for dtype in (torch.uint32, torch.bool, torch.complex64):  # int16 is supported, as in Horovod
         try:
             hvd.allreduce(torch.zeros(2, dtype=dtype), name="odd.dtype")
             c.check(False, f"{dtype}: accepted")
