@@ -33,7 +33,7 @@ struct EngineOptions {
   size_t cache_capacity = 1024;               // response cache entries
   std::string timeline;                       // Chrome trace JSON, written by rank 0; empty = off
   double stall_check_s = 60.0;                // warn about tensors some ranks have not submitted; 0 = off
-  double stall_shutdown_s = 0.0;              // then fail them; 0 = never
+  double stall_shutdown_s = 300.0;            // then fail them on every rank; 0 = never
 };
 
 // What a finished handle holds.
