@@ -38,11 +38,13 @@ from collective.runtime import (
     size,
     uses_shared_memory,
 )
+from collective.timeline import start_timeline, stop_timeline
 
 __all__ = [
     "Average", "AuthenticationError", "CollectiveError", "CollectiveTimeoutError", "Config",
     "InvalidArgumentError", "Max", "Min", "MismatchError", "NotInitializedError", "PeerFailureError",
     "Product", "ReduceOp", "Sum", "allgather", "allreduce", "allreduce_", "alltoall", "barrier",
     "broadcast", "broadcast_", "cross_rank", "cross_size", "init", "is_initialized", "local_rank",
-    "local_size", "rank", "reducescatter", "shutdown", "size", "uses_shared_memory",
+    "local_size", "rank", "reducescatter", "shutdown", "size", "start_timeline", "stop_timeline",
+    "uses_shared_memory",
 ]

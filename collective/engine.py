@@ -64,6 +64,12 @@ class Engine:
         # only guards against a stalled tensor when the stall shutdown is off.
         return self._native.wait(handle, self._timeout_s * 4, dtype)
 
+    def start_timeline(self, path: str, mark_cycles: bool) -> None:
+        self._native.start_timeline(path, mark_cycles)
+
+    def stop_timeline(self) -> None:
+        self._native.stop_timeline()
+
     def shutdown(self) -> None:
         self._native.shutdown()
 

@@ -45,6 +45,7 @@ from collective.torch.ops import (
 )
 from collective.torch.optimizer import DistributedOptimizer
 from collective.torch.sync_batch_norm import SyncBatchNorm
+from collective.timeline import start_timeline, stop_timeline
 
 # Scripts that catch Horovod's error type keep working.
 HorovodInternalError = CollectiveError
@@ -59,4 +60,5 @@ __all__ = [
     "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "init",
     "is_initialized", "join", "local_rank", "local_size", "poll", "rank", "reducescatter", "reducescatter_async",
     "shutdown", "size", "synchronize",
+    "start_timeline", "stop_timeline",
 ]

@@ -62,6 +62,10 @@ class Engine {
   HandleOutcome wait(int64_t handle, double timeout_s);
   // Negotiated stop: every rank's engine stops after the cycle that carries it.
   void shutdown();
+  // Horovod's start_timeline/stop_timeline: rank 0 (the coordinator, which sees every rank's negotiation)
+  // writes the file; on other ranks these do nothing. Starting again switches to the new file.
+  void start_timeline(const std::string& path, bool mark_cycles);
+  void stop_timeline();
 
  private:
   struct LocalRequest {

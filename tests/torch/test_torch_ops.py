@@ -9,7 +9,7 @@ from jobs import JobResult, run_job
 CASES = ["allreduce", "allreduce_in_place", "allreduce_async", "allreduce_scaling", "allreduce_special_shapes",
          "allreduce_autograd", "allreduce_compression", "grouped_allreduce", "allgather", "broadcast", "alltoall",
          "reducescatter", "out_of_order", "mismatch", "invalid_arguments", "objects", "broadcast_parameters",
-         "poll_and_barrier", "join"]
+         "poll_and_barrier", "join", "timeline"]
 
 _jobs: dict[int, JobResult] = {}
 

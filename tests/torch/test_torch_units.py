@@ -89,3 +89,23 @@ def test_predivide_needs_average() -> None:
     optimizer = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
     with pytest.raises(ValueError, match="gradient_predivide_factor"):
         hvd.DistributedOptimizer(optimizer, op=hvd.Sum, gradient_predivide_factor=2.0)
+
+
+def test_timeline_controls_exist_in_every_api() -> None:
+    """Horovod's start_timeline/stop_timeline, in each module a Horovod script imports."""
+    import collective
+    import collective.keras
+    import collective.tensorflow
+    import collective.torch
+    from collective.timeline import start_timeline, stop_timeline
+
+    for module in (collective, collective.torch, collective.tensorflow, collective.keras):
+        assert (module.start_timeline, module.stop_timeline) == (start_timeline, stop_timeline), module.__name__
+        assert {"start_timeline", "stop_timeline"} <= set(module.__all__), module.__name__
+
+
+def test_timeline_before_init_says_so() -> None:
+    import collective.torch as hvd
+
+    with pytest.raises(hvd.NotInitializedError):
+        hvd.start_timeline("/tmp/never.json")

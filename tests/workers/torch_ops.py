@@ -5,6 +5,9 @@ Each case reports RESULT {"case": ..., "failures": [...]}; tests/torch/test_torc
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
 import warnings
 
 import torch
@@ -347,9 +350,31 @@ def join(c: Cases) -> None:
     c.check(last == 0 or hvd.size() == 1, f"join returned {last}, expected 0 (the last to join)")
 
 
+def timeline(c: Cases) -> None:
+    # Every rank starts and stops it, as in Horovod; rank 0 writes the file.
+    path = os.path.join(tempfile.mkdtemp(prefix="timeline"), "trace.json")
+    hvd.start_timeline(path, mark_cycles=True)
+    hvd.allreduce(torch.ones(3), name="traced.allreduce")
+    hvd.broadcast(torch.ones(2), root_rank=0, name="traced.broadcast")
+    hvd.stop_timeline()
+    hvd.allreduce(torch.ones(3), name="after.stop")
+    if hvd.rank() != 0:
+        c.check(not os.path.exists(path), "a rank other than 0 wrote a timeline")
+        return
+    with open(path, encoding="utf-8") as trace:
+        events = json.load(trace)  # stopped: the file is complete, valid JSON
+    rows = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    phases = {e["name"] for e in events if e.get("ph") == "X"}
+    c.check({"traced.allreduce", "traced.broadcast"} <= rows, f"timeline rows {sorted(rows)}")
+    c.check({"ALLREDUCE", "BROADCAST", "NEGOTIATE"} <= phases, f"timeline phases {sorted(phases)}")
+    c.check("after.stop" not in rows, "an op after stop_timeline() was recorded")
+    c.check(any(e.get("name") == "CYCLE_START" for e in events), "mark_cycles=True marked no cycle")
+
+
 CASES = [allreduce, allreduce_in_place, allreduce_async, allreduce_scaling, allreduce_special_shapes,
          allreduce_autograd, allreduce_compression, grouped_allreduce, allgather, broadcast, alltoall, reducescatter,
-         out_of_order, mismatch, invalid_arguments, objects, broadcast_parameters, poll_and_barrier, join]
+         out_of_order, mismatch, invalid_arguments, objects, broadcast_parameters, poll_and_barrier, join,
+         timeline]
 
 
 def main() -> None:
