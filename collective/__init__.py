@@ -40,13 +40,15 @@ from collective.runtime import (
     size,
     uses_shared_memory,
 )
+from collective.timeline import start_timeline, stop_timeline
 
 __all__ = [
     "Average", "AuthenticationError", "CollectiveError", "CollectiveTimeoutError", "Config",
     "InvalidArgumentError", "Max", "Min", "MismatchError", "NotInitializedError", "PeerFailureError",
     "Product", "ReduceOp", "Sum", "allgather", "allreduce", "allreduce_", "alltoall", "barrier",
-    "broadcast", "broadcast_", "cross_rank", "cross_size", "grouped_allgather", "grouped_reducescatter", "init", "is_initialized", "local_rank",
-    "local_size", "rank", "reducescatter", "shutdown", "size", "uses_shared_memory",
+    "broadcast", "broadcast_", "cross_rank", "cross_size", "grouped_allgather", "grouped_reducescatter", "init",
+    "is_initialized", "local_rank", "local_size", "rank", "reducescatter", "shutdown", "size", "start_timeline",
+    "stop_timeline", "uses_shared_memory",
 ]
 
 # Horovod's build and availability queries, answered for this install and run.

@@ -34,6 +34,10 @@ ENV_CACHE_CAPACITY = "COLLECTIVE_CACHE_CAPACITY"
 ENV_TIMELINE = "COLLECTIVE_TIMELINE"
 ENV_STALL_CHECK_TIME = "COLLECTIVE_STALL_CHECK_TIME"
 ENV_STALL_SHUTDOWN_TIME = "COLLECTIVE_STALL_SHUTDOWN_TIME"
+# Horovod's names for the stall inspector, honoured so ported jobs keep their settings (ours win when both are set).
+ENV_HOROVOD_STALL_CHECK_TIME = "HOROVOD_STALL_CHECK_TIME_SECONDS"
+ENV_HOROVOD_STALL_SHUTDOWN_TIME = "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"
+ENV_HOROVOD_STALL_CHECK_DISABLE = "HOROVOD_STALL_CHECK_DISABLE"  # truthy: no warning and no shutdown
 ENV_BACKEND = "COLLECTIVE_BACKEND"
 ENV_NCCL_LIBRARY = "COLLECTIVE_NCCL_LIBRARY"
 ENV_NICS = "COLLECTIVE_NICS"  # comma-separated interface names
@@ -73,7 +77,9 @@ class Config:
     cache_capacity: int = 1024               # response cache entries
     timeline: str | None = None              # Chrome trace JSON written by rank 0
     stall_check_s: float = 60.0              # warn about tensors some ranks have not submitted; 0 = off
-    stall_shutdown_s: float = 0.0            # then fail them; 0 = never
+    # Then fail them on every rank, naming the missing ranks; 0 = never. Horovod's default is never: ours
+    # keeps a program-order bug from holding a Spark job until the 4 x timeout_s deadline.
+    stall_shutdown_s: float = 300.0
     backend: str = "ring"                    # CPU data path: the native "ring", or "mpi" (mpi4py)
     launched_by_mpi: bool = False            # mpirun/mpiexec started us: bootstrap through MPI
     nccl_library: str | None = None          # path to libnccl.so.2; None = the nvidia-nccl wheel, then the system
@@ -131,6 +137,9 @@ def config_from_env(base: Config | None = None, environ: Mapping[str, str] | Non
     environ = os.environ if environ is None else environ
     values = dict(_DEFAULTS)
     source: dict[str, str] = {}
+    for field_name, (env_name, parse) in _horovod_stall_fields(environ).items():
+        values[field_name] = parse(env_name, environ[env_name].strip())
+        source[field_name] = env_name
     for field_name, (env_name, parse) in _ENV_FIELDS.items():
         raw = environ.get(env_name)
         if raw is None or not raw.strip():
@@ -340,13 +349,17 @@ def _parse_nics(env_name: str, raw: str) -> tuple[str, ...] | None:
     return normalize_nics([name.strip() for name in raw.split(",") if name.strip()], env_name)
 
 
-def _parse_shm_enabled(env_name: str, raw: str) -> bool:
+def _parse_flag(env_name: str, raw: str) -> bool:
     word = raw.lower()
     if word in _TRUE_WORDS:
-        return False  # The variable *disables* shm, so "true" means enable_shm=False.
-    if word in _FALSE_WORDS:
         return True
+    if word in _FALSE_WORDS:
+        return False
     raise ValueError(f"{env_name}={raw!r} is not one of 1/0/true/false/yes/no/on/off")
+
+
+def _parse_shm_enabled(env_name: str, raw: str) -> bool:
+    return not _parse_flag(env_name, raw)  # The variable *disables* shm, so "true" means enable_shm=False.
 
 
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(Config)}
@@ -375,6 +388,21 @@ _ENV_FIELDS: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "nccl_library": (ENV_NCCL_LIBRARY, _parse_text),
     "nics": (ENV_NICS, _parse_nics),
 }
+
+
+def _horovod_stall_fields(environ: Mapping[str, str]) -> dict[str, tuple[str, Callable[[str, str], Any]]]:
+    """The stall fields Horovod's variables set, as (variable, parser) per field; ours override them later."""
+    fields: dict[str, tuple[str, Callable[[str, str], Any]]] = {}
+    disable = environ.get(ENV_HOROVOD_STALL_CHECK_DISABLE, "").strip()
+    if disable and _parse_flag(ENV_HOROVOD_STALL_CHECK_DISABLE, disable):
+        off = lambda name, raw: 0.0  # noqa: E731
+        return {"stall_check_s": (ENV_HOROVOD_STALL_CHECK_DISABLE, off),
+                "stall_shutdown_s": (ENV_HOROVOD_STALL_CHECK_DISABLE, off)}
+    for field_name, env_name in (("stall_check_s", ENV_HOROVOD_STALL_CHECK_TIME),
+                                 ("stall_shutdown_s", ENV_HOROVOD_STALL_SHUTDOWN_TIME)):
+        if environ.get(env_name, "").strip():
+            fields[field_name] = (env_name, _parse_seconds)
+    return fields
 
 
 def _validate(values: Mapping[str, Any], label: Callable[[str], str]) -> None:

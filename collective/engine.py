@@ -76,6 +76,12 @@ class Engine:
         self._names.start_series()
         return last
 
+    def start_timeline(self, path: str, mark_cycles: bool) -> None:
+        self._native.start_timeline(path, mark_cycles)
+
+    def stop_timeline(self) -> None:
+        self._native.stop_timeline()
+
     def shutdown(self) -> None:
         self._native.shutdown()
 

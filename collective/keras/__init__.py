@@ -55,6 +55,8 @@ from collective.tensorflow import (
     reducescatter,
     shutdown,
     size,
+    start_timeline,
+    stop_timeline,
 )
 
 __all__ = [
@@ -64,7 +66,7 @@ __all__ = [
     "PeerFailureError", "Product", "ReduceOp", "Sum", "allgather", "allgather_object", "allreduce", "alltoall",
     "barrier", "broadcast", "broadcast_object", "broadcast_variables", "callbacks", "cross_rank", "cross_size",
     "grouped_allreduce", "init", "is_initialized", "join", "load_model", "local_rank", "local_size", "rank",
-    "reducescatter", "shutdown", "size",
+    "reducescatter", "shutdown", "size", "start_timeline", "stop_timeline",
 ]
 
 # Horovod's build and availability queries, answered for this install and run.

@@ -81,8 +81,12 @@ def _saturates(call: Call) -> bool:
 
 
 def _sum_saturates(dtype: int, op: int) -> bool:
-    """Open MPI's vectorised 8-bit MPI_SUM saturates instead of wrapping; such sums go as int32."""
-    return dtype in (DType.uint8, DType.int8) and op in (ReduceOp.SUM, ReduceOp.AVERAGE)
+    """Open MPI's vectorised 8- and 16-bit MPI_SUM saturates instead of wrapping (open-mpi/ompi#8045, "wontfix");
+    such sums go as int32."""
+    return dtype in _NARROW_INTEGERS and op in (ReduceOp.SUM, ReduceOp.AVERAGE)
+
+
+_NARROW_INTEGERS = frozenset({DType.uint8, DType.int8, DType.int16, DType.uint16})
 
 
 def allgather(comm: Any, data: np.ndarray, calls: Sequence[Call]) -> tuple[np.ndarray, list[int]]:

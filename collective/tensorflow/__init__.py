@@ -38,6 +38,7 @@ from collective.tensorflow.ops import (
     join,
     reducescatter,
 )
+from collective.timeline import start_timeline, stop_timeline
 
 # Scripts that catch Horovod's error type keep working.
 HorovodInternalError = CollectiveError
@@ -49,6 +50,7 @@ __all__ = [
     "barrier", "broadcast", "broadcast_object", "broadcast_variables", "cross_rank", "cross_size",
     "grouped_allreduce", "init", "is_initialized", "join", "local_rank", "local_size", "rank", "reducescatter",
     "shutdown", "size",
+    "start_timeline", "stop_timeline",
 ]
 
 # Horovod's build and availability queries, answered for this install and run.

@@ -57,6 +57,7 @@ from collective.torch.ops import (
 from collective.torch.optimizer import DistributedOptimizer
 from collective.torch.sparse import sparse_allreduce_async
 from collective.torch.sync_batch_norm import SyncBatchNorm
+from collective.timeline import start_timeline, stop_timeline
 
 # Scripts that catch Horovod's error type keep working.
 HorovodInternalError = CollectiveError
@@ -71,7 +72,8 @@ __all__ = [
     "grouped_allgather", "grouped_allgather_async", "grouped_allreduce", "grouped_allreduce_",
     "grouped_allreduce_async", "grouped_allreduce_async_", "grouped_reducescatter", "grouped_reducescatter_async",
     "init", "is_initialized", "join", "local_rank", "local_size", "poll", "rank", "reducescatter",
-    "reducescatter_async", "shutdown", "size", "sparse_allreduce_async", "synchronize",
+    "reducescatter_async", "shutdown", "size", "sparse_allreduce_async", "start_timeline", "stop_timeline",
+    "synchronize",
 ]
 
 # Horovod's build and availability queries, answered for this install and run.

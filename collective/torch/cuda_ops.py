@@ -57,17 +57,25 @@ def _staged(inner: int, finish: Callable[[Any], Any], keep_alive: tuple[Any, ...
 
 
 def _scale(buffer: torch.Tensor, factor: float) -> None:
-    """buffer *= factor with the native kernels' rounding: integers round half away from zero."""
+    """buffer *= factor as the native kernels (and Horovod) do: integers truncate toward zero, then saturate."""
     if factor == 1.0:
         return
     if buffer.is_floating_point():
         buffer.mul_(factor)
         return
     info = torch.iinfo(buffer.dtype)
-    value = buffer.double() * factor
-    rounded = torch.trunc(value)
-    rounded += (value - rounded >= 0.5).double() - (value - rounded <= -0.5).double()
-    buffer.copy_(rounded.clamp_(info.min, info.max))
+    buffer.copy_(torch.trunc(buffer.double() * factor).clamp_(info.min, info.max))
+
+
+def _finish(buffer: torch.Tensor, op: ReduceOp, postscale: float) -> None:
+    """Average and the postscale as the native finish_reduction does: an integer Average with a postscale
+    folds 1/size into it and truncates once (Horovod's rule); without one it divides exactly."""
+    if op == ReduceOp.AVERAGE:
+        if buffer.is_floating_point() or postscale != 1.0:
+            postscale /= collective.size()
+        else:
+            buffer.copy_(torch.div(buffer, collective.size(), rounding_mode="trunc"))
+    _scale(buffer, postscale)
 
 
 def _reduce(context: CudaContext, buffer: torch.Tensor, code: int, op: ReduceOp, prescale: float,
@@ -76,12 +84,7 @@ def _reduce(context: CudaContext, buffer: torch.Tensor, code: int, op: ReduceOp,
     _scale(buffer, prescale)
     context.comm.allreduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), code, op,
                            _stream(buffer.device))
-    if op == ReduceOp.AVERAGE:
-        if buffer.is_floating_point():
-            postscale /= collective.size()
-        else:
-            buffer.copy_(torch.div(buffer, collective.size(), rounding_mode="trunc"))
-    _scale(buffer, postscale)
+    _finish(buffer, op, postscale)
 
 
 def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], names: Sequence[str | None], op: ReduceOp,
@@ -223,12 +226,7 @@ def reducescatter_async(tensor: torch.Tensor, name: str | None, op: ReduceOp, pr
             out = torch.empty((mine, *work.shape[1:]), dtype=work.dtype, device=work.device)
             context.comm.reducescatter(work.data_ptr(), out.data_ptr(), out.numel(), code, op,
                                        _stream(work.device))
-            if op == ReduceOp.AVERAGE:
-                if out.is_floating_point():
-                    postscale /= size
-                else:
-                    out.copy_(torch.div(out, size, rounding_mode="trunc"))
-            _scale(out, postscale)
+            _finish(out, op, postscale)
         else:
             # NCCL's reduce-scatter needs equal shares; uneven rows reduce whole and keep this rank's.
             _reduce(context, work.view(-1), code, op, prescale, postscale)

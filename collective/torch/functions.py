@@ -11,9 +11,7 @@ import torch
 from collective.runtime import rank
 from collective.torch.ops import allgather_async, broadcast_, broadcast_async_, synchronize
 from collective.torch.optimizer import local_step
-
-_ENGINE_DTYPES = frozenset({torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16, torch.bfloat16,
-                            torch.float32, torch.float64})
+from collective.torch.tensors import ENGINE_DTYPES
 
 
 def broadcast_parameters(params: Any, root_rank: int) -> None:
@@ -75,7 +73,7 @@ class _TensorSlot:
 
 def _describe(value: Any) -> Any:
     if (isinstance(value, torch.Tensor) and value.device.type == "cpu" and value.layout == torch.strided
-            and value.dtype in _ENGINE_DTYPES):
+            and value.dtype in ENGINE_DTYPES):
         return _TensorSlot(tuple(value.shape), value.dtype)
     return value  # anything else (step counts, hyperparameters, tensor lists) travels pickled
 

@@ -20,6 +20,8 @@ from collective.runtime import size
 
 # torch names every native DType as the native table does.
 _DTYPE_CODES = {getattr(torch, d.name): d for d in DType}
+# What the engine carries as tensors (anything else, e.g. bool or complex, goes some other way).
+ENGINE_DTYPES = frozenset(_DTYPE_CODES)
 # numpy has no bfloat16, so its results are viewed through int16 and reinterpreted by torch.
 _NUMPY_VIEWS = {torch_dtype: np.int16 if d is DType.bfloat16 else np.dtype(d.name).type
                 for torch_dtype, d in _DTYPE_CODES.items()}

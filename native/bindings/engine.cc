@@ -80,6 +80,11 @@ void register_engine(nb::module_& m) {
       .def("wait", &wait, nb::arg("handle"), nb::arg("timeout_s"), nb::arg("dtype") = DType::kUInt8,
            "Blocks until the handle completes. Returns None, the last rank to join, or (flat uint8 array, shape"
            "[, received_splits]); raises the collective's error.")
+      .def(
+          "start_timeline",
+          [](PyEngine& e, const std::string& path, bool mark_cycles) { e.engine->start_timeline(path, mark_cycles); },
+          nb::arg("path"), nb::arg("mark_cycles"), "Rank 0 starts writing the Chrome trace to path (others: no-op).")
+      .def("stop_timeline", [](PyEngine& e) { e.engine->stop_timeline(); }, "Closes the timeline file, if any.")
       .def("shutdown", [](PyEngine& e) {
         {
           nb::gil_scoped_release release;

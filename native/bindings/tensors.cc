@@ -17,6 +17,8 @@ DType dtype_from_format(const char* format, Py_ssize_t itemsize) {
     switch (format[0]) {
       case 'B': return DType::kUInt8;
       case 'b': return DType::kInt8;
+      case 'h': return DType::kInt16;
+      case 'H': return DType::kUInt16;
       case 'e': return DType::kFloat16;
       case 'f': return DType::kFloat32;
       case 'd': return DType::kFloat64;

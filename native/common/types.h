@@ -21,7 +21,9 @@ namespace shvd {
   X(kFloat16, 4, "float16", 2)  \
   X(kBFloat16, 5, "bfloat16", 2) \
   X(kFloat32, 6, "float32", 4)  \
-  X(kFloat64, 7, "float64", 8)
+  X(kFloat64, 7, "float64", 8)  \
+  X(kInt16, 8, "int16", 2)      \
+  X(kUInt16, 9, "uint16", 2)
 
 // X(enumerator, code, Python name, name in messages)
 #define SHVD_REDUCE_OPS(X)            \
@@ -76,7 +78,8 @@ inline size_t dtype_size(DType t) {
 }
 
 inline bool dtype_is_integer(DType t) {
-  return t == DType::kUInt8 || t == DType::kInt8 || t == DType::kInt32 || t == DType::kInt64;
+  return t == DType::kUInt8 || t == DType::kInt8 || t == DType::kInt16 || t == DType::kUInt16 ||
+         t == DType::kInt32 || t == DType::kInt64;
 }
 
 const char* dtype_name(DType t);

@@ -102,6 +102,13 @@ void Engine::shutdown() {
   timeline_.close();
 }
 
+void Engine::start_timeline(const std::string& path, bool mark_cycles) {
+  if (path.empty()) fail(ErrorKind::kInvalidArgument, "start_timeline needs a file path");
+  if (mesh_.rank() == 0) timeline_.open(path, 0, mark_cycles);
+}
+
+void Engine::stop_timeline() { timeline_.close(); }
+
 void Engine::loop() {
   auto next = Clock::now();
   try {
@@ -149,6 +156,7 @@ void Engine::cycle() {
   }
   ResponseList list = negotiate(mine);
   auto negotiated = Clock::now();
+  if (!list.responses.empty()) timeline_.cycle_start();
   for (const Response& resp : list.responses) execute(resp, negotiated);
   if (list.shutdown) {
     // The rank left (it finished, or fn failed there): a peer failure, so launchers blame that rank.

@@ -33,7 +33,7 @@ struct EngineOptions {
   size_t cache_capacity = 1024;               // response cache entries
   std::string timeline;                       // Chrome trace JSON, written by rank 0; empty = off
   double stall_check_s = 60.0;                // warn about tensors some ranks have not submitted; 0 = off
-  double stall_shutdown_s = 0.0;              // then fail them; 0 = never
+  double stall_shutdown_s = 300.0;            // then fail them on every rank; 0 = never
 };
 
 // What a finished handle holds.
@@ -62,6 +62,10 @@ class Engine {
   HandleOutcome wait(int64_t handle, double timeout_s);
   // Negotiated stop: every rank's engine stops after the cycle that carries it.
   void shutdown();
+  // Horovod's start_timeline/stop_timeline: rank 0 (the coordinator, which sees every rank's negotiation)
+  // writes the file; on other ranks these do nothing. Starting again switches to the new file.
+  void start_timeline(const std::string& path, bool mark_cycles);
+  void stop_timeline();
 
  private:
   struct LocalRequest {

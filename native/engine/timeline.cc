@@ -28,12 +28,17 @@ std::string json_escape(const std::string& s) {
 
 Timeline::~Timeline() { close(); }
 
-void Timeline::open(const std::string& path, int rank) {
+void Timeline::open(const std::string& path, int rank, bool mark_cycles) {
+  std::lock_guard<std::mutex> lock(mutex_);
   if (path.empty()) return;
-  file_ = std::fopen(path.c_str(), "w");
-  if (file_ == nullptr) {
+  std::FILE* file = std::fopen(path.c_str(), "w");
+  if (file == nullptr) {
     fail(ErrorKind::kInvalidArgument, "cannot write the timeline to '" + path + "': " + errno_text(errno));
   }
+  close_locked();
+  file_ = file;
+  rows_.clear();
+  mark_cycles_ = mark_cycles;
   rank_ = rank;
   origin_ = Clock::now();
   std::fputs("[\n", file_);
@@ -52,6 +57,7 @@ int Timeline::row_for(const std::string& tensor) {
 
 void Timeline::phase(const std::string& tensor, const char* phase, Clock::time_point start, Clock::time_point end,
                      const std::string& detail) {
+  std::lock_guard<std::mutex> lock(mutex_);
   if (file_ == nullptr) return;
   int row = row_for(tensor);
   double ts = std::chrono::duration<double, std::micro>(start - origin_).count();
@@ -62,7 +68,19 @@ void Timeline::phase(const std::string& tensor, const char* phase, Clock::time_p
   std::fputs("}", file_);
 }
 
+void Timeline::cycle_start() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (file_ == nullptr || !mark_cycles_) return;
+  double ts = std::chrono::duration<double, std::micro>(Clock::now() - origin_).count();
+  std::fprintf(file_, ",\n{\"name\":\"CYCLE_START\",\"ph\":\"i\",\"s\":\"p\",\"pid\":%d,\"ts\":%.3f}", rank_, ts);
+}
+
 void Timeline::close() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  close_locked();
+}
+
+void Timeline::close_locked() {
   if (file_ == nullptr) return;
   std::fputs("\n]\n", file_);
   std::fclose(file_);

@@ -28,8 +28,11 @@ int nccl_dtype(DType dtype) {
     case DType::kBFloat16: return nccl_abi::kBfloat16;
     case DType::kFloat32: return nccl_abi::kFloat32;
     case DType::kFloat64: return nccl_abi::kFloat64;
+    case DType::kInt16:
+    case DType::kUInt16: break;  // NCCL has no 16-bit integers (nor does Horovod's NCCL path)
   }
-  fail(ErrorKind::kInvalidArgument, "no NCCL type for dtype code " + std::to_string(int(dtype)));
+  fail(ErrorKind::kInvalidArgument, std::string("NCCL has no ") + dtype_name(dtype) +
+                                        " type: move the tensor to the CPU or cast it (e.g. to int32)");
 }
 
 int nccl_op(ReduceOp op) {

@@ -101,16 +101,19 @@ template <ReduceOp OP, class T>
 inline T apply(T a, T b) {
   if constexpr (OP == ReduceOp::kSum) {
     if constexpr (std::is_integral<T>::value) {
-      // Wrap-around in the unsigned type: no signed-overflow UB. For 8-bit types the sum is
-      // computed in int and truncated by the conversion (modular).
+      // Wrap-around in the unsigned type: no signed-overflow UB. For 8/16-bit types the sum is
+      // computed in int (it cannot overflow there) and truncated by the conversion (modular).
       return static_cast<T>(static_cast<Unsigned<T>>(static_cast<Unsigned<T>>(a) + static_cast<Unsigned<T>>(b)));
     } else {
       return canon(a + b);
     }
   } else if constexpr (OP == ReduceOp::kProduct) {
     if constexpr (std::is_integral<T>::value) {
-      // For 8-bit types the operands promote to int; 255 * 255 fits, so no overflow there either.
-      return static_cast<T>(static_cast<Unsigned<T>>(static_cast<Unsigned<T>>(a) * static_cast<Unsigned<T>>(b)));
+      // Types narrower than int would promote to (signed) int, where 65535 * 65535 overflows: multiply
+      // them as unsigned int instead, and truncate (modular).
+      using Wide = typename std::conditional<(sizeof(T) < sizeof(unsigned)), unsigned, Unsigned<T>>::type;
+      return static_cast<T>(static_cast<Unsigned<T>>(static_cast<Wide>(static_cast<Unsigned<T>>(a)) *
+                                                     static_cast<Wide>(static_cast<Unsigned<T>>(b))));
     } else {
       return canon(a * b);
     }
@@ -275,6 +278,8 @@ void reduce_into_op(void* out, const void* a, const void* b, size_t n, DType t) 
   switch (t) {
     case DType::kUInt8: binop<OP, uint8_t>(out, a, b, n); break;
     case DType::kInt8: binop<OP, int8_t>(out, a, b, n); break;
+    case DType::kInt16: binop<OP, int16_t>(out, a, b, n); break;
+    case DType::kUInt16: binop<OP, uint16_t>(out, a, b, n); break;
     case DType::kInt32: binop<OP, int32_t>(out, a, b, n); break;
     case DType::kInt64: binop<OP, int64_t>(out, a, b, n); break;
     case DType::kFloat16: half_binop<OP, Half::kF16>(out, a, b, n); break;
@@ -342,6 +347,8 @@ void reduce_many_op(void* out, const void* const* in, size_t n, size_t count, DT
   switch (t) {
     case DType::kUInt8: many<OP, uint8_t>(out, in, n, count); break;
     case DType::kInt8: many<OP, int8_t>(out, in, n, count); break;
+    case DType::kInt16: many<OP, int16_t>(out, in, n, count); break;
+    case DType::kUInt16: many<OP, uint16_t>(out, in, n, count); break;
     case DType::kInt32: many<OP, int32_t>(out, in, n, count); break;
     case DType::kInt64: many<OP, int64_t>(out, in, n, count); break;
     case DType::kFloat16: half_many<OP, Half::kF16>(out, in, n, count); break;
@@ -381,13 +388,11 @@ void half_scale(void* buf, size_t n, float factor) {
   }
 }
 
-// round-half-away-from-zero(v), then saturated into T; NaN gives 0.
+// v truncated toward zero (what Horovod's cast of the double product gives), then saturated into T;
+// NaN gives 0.
 template <class T>
-inline T round_saturate(double v) {
+inline T truncate_saturate(double v) {
   double t = __builtin_trunc(v);
-  const double frac = v - t;  // exact
-  if (frac >= 0.5) t += 1.0;
-  if (frac <= -0.5) t -= 1.0;
   if constexpr (sizeof(T) == 8) {
     if (t >= 9223372036854775808.0) return static_cast<T>(INT64_MAX);
     if (t <= -9223372036854775808.0) return static_cast<T>(INT64_MIN);
@@ -406,13 +411,15 @@ inline T round_saturate(double v) {
 
 template <class T>
 void scale_int(void* buf, size_t n, double factor) {
-  for (size_t i = 0; i < n; ++i) st<T>(buf, i, round_saturate<T>(static_cast<double>(ld<T>(buf, i)) * factor));
+  for (size_t i = 0; i < n; ++i) st<T>(buf, i, truncate_saturate<T>(static_cast<double>(ld<T>(buf, i)) * factor));
 }
 
 void scale_entry(void* buf, size_t n, DType t, double factor) {
   switch (t) {
     case DType::kUInt8: scale_int<uint8_t>(buf, n, factor); break;
     case DType::kInt8: scale_int<int8_t>(buf, n, factor); break;
+    case DType::kInt16: scale_int<int16_t>(buf, n, factor); break;
+    case DType::kUInt16: scale_int<uint16_t>(buf, n, factor); break;
     case DType::kInt32: scale_int<int32_t>(buf, n, factor); break;
     case DType::kInt64: scale_int<int64_t>(buf, n, factor); break;
     case DType::kFloat16: half_scale<Half::kF16>(buf, n, static_cast<float>(factor)); break;
@@ -432,9 +439,9 @@ void negate_wrap(void* buf, size_t n) {
     st<T>(buf, i, static_cast<T>(static_cast<Unsigned<T>>(Unsigned<T>(0) - static_cast<Unsigned<T>>(ld<T>(buf, i)))));
 }
 
-// 8/32-bit values, |divisor| >= 2: the double quotient truncates to the exact integer quotient
+// 8/16/32-bit values, |divisor| >= 2: the double quotient truncates to the exact integer quotient
 // (|x| < 2^31, so a non-integer x/d is never rounded onto an integer), and |q| <= |x| fits int32.
-// For uint8 with a negative divisor the negative quotient wraps, as in C.
+// For uint8/uint16 with a negative divisor the negative quotient wraps, as in C.
 template <class T>
 void divide_small(void* buf, size_t n, int64_t divisor) {
   const double d = static_cast<double>(divisor);
@@ -474,6 +481,8 @@ void divide_int_entry(void* buf, size_t n, DType t, int64_t divisor) {
   switch (t) {
     case DType::kUInt8: divide_typed<uint8_t>(buf, n, divisor); break;
     case DType::kInt8: divide_typed<int8_t>(buf, n, divisor); break;
+    case DType::kInt16: divide_typed<int16_t>(buf, n, divisor); break;
+    case DType::kUInt16: divide_typed<uint16_t>(buf, n, divisor); break;
     case DType::kInt32: divide_typed<int32_t>(buf, n, divisor); break;
     case DType::kInt64: divide_typed<int64_t>(buf, n, divisor); break;
     default: break;  // floats never get here

@@ -40,8 +40,9 @@ void reduce_many(void* out, const void* const* inputs, size_t n, size_t count, D
 // buf[i] *= factor.
 // - float32: x * float(factor); float64: x * factor; float16/bfloat16: float(x) * float(factor)
 //   computed in float32 and rounded to nearest-even.
-// - Integers: round-half-away-from-zero(double(x) * factor), then SATURATED to the type's range
-//   (NaN becomes 0). Note int64 values beyond 2^53 lose precision in the double product.
+// - Integers: double(x) * factor truncated toward zero (as Horovod scales integers: 9 * 1.5 -> 13,
+//   -9 * 1.5 -> -13), then SATURATED to the type's range (NaN becomes 0). Note int64 values beyond
+//   2^53 lose precision in the double product.
 // - factor == 1.0 leaves the buffer untouched (so int64 keeps full precision).
 void scale(void* buf, size_t count, DType dtype, double factor);
 

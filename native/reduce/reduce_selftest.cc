@@ -45,8 +45,9 @@ long g_failures = 0;
     }                                                                     \
   } while (0)
 
-const DType kAllTypes[] = {DType::kUInt8,    DType::kInt8,     DType::kInt32,   DType::kInt64,
-                           DType::kFloat16,  DType::kBFloat16, DType::kFloat32, DType::kFloat64};
+const DType kAllTypes[] = {DType::kUInt8,   DType::kInt8,     DType::kInt16,   DType::kUInt16,
+                           DType::kInt32,   DType::kInt64,    DType::kFloat16, DType::kBFloat16,
+                           DType::kFloat32, DType::kFloat64};
 const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
                             ReduceOp::kProduct};
 
@@ -125,6 +126,8 @@ int64_t load_i(DType t, const uint8_t* p, size_t i) {
   switch (t) {
     case DType::kUInt8: return p[i];
     case DType::kInt8: { int8_t v; std::memcpy(&v, p + i, 1); return v; }
+    case DType::kInt16: { int16_t v; std::memcpy(&v, p + 2 * i, 2); return v; }
+    case DType::kUInt16: { uint16_t v; std::memcpy(&v, p + 2 * i, 2); return v; }
     case DType::kInt32: { int32_t v; std::memcpy(&v, p + 4 * i, 4); return v; }
     case DType::kInt64: { int64_t v; std::memcpy(&v, p + 8 * i, 8); return v; }
     default: std::abort();
@@ -136,6 +139,8 @@ void store_i(DType t, uint8_t* p, size_t i, uint64_t v) {
   switch (t) {
     case DType::kUInt8:
     case DType::kInt8: p[i] = static_cast<uint8_t>(v); break;
+    case DType::kInt16:
+    case DType::kUInt16: { uint16_t w = static_cast<uint16_t>(v); std::memcpy(p + 2 * i, &w, 2); break; }
     case DType::kInt32: { uint32_t w = static_cast<uint32_t>(v); std::memcpy(p + 4 * i, &w, 4); break; }
     case DType::kInt64: std::memcpy(p + 8 * i, &v, 8); break;
     default: std::abort();
@@ -234,6 +239,8 @@ void fill_random(DType t, uint8_t* p, size_t count, Rng& rng, bool specials = tr
     switch (t) {
       case DType::kUInt8:
       case DType::kInt8:
+      case DType::kInt16:
+      case DType::kUInt16:
       case DType::kInt32:
       case DType::kInt64:
         // Mostly full-range bits (wrap-around), sometimes small values (ordinary arithmetic).
@@ -455,13 +462,15 @@ void test_reduce_many(bool big) {
 // ------------------------------------------------------------------------------------------------
 // scale and divide.
 
-int64_t ref_round_saturate(DType t, double v) {
+int64_t ref_truncate_saturate(DType t, double v) {
   if (std::isnan(v)) return 0;
-  double r = std::round(v);  // half away from zero
+  double r = std::trunc(v);
   double lo, hi;
   switch (t) {
     case DType::kUInt8: lo = 0; hi = 255; break;
     case DType::kInt8: lo = -128; hi = 127; break;
+    case DType::kInt16: lo = -32768; hi = 32767; break;
+    case DType::kUInt16: lo = 0; hi = 65535; break;
     case DType::kInt32: lo = -2147483648.0; hi = 2147483647.0; break;
     default:
       if (r >= 9223372036854775808.0) return INT64_MAX;
@@ -476,7 +485,7 @@ int64_t ref_round_saturate(DType t, double v) {
 void ref_scale(DType t, uint8_t* p, size_t count, double f) {
   if (f == 1.0) return;  // documented no-op
   for (size_t i = 0; i < count; ++i) {
-    if (is_int(t)) store_i(t, p, i, static_cast<uint64_t>(ref_round_saturate(t, static_cast<double>(load_i(t, p, i)) * f)));
+    if (is_int(t)) store_i(t, p, i, static_cast<uint64_t>(ref_truncate_saturate(t, static_cast<double>(load_i(t, p, i)) * f)));
     else if (t == DType::kFloat64) store_d(p, i, canon(load_d(p, i) * f));
     else store_f(t, p, i, canon(load_f(t, p, i) * static_cast<float>(f)));
   }
@@ -605,8 +614,8 @@ void test_specials() {
     CHECK((into1<uint16_t>(0xff81, 0x0000, DType::kBFloat16, ReduceOp::kProduct) & 0x7fff) > 0x7f80, "%s bf16 -sNaN * 0 is NaN", I);
     // scale/divide spot checks.
     int8_t i8[4] = {5, -5, 127, -128};
-    scale(i8, 4, DType::kInt8, 0.5);  // 2.5 -> 3, -2.5 -> -3, 63.5 -> 64, -64
-    CHECK(i8[0] == 3 && i8[1] == -3 && i8[2] == 64 && i8[3] == -64, "%s int8 scale 0.5: %d %d %d %d", I, i8[0], i8[1], i8[2], i8[3]);
+    scale(i8, 4, DType::kInt8, 0.5);  // 2.5 -> 2, -2.5 -> -2, 63.5 -> 63, -64 (toward zero)
+    CHECK(i8[0] == 2 && i8[1] == -2 && i8[2] == 63 && i8[3] == -64, "%s int8 scale 0.5: %d %d %d %d", I, i8[0], i8[1], i8[2], i8[3]);
     scale(i8, 4, DType::kInt8, 100.0);  // saturates
     CHECK(i8[0] == 127 && i8[1] == -128, "%s int8 scale saturates: %d %d", I, i8[0], i8[1]);
     int32_t i32[3] = {7, -7, INT32_MIN};
@@ -641,7 +650,8 @@ void test_specials() {
   }
   CHECK(threw, "invalid op must throw");
   // Names.
-  const char* tn[] = {"uint8", "int8", "int32", "int64", "float16", "bfloat16", "float32", "float64"};
+  const char* tn[] = {"uint8", "int8", "int32", "int64", "float16", "bfloat16", "float32", "float64", "int16", "uint16"};
+  static_assert(sizeof(tn) / sizeof(tn[0]) == kNumDTypes, "a name for every dtype");
   for (int i = 0; i < kNumDTypes; ++i) CHECK(std::strcmp(dtype_name(static_cast<DType>(i)), tn[i]) == 0, "dtype_name(%d)", i);
   const char* on[] = {"Sum", "Average", "Min", "Max", "Product"};
   for (int i = 0; i < kNumReduceOps; ++i) CHECK(std::strcmp(reduce_op_name(static_cast<ReduceOp>(i)), on[i]) == 0, "reduce_op_name(%d)", i);

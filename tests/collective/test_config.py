@@ -146,3 +146,24 @@ def test_host_port_helpers_handle_ipv6() -> None:
 def test_default_host_key_starts_with_hostname() -> None:
     key = cfg.default_host_key()
     assert key == socket.gethostname() or key.startswith(socket.gethostname() + ":")
+
+
+@pytest.mark.timeout(10)
+def test_stalls_fail_after_five_minutes_by_default() -> None:
+    assert Config().stall_shutdown_s == 300.0 and Config().stall_check_s == 60.0
+    assert Config(stall_shutdown_s=0).stall_shutdown_s == 0  # 0 turns it off
+
+
+@pytest.mark.timeout(10)
+def test_horovod_stall_variables_are_honoured_and_ours_win() -> None:
+    horovod = {"HOROVOD_STALL_CHECK_TIME_SECONDS": "15", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "30"}
+    config = config_from_env(environ=horovod)
+    assert (config.stall_check_s, config.stall_shutdown_s) == (15.0, 30.0)
+    config = config_from_env(environ={**horovod, cfg.ENV_STALL_SHUTDOWN_TIME: "0"})
+    assert (config.stall_check_s, config.stall_shutdown_s) == (15.0, 0.0)
+    config = config_from_env(environ={**horovod, "HOROVOD_STALL_CHECK_DISABLE": "1"})
+    assert (config.stall_check_s, config.stall_shutdown_s) == (0.0, 0.0)
+    with pytest.raises(ValueError, match="HOROVOD_STALL_SHUTDOWN_TIME_SECONDS='soon'"):
+        config_from_env(environ={"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "soon"})
+    with pytest.raises(ValueError, match="HOROVOD_STALL_CHECK_TIME_SECONDS=-1"):
+        config_from_env(environ={"HOROVOD_STALL_CHECK_TIME_SECONDS": "-1"})

@@ -12,7 +12,7 @@ def test_collectives(num_proc: int, transport: str) -> None:
     assert job.returncode == 0, job.output[-4000:]
     for rank in range(num_proc):
         (record,) = job.records(rank)
-        assert len(record["ran"]) == 11
+        assert len(record["ran"]) == 12
         assert record["failures"] == [], record["failures"]
 
 
@@ -23,5 +23,5 @@ def test_collectives_through_the_engine(num_proc: int, transport: str) -> None:
     assert job.returncode == 0, job.output[-4000:]
     for rank in range(num_proc):
         (record,) = job.records(rank)
-        assert len(record["ran"]) == 11
+        assert len(record["ran"]) == 12
         assert record["failures"] == [], record["failures"]

@@ -41,7 +41,7 @@ def test_collective_cases(backend: str, num_proc: int, mode: str) -> None:
     assert_clean(job, num_proc)
     for rank in range(num_proc):
         (record,) = job.records(rank)
-        assert len(record["ran"]) == 11
+        assert len(record["ran"]) == 12
         assert record["failures"] == [], record["failures"]
 
 

@@ -16,8 +16,8 @@ from collective import _native
 isa = sys.argv[1]
 _native.limit_reduce_isa(isa)
 assert _native.reduce_isa() == isa, _native.reduce_isa()
-codes = {np.uint8: 0, np.int8: 1, np.int32: 2, np.int64: 3, np.float16: 4, ml_dtypes.bfloat16: 5,
-         np.float32: 6, np.float64: 7}
+codes = {ml_dtypes.bfloat16 if d.name == "bfloat16" else np.dtype(d.name).type: int(d) for d in _native.DType}
+assert {np.int16, np.uint16} <= set(codes), codes
 rng = np.random.default_rng(1)
 for dtype, code in codes.items():
     for op, fn in ((0, np.add), (2, np.minimum), (3, np.maximum), (4, np.multiply)):
@@ -30,7 +30,8 @@ for dtype, code in codes.items():
             b = a[::-1].copy()
             if count > 3 and dtype in (np.float32, np.float64):
                 a[3] = np.nan
-            want = fn(a.astype(np.float32) if np.dtype(dtype).itemsize == 2 and dtype is not np.int8 else a, b)
+            half = dtype in (np.float16, ml_dtypes.bfloat16)
+            want = fn(a.astype(np.float32) if half else a, b)
             want = want.astype(dtype)
             _native.reduce_arrays(a.ctypes.data, b.ctypes.data, count, code, op)
             same = np.array_equal(a.view(np.uint8) if count == 0 else a.astype(np.float64),
@@ -60,3 +61,23 @@ def test_unknown_isa_is_rejected() -> None:
 
     with pytest.raises(InvalidArgumentError, match="sse9"):
         _native.limit_reduce_isa("sse9")
+
+
+def test_integer_scaling_truncates_toward_zero_as_horovod() -> None:
+    """Horovod casts each scaled double back to the integer type: 13.5 -> 13, -13.5 -> -13."""
+    import numpy as np
+
+    from collective import _native
+
+    for code in (d for d in _native.DType if np.dtype(d.name if d.name != "bfloat16" else "f2").kind in "iu"):
+        dtype = np.dtype(code.name)
+        values = np.array([9, -9, 3, -3, 1], dtype=np.int64)
+        if dtype.kind == "u":
+            values = np.abs(values)
+        array = values.astype(dtype)
+        _native.scale_array(array.ctypes.data, array.size, code, 1.5)
+        assert array.tolist() == np.trunc(values * 1.5).astype(np.int64).tolist(), code.name
+    # Out of range still saturates rather than wrapping.
+    small = np.array([100, -100], np.int16)
+    _native.scale_array(small.ctypes.data, small.size, _native.DType.int16, 1000.0)
+    assert small.tolist() == [32767, -32768]

@@ -116,7 +116,7 @@ def test_a_tensor_routes_by_its_device() -> None:
     assert other.route == Route.ERROR and "mps" in other.reason
 
 
-def test_integer_scaling_on_the_device_path_rounds_like_the_native_kernels() -> None:
+def test_integer_scaling_on_the_device_path_truncates_like_the_native_kernels() -> None:
     import numpy as np
     import torch
 

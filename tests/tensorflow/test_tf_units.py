@@ -26,7 +26,7 @@ def test_compression_round_trip(compression, wire: tf.DType) -> None:
     assert sent is ints and compression.decompress(sent, ctx) is ints
 
 
-@pytest.mark.parametrize("dtype", [tf.complex64, tf.string, tf.int16, tf.bool])
+@pytest.mark.parametrize("dtype", [tf.complex64, tf.string, tf.uint32, tf.bool])  # int16 is supported
 def test_unsupported_dtype_names_tensor_and_dtype(dtype: tf.DType) -> None:
     value = tf.zeros(2, dtype=dtype) if dtype != tf.string else tf.constant(["a"])
     with pytest.raises(hvd.InvalidArgumentError, match=rf"'odd'.*{dtype.name}"):

@@ -10,7 +10,8 @@ CASES = ["allreduce", "allreduce_in_place", "allreduce_async", "allreduce_scalin
          "allreduce_autograd", "allreduce_compression", "grouped_allreduce", "allgather", "broadcast", "alltoall",
          "reducescatter", "grouped_allgather", "grouped_reducescatter", "sparse_allreduce",
          "out_of_order", "mismatch", "invalid_arguments", "objects", "broadcast_parameters",
-         "poll_and_barrier", "join", "bad_arguments_are_value_errors", "automatic_names_stay_in_step"]
+         "poll_and_barrier", "join", "bad_arguments_are_value_errors", "automatic_names_stay_in_step",
+         "timeline"]
 
 _jobs: dict[int, JobResult] = {}
 

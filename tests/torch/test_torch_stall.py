@@ -56,3 +56,15 @@ def test_stall_shutdown_fails_the_handle_naming_the_missing_rank(tmp_path: Path)
     assert "abandoned.grad" in error and "rank(s) 1" in error, result
     for code, output in outputs:
         assert code == 0, output
+
+
+@pytest.mark.timeout(60)
+def test_crossed_submissions_fail_on_every_rank_naming_the_missing_one() -> None:
+    with ManualJob("torch_stall.py", 2, "crossed", "-") as job:
+        outputs = [job.finish(rank, timeout_s=40) for rank in range(2)]
+    for rank, (code, output) in enumerate(outputs):
+        assert code == 0, output
+        (result,) = records(output)
+        other = 1 - rank
+        assert f"order.{rank}" in result["error"] and f"rank(s) {other}" in result["error"], result
+        assert result["rank"] == other, result

@@ -36,7 +36,7 @@ def test_cuda_devices_pass_the_check_and_other_devices_are_named() -> None:
         check_device(torch.device("meta"), "grad.w")
 
 
-@pytest.mark.parametrize("dtype", [torch.int16, torch.bool, torch.complex64, torch.float8_e4m3fn])
+@pytest.mark.parametrize("dtype", [torch.uint32, torch.bool, torch.complex64, torch.float8_e4m3fn])  # int16 is supported
 def test_unsupported_dtype_names_tensor_and_dtype(dtype: torch.dtype) -> None:
     with pytest.raises(hvd.InvalidArgumentError, match=rf"'odd'.*{dtype}"):
         check_tensor(torch.zeros(2, dtype=dtype), "odd")
@@ -109,3 +109,23 @@ def test_build_queries_are_horovods_names_and_types() -> None:
         assert getattr(hvd, name) is getattr(collective, name) and name in hvd.__all__
         assert type(getattr(hvd, name)()) is bool, name
     assert type(hvd.nccl_built()) is int  # NCCL's version code, 0 when libnccl does not load
+
+
+def test_timeline_controls_exist_in_every_api() -> None:
+    """Horovod's start_timeline/stop_timeline, in each module a Horovod script imports."""
+    import collective
+    import collective.keras
+    import collective.tensorflow
+    import collective.torch
+    from collective.timeline import start_timeline, stop_timeline
+
+    for module in (collective, collective.torch, collective.tensorflow, collective.keras):
+        assert (module.start_timeline, module.stop_timeline) == (start_timeline, stop_timeline), module.__name__
+        assert {"start_timeline", "stop_timeline"} <= set(module.__all__), module.__name__
+
+
+def test_timeline_before_init_says_so() -> None:
+    import collective.torch as hvd
+
+    with pytest.raises(hvd.NotInitializedError):
+        hvd.start_timeline("/tmp/never.json")

@@ -12,6 +12,8 @@ import numpy as np
 DTYPES = {
     "uint8": np.dtype(np.uint8),
     "int8": np.dtype(np.int8),
+    "int16": np.dtype(np.int16),
+    "uint16": np.dtype(np.uint16),
     "int32": np.dtype(np.int32),
     "int64": np.dtype(np.int64),
     "float16": np.dtype(np.float16),
@@ -32,7 +34,7 @@ def rank_input(rank: int, count: int, dtype: np.dtype, op: str, seed: int = 0) -
         info = np.iinfo(dtype)
         if op == "Product":
             values = rng.integers(-3 if info.min < 0 else 0, 4, size=count)
-        elif dtype.itemsize <= 1:
+        elif dtype.itemsize <= 2:
             values = rng.integers(info.min, info.max, size=count, endpoint=True)  # sums wrap around
         else:
             values = rng.integers(-1000 if info.min < 0 else 0, 1000, size=count)

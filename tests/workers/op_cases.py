@@ -116,9 +116,15 @@ def main() -> None:
         if same is not x:
             failures.append("allreduce_ did not return its input")
         check(failures, "allreduce_ scaled", x, np.full(1000, size * (size + 1) / 2, np.float32))
+        # Integers scale as Horovod's do: each product truncated toward zero, the prescale per rank
+        # before the sum (9 * 1.5 -> 13 on each rank: 26 on two ranks, where rounding gave 28).
+        ints = hvd.allreduce(np.array([9, -9], dtype=np.int32), op=hvd.Sum, prescale_factor=1.5)
+        check(failures, "int prescale truncates", ints, np.array([13 * size, -13 * size], np.int32))
         ints = hvd.allreduce(np.full(7, 3, dtype=np.int32), op=hvd.Sum, postscale_factor=1.5)
-        # Integers round half away from zero (4.5 -> 5), unlike Python's round().
-        check(failures, "int postscale rounds", ints, np.full(7, int(3 * size * 1.5 + 0.5), np.int32))
+        check(failures, "int postscale truncates", ints, np.full(7, int(3 * size * 1.5), np.int32))
+        # Average folds 1/size into the postscale and truncates once: 7 * size * (2 / size) is 14.
+        ints = hvd.allreduce(np.full(3, 7, dtype=np.int64), op=hvd.Average, postscale_factor=2.0)
+        check(failures, "int average with postscale", ints, np.full(3, 14, np.int64))
         avg = hvd.allreduce(np.full(4, float(rank), dtype=np.float64))  # Horovod's default op: Average
         check(failures, "default op is Average", avg, np.full(4, (size - 1) / 2, np.float64))
         legacy = hvd.allreduce(np.ones(3, np.float32), average=False)
@@ -126,6 +132,29 @@ def main() -> None:
         matrix = np.arange(12, dtype=np.float32).reshape(3, 4).T  # non-contiguous input
         got = hvd.allreduce(matrix, op=hvd.Sum)
         check(failures, "non-contiguous allreduce", got, np.ascontiguousarray(matrix) * size)
+
+    @case
+    def sixteen_bit_integers_in_every_collective() -> None:
+        for dtype in (np.int16, np.uint16):
+            tag = np.dtype(dtype).name
+            info = np.iinfo(dtype)
+            mine = np.array([info.max - rank, info.min + rank, rank + 1, 7], dtype=dtype)
+            every = [np.array([info.max - r, info.min + r, r + 1, 7], dtype=dtype) for r in range(size)]
+            stack = np.stack(every)
+            wants = {"Sum": np.add.reduce(stack, axis=0, dtype=dtype),  # wraps around
+                     "Min": stack.min(axis=0), "Max": stack.max(axis=0),
+                     "Product": np.multiply.reduce(stack, axis=0, dtype=dtype)}
+            wants["Average"] = np.trunc(wants["Sum"].astype(np.float64) / size).astype(dtype)
+            for op_name, want in wants.items():
+                got = hvd.allreduce(mine, op=getattr(hvd, op_name), name=f"{tag}.{op_name}")
+                check(failures, f"{tag} allreduce {op_name}", got, want)
+            check(failures, f"{tag} allgather", hvd.allgather(mine[None], name=f"{tag}.gather"), stack)
+            check(failures, f"{tag} broadcast", hvd.broadcast(mine, root_rank=size - 1, name=f"{tag}.bcast"),
+                  every[size - 1])
+            rows = np.repeat(mine[None], size, axis=0)  # one row for each rank
+            check(failures, f"{tag} alltoall", hvd.alltoall(rows, name=f"{tag}.a2a"), stack)
+            got = hvd.reducescatter(rows, op=hvd.Sum, name=f"{tag}.rs")
+            check(failures, f"{tag} reducescatter", got, wants["Sum"][None])
 
     @case
     def barrier_many_times() -> None:

@@ -11,8 +11,8 @@ import torch
 from common import report
 
 FLOAT_TOLERANCE = {torch.float16: 1e-2, torch.bfloat16: 6e-2, torch.float32: 1e-5, torch.float64: 1e-12}
-ALL_DTYPES = [torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32,
-              torch.float64]
+ALL_DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+              torch.float32, torch.float64]
 
 
 def rank_tensor(rank: int, shape: tuple[int, ...], dtype: torch.dtype, seed: int = 0,

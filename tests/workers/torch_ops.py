@@ -5,6 +5,9 @@ Each case reports RESULT {"case": ..., "failures": [...]}; tests/torch/test_torc
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
 import warnings
 
 import torch
@@ -84,6 +87,15 @@ def allreduce_scaling(c: Cases) -> None:
         except ValueError:
             pass
     c.check(close(hvd.allreduce(mine), total / hvd.size()), "the default op is Average")
+    # Integers scale as Horovod's do: the product truncated toward zero (9 * 1.5 -> 13 on every rank,
+    # 26 on two ranks, where rounding gave 28), the prescale on each rank before the sum.
+    size = hvd.size()
+    ints = torch.tensor([9, -9], dtype=torch.int32)
+    c.check(torch.equal(hvd.allreduce(ints, op=hvd.Sum, prescale_factor=1.5), torch.tensor([13, -13]).int() * size),
+            "int32 prescale truncates toward zero")
+    threes = torch.full((3,), 3, dtype=torch.int64)
+    c.check(torch.equal(hvd.allreduce(threes, op=hvd.Sum, postscale_factor=1.5), torch.full((3,), int(3 * size * 1.5))),
+            "int64 postscale truncates toward zero")
 
 
 def allreduce_special_shapes(c: Cases) -> None:
@@ -344,7 +356,7 @@ def mismatch(c: Cases) -> None:
 
 
 def invalid_arguments(c: Cases) -> None:
-    for dtype in (torch.int16, torch.bool, torch.complex64):
+    for dtype in (torch.uint32, torch.bool, torch.complex64):  # int16 is supported, as in Horovod
         try:
             hvd.allreduce(torch.zeros(2, dtype=dtype), name="odd.dtype")
             c.check(False, f"{dtype}: accepted")
@@ -467,10 +479,32 @@ def join(c: Cases) -> None:
     c.check(last == 0 or hvd.size() == 1, f"join returned {last}, expected 0 (the last to join)")
 
 
+def timeline(c: Cases) -> None:
+    # Every rank starts and stops it, as in Horovod; rank 0 writes the file.
+    path = os.path.join(tempfile.mkdtemp(prefix="timeline"), "trace.json")
+    hvd.start_timeline(path, mark_cycles=True)
+    hvd.allreduce(torch.ones(3), name="traced.allreduce")
+    hvd.broadcast(torch.ones(2), root_rank=0, name="traced.broadcast")
+    hvd.stop_timeline()
+    hvd.allreduce(torch.ones(3), name="after.stop")
+    if hvd.rank() != 0:
+        c.check(not os.path.exists(path), "a rank other than 0 wrote a timeline")
+        return
+    with open(path, encoding="utf-8") as trace:
+        events = json.load(trace)  # stopped: the file is complete, valid JSON
+    rows = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    phases = {e["name"] for e in events if e.get("ph") == "X"}
+    c.check({"traced.allreduce", "traced.broadcast"} <= rows, f"timeline rows {sorted(rows)}")
+    c.check({"ALLREDUCE", "BROADCAST", "NEGOTIATE"} <= phases, f"timeline phases {sorted(phases)}")
+    c.check("after.stop" not in rows, "an op after stop_timeline() was recorded")
+    c.check(any(e.get("name") == "CYCLE_START" for e in events), "mark_cycles=True marked no cycle")
+
+
 CASES = [allreduce, allreduce_in_place, allreduce_async, allreduce_scaling, allreduce_special_shapes,
          allreduce_autograd, allreduce_compression, grouped_allreduce, allgather, broadcast, alltoall, reducescatter,
          grouped_allgather, grouped_reducescatter, sparse_allreduce, out_of_order, mismatch, invalid_arguments, objects,
-         broadcast_parameters, poll_and_barrier, join, bad_arguments_are_value_errors, automatic_names_stay_in_step]
+         broadcast_parameters, poll_and_barrier, join, bad_arguments_are_value_errors, automatic_names_stay_in_step,
+         timeline]
 
 
 def main() -> None:

@@ -4,6 +4,8 @@ argv: mode ("warn" or "deadline"), FIFO path. Run directly (tests/jobs.py Manual
 read rank 0's output while the job runs and release rank 1 only once it has seen what it expects.
   warn:     stall warning after 1 s; then rank 1 submits and both complete.
   deadline: stall shutdown after 1 s; rank 0's handle fails naming rank 1, which never submits.
+  crossed:  a program-order bug: each rank waits on a tensor the other never submits (no FIFO); the stall
+            shutdown (2 s) fails both, each naming the other rank.
 """
 
 from __future__ import annotations
@@ -24,6 +26,15 @@ def wait_for_release(fifo: str) -> None:
 
 def main() -> None:
     mode, fifo = sys.argv[1], sys.argv[2]
+    if mode == "crossed":
+        hvd.init(stall_check_s=1, stall_shutdown_s=2)
+        try:
+            hvd.allreduce(torch.ones(4), op=hvd.Sum, name=f"order.{hvd.rank()}")
+            report(mode=mode, error="")
+        except hvd.CollectiveTimeoutError as exc:
+            report(mode=mode, error=str(exc), rank=exc.rank)
+        hvd.shutdown()
+        return
     if mode == "warn":
         hvd.init(stall_check_s=1)
     else:
