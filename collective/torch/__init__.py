@@ -77,17 +77,7 @@ __all__ = [
 ]
 
 # Horovod's build and availability queries, answered for this install and run.
-from collective.capabilities import (  # noqa: E402
-    ccl_built,
-    cuda_built,
-    ddl_built,
-    gloo_built,
-    gloo_enabled,
-    mpi_built,
-    mpi_enabled,
-    nccl_built,
-    rocm_built,
-)
+from collective.capabilities import *  # noqa: E402,F401,F403  (the names in its __all__)
 from collective.capabilities import __all__ as _capability_names  # noqa: E402
 
 __all__ += _capability_names
