@@ -18,7 +18,7 @@ from collective.keras.callbacks import (
     LearningRateWarmupCallback,
     MetricAverageCallback,
 )
-from collective.keras.optimizer import DistributedOptimizer
+from collective.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer
 from collective.keras.saving import load_model
 from collective.tensorflow import (
     Average,
@@ -35,6 +35,7 @@ from collective.tensorflow import (
     Product,
     ReduceOp,
     Sum,
+    SyncBatchNormalization,
     allgather,
     allgather_object,
     allreduce,
@@ -45,7 +46,9 @@ from collective.tensorflow import (
     broadcast_variables,
     cross_rank,
     cross_size,
+    grouped_allgather,
     grouped_allreduce,
+    grouped_reducescatter,
     init,
     is_initialized,
     join,
@@ -61,8 +64,9 @@ __all__ = [
     "Average", "BestModelCheckpoint", "BroadcastGlobalVariablesCallback", "CollectiveError", "CollectiveTimeoutError", "Compression",
     "DistributedOptimizer", "HorovodInternalError", "InvalidArgumentError", "LearningRateScheduleCallback",
     "LearningRateWarmupCallback", "Max", "MetricAverageCallback", "Min", "MismatchError", "NotInitializedError",
-    "PeerFailureError", "Product", "ReduceOp", "Sum", "allgather", "allgather_object", "allreduce", "alltoall",
+    "PartialDistributedOptimizer", "PeerFailureError", "Product", "ReduceOp", "Sum", "SyncBatchNormalization",
+    "allgather", "allgather_object", "allreduce", "alltoall",
     "barrier", "broadcast", "broadcast_object", "broadcast_variables", "callbacks", "cross_rank", "cross_size",
-    "grouped_allreduce", "init", "is_initialized", "join", "load_model", "local_rank", "local_size", "rank",
+    "grouped_allgather", "grouped_allreduce", "grouped_reducescatter", "init", "is_initialized", "join", "load_model", "local_rank", "local_size", "rank",
     "reducescatter", "shutdown", "size",
 ]

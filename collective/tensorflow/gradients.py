@@ -71,3 +71,12 @@ class GradientReducer:
         for i, tensor, ctx in zip(dense_index, reduced, contexts):
             out[i] = self.compression.decompress(tensor, ctx)
         return out
+
+
+def scale_local(grad: Any) -> Any:
+    """A local (not reduced) gradient divided by size(), Horovod's ``scale_local_gradients``."""
+    if grad is None:
+        return None
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.IndexedSlices(grad.values / tf.cast(size(), grad.values.dtype), grad.indices, grad.dense_shape)
+    return grad / tf.cast(size(), grad.dtype)
