@@ -342,12 +342,14 @@ def grouped_reducescatter(tensors: Sequence[Any], device_dense: str = "",
 # ---- synchronisation -----------------------------------------------------------------------------
 
 @not_converted
-def barrier() -> None:
-    """Returns once every rank has called barrier() (inside a graph: once the op runs)."""
+def barrier() -> tf.Operation | None:
+    """Returns once every rank has called barrier() (inside a graph: once the op runs). In a TF1-style
+    graph it returns the op for a ``Session`` to run; elsewhere None (a tf.function runs it in order)."""
     def wait() -> list[np.ndarray]:
         engine_calls.barrier()
         return [np.zeros((), np.int32)]
-    run(wait, [], [tf.int32], [[]])
+    (done,) = run(wait, [], [tf.int32], [[]])
+    return None if tf.executing_eagerly() or tf.inside_function() else done.op
 
 
 @not_converted

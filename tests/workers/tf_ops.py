@@ -280,11 +280,13 @@ def tf1_session(c: Checks, mode: str) -> None:
         (grad,) = tf.gradients(tf.reduce_sum(hvd.allreduce(x, op=hvd.Average)), x)
         variable = tf.compat.v1.Variable(np.full(2, float(rank)))
         sync = hvd.broadcast_global_variables(0)
+        barrier = hvd.barrier()
         with tf.compat.v1.Session() as session:
             session.run(tf.compat.v1.global_variables_initializer())
             got_sum, got_gathered, got_grad = session.run([summed, gathered, grad])
             session.run(sync)
             got_variable = session.run(variable)
+            session.run(barrier)
     c.close(got_sum, np.full(3, size * (size + 1) / 2), "Session allreduce")
     c.close(got_gathered, np.stack([np.full(3, r + 1.0) for r in range(size)]), "Session allgather")
     c.close(got_grad, np.ones(3), "Session allreduce gradient")
