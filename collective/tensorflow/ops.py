@@ -139,6 +139,25 @@ def grouped_allreduce(tensors: Sequence[Any], average: bool | None = None, devic
 
 # ---- allgather, broadcast ------------------------------------------------------------------------
 
+# Pure data movement may carry dtypes the engine cannot reduce, as bits of a same-width dtype.
+_BIT_CARRIERS = {tf.uint32: tf.int32, tf.uint64: tf.int64, tf.int16: tf.float16, tf.uint16: tf.float16}
+
+
+def _as_bits(tensor: tf.Tensor) -> tuple[tf.Tensor, tf.DType | None]:
+    if tensor.dtype == tf.bool:
+        return tf.cast(tensor, tf.uint8), tf.bool
+    carrier = _BIT_CARRIERS.get(tensor.dtype)
+    if carrier is None:
+        return tensor, None
+    return tf.bitcast(tensor, carrier), tensor.dtype
+
+
+def _from_bits(tensor: tf.Tensor, original: tf.DType | None) -> tf.Tensor:
+    if original is None:
+        return tensor
+    return tf.cast(tensor, tf.bool) if original == tf.bool else tf.bitcast(tensor, original)
+
+
 def _allgather_dense(tensors: Sequence[tf.Tensor], names: Sequence[str | None]) -> list[tf.Tensor]:
     names = list(names)
     for x, n in zip(tensors, names):
@@ -170,10 +189,11 @@ def _allgather_dense(tensors: Sequence[tf.Tensor], names: Sequence[str | None]) 
 @not_converted
 def allgather(tensor: Any, name: str | None = None, ignore_name_scope: bool = False) -> tf.Tensor:
     """Concatenates every rank's ``tensor`` along the first dimension, in rank order (first
-    dimensions may differ)."""
-    x = as_tensor(tensor, name)
-    (gathered,) = _allgather_dense([x], [op_name("allgather", name)])
-    return gathered
+    dimensions may differ). bool and 16/32/64-bit unsigned or int16 tensors travel as bits of a
+    same-width dtype."""
+    carried, original = _as_bits(tf.convert_to_tensor(tensor))
+    (gathered,) = _allgather_dense([as_tensor(carried, name)], [op_name("allgather", name)])
+    return _from_bits(gathered, original)
 
 
 @not_converted
@@ -184,26 +204,9 @@ def grouped_allgather(tensors: Sequence[Any], name: str | None = None,
     if not tensors:
         return []
     names = sub_names(op_name("grouped_allgather", name), len(tensors))
-    return _allgather_dense([as_tensor(t, n) for t, n in zip(tensors, names)], names)
-
-
-# Pure data movement may carry dtypes the engine cannot reduce, as bits of a same-width dtype.
-_BIT_CARRIERS = {tf.uint32: tf.int32, tf.uint64: tf.int64, tf.int16: tf.float16, tf.uint16: tf.float16}
-
-
-def _as_bits(tensor: tf.Tensor) -> tuple[tf.Tensor, tf.DType | None]:
-    if tensor.dtype == tf.bool:
-        return tf.cast(tensor, tf.uint8), tf.bool
-    carrier = _BIT_CARRIERS.get(tensor.dtype)
-    if carrier is None:
-        return tensor, None
-    return tf.bitcast(tensor, carrier), tensor.dtype
-
-
-def _from_bits(tensor: tf.Tensor, original: tf.DType | None) -> tf.Tensor:
-    if original is None:
-        return tensor
-    return tf.cast(tensor, tf.bool) if original == tf.bool else tf.bitcast(tensor, original)
+    carried, originals = zip(*[_as_bits(tf.convert_to_tensor(t)) for t in tensors])
+    gathered = _allgather_dense([as_tensor(t, n) for t, n in zip(carried, names)], names)
+    return [_from_bits(g, o) for g, o in zip(gathered, originals)]
 
 
 @not_converted
@@ -257,10 +260,11 @@ def alltoall(tensor: Any, splits: Any = None, name: str | None = None,
     Returns the received rows; with ``splits``, ``(received rows, received_splits)``, the latter an
     int32 tensor of the rows that came from each rank, as Horovod's TensorFlow alltoall does.
     """
-    x = as_tensor(tensor, name)
+    carried, original = _as_bits(tf.convert_to_tensor(tensor))
+    x = as_tensor(carried, name)
     if x.shape.rank == 0:
         raise invalid_argument(f"alltoall {label(name)} needs a tensor with at least one dimension")
-    split_tensor = None if splits is None else tf.reshape(tf.cast(tf.convert_to_tensor(splits), tf.int64), [-1])
+    split_tensor = None if splits is None else _split_counts(splits, name)
     submitted = op_name("alltoall", name)
 
     def exchange(array: np.ndarray, *split_array: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -277,7 +281,16 @@ def alltoall(tensor: Any, splits: Any = None, name: str | None = None,
         return (y, received), backward
 
     output, received_splits = forward(x)
+    output = _from_bits(output, original)
     return output if splits is None else (output, received_splits)
+
+
+def _split_counts(splits: Any, name: str | None) -> tf.Tensor:
+    """``splits`` as a flat int64 tensor; anything but integers is refused (Horovod's op takes int32)."""
+    counts = tf.convert_to_tensor(splits)
+    if not counts.dtype.is_integer:
+        raise invalid_argument(f"alltoall {label(name)}: splits must be integers, got {counts.dtype.name}")
+    return tf.reshape(tf.cast(counts, tf.int64), [-1])
 
 
 def _reducescatter_dense(tensors: Sequence[tf.Tensor], names: Sequence[str | None], op: ReduceOp, prescale: float,

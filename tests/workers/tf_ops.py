@@ -60,7 +60,7 @@ def grouped_allreduce(c: Checks, mode: str) -> None:
 def allgather(c: Checks, mode: str) -> None:
     size, rank = hvd.size(), hvd.rank()
     rows = [r + 1 for r in range(size)]  # uneven first dimensions
-    for dtype in (np.float32, np.int64, np.uint8):
+    for dtype in (np.float32, np.int64, np.uint8, np.bool_, np.int16, np.uint16):
         x = tf.constant(np.full((rows[rank], 3), rank + 1, dtype=dtype))
         got = in_mode(mode, hvd.allgather, x)
         want = np.concatenate([np.full((rows[r], 3), r + 1, dtype=dtype) for r in range(size)])
@@ -97,6 +97,10 @@ def alltoall(c: Checks, mode: str) -> None:
     want = np.concatenate([np.full(((r + rank) % 3, 2), 100 * r + rank, np.float32) for r in range(size)])
     c.close(out, want, "uneven alltoall")
     even = tf.constant(np.arange(size * 2, dtype=np.int32) + 10 * rank)
+    flags = tf.constant(np.arange(size * 2) % (rank + 2) == 0)
+    got = in_mode(mode, hvd.alltoall, flags)
+    want_flags = np.concatenate([(np.arange(size * 2) % (r + 2) == 0)[2 * rank:2 * rank + 2] for r in range(size)])
+    c.check(got.dtype == tf.bool and to_numpy(got).tolist() == want_flags.tolist(), f"bool alltoall: {got}")
     out = in_mode(mode, hvd.alltoall, even)  # without splits: the tensor alone, as Horovod returns it
     want = np.concatenate([np.arange(2 * rank, 2 * rank + 2) + 10 * r for r in range(size)])
     c.check(not isinstance(out, (tuple, list)), f"alltoall without splits returned a {type(out).__name__}")
@@ -188,6 +192,8 @@ def errors(c: Checks, mode: str) -> None:
              "uneven alltoall without splits")
     c.raises(tf.errors.InvalidArgumentError, "splits", lambda: in_mode(mode, lambda t: hvd.alltoall(
         t, splits=[size * 2] * size, name=f"bad_splits.{mode}"), tf.ones(size * 2)), "splits beyond the first dimension")
+    c.raises(tf.errors.InvalidArgumentError, "splits must be integers", lambda: in_mode(mode, lambda t: hvd.alltoall(
+        t, splits=tf.ones(size)), tf.ones(size)), "float splits")
     sparse = (tf.ones((1, 2)), tf.constant([0]))
     c.raises(NotImplementedError, "Min", lambda: in_mode(mode, lambda v, i: hvd.allreduce(
         tf.IndexedSlices(v, i), op=hvd.Min), *sparse), "sparse allreduce with Min")
