@@ -46,6 +46,7 @@ from collective.tensorflow.ops import (
     join,
     reducescatter,
 )
+from collective.tensorflow.optimizer import DistributedOptimizer
 from collective.tensorflow.rank_ops import local_rank_op, local_size_op, rank_op, size_op
 from collective.tensorflow.sync_batch_norm import SyncBatchNormalization
 
@@ -54,6 +55,7 @@ HorovodInternalError = CollectiveError
 
 __all__ = [
     "Average", "CollectiveError", "CollectiveTimeoutError", "Compression", "DistributedGradientTape",
+    "DistributedOptimizer",
     "HorovodInternalError", "InvalidArgumentError", "Max", "Min", "MismatchError", "NotInitializedError",
     "PartialDistributedGradientTape", "PeerFailureError", "Product", "ReduceOp", "Sum", "SyncBatchNormalization",
     "allgather", "allgather_object", "allreduce", "alltoall", "barrier", "broadcast", "broadcast_",

@@ -286,6 +286,10 @@ def tf1_session(c: Checks, mode: str) -> None:
         (grad,) = tf.gradients(tf.reduce_sum(hvd.allreduce(x, op=hvd.Average)), x)
         variable = tf.compat.v1.Variable(np.full(2, float(rank)))
         sync = hvd.broadcast_global_variables(0)
+        # A TF1 optimizer: one step of plain SGD (rate 1) on loss = sum(w * (rank + 1)) moves w by the mean.
+        weight = tf.compat.v1.Variable(np.zeros(2))
+        optimizer = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0))
+        train = optimizer.minimize(tf.reduce_sum(weight * (rank + 1.0)), var_list=[weight])
         barrier = hvd.barrier()
         with tf.compat.v1.Session() as session:
             session.run(tf.compat.v1.global_variables_initializer())
@@ -293,10 +297,13 @@ def tf1_session(c: Checks, mode: str) -> None:
             session.run(sync)
             got_variable = session.run(variable)
             session.run(barrier)
+            session.run(train)
+            got_weight = session.run(weight)
     c.close(got_sum, np.full(3, size * (size + 1) / 2), "Session allreduce")
     c.close(got_gathered, np.stack([np.full(3, r + 1.0) for r in range(size)]), "Session allgather")
     c.close(got_grad, np.ones(3), "Session allreduce gradient")
     c.close(got_variable, np.zeros(2), "broadcast_global_variables in a Session")
+    c.close(got_weight, np.full(2, -(size + 1) / 2), "DistributedOptimizer of a TF1 optimizer")
     c.raises(RuntimeError, "eager", lambda: hvd.broadcast_global_variables(0), "broadcast_global_variables eagerly")
 
 

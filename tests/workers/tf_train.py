@@ -339,6 +339,10 @@ def bad_input(c: Checks, mode: str) -> None:
     wrapped = hvd.DistributedOptimizer(keras.optimizers.SGD())
     c.raises(ValueError, "already", lambda: hvd.DistributedOptimizer(wrapped), "wrapping twice")
     c.raises(ValueError, "initial_lr", lambda: hvd.LearningRateWarmupCallback(None), "warm-up without initial_lr")
+    c.raises(ValueError, "Keras or tf.compat.v1.train optimizer", lambda: hvd_tf.DistributedOptimizer(tf.Module()),
+             "collective.tensorflow.DistributedOptimizer of a non-optimizer")
+    c.check(is_distributed(hvd_tf.DistributedOptimizer(keras.optimizers.SGD())),
+            "collective.tensorflow.DistributedOptimizer of a Keras optimizer is collective.keras's")
 
 
 def main() -> None:
