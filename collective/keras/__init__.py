@@ -6,8 +6,9 @@
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.01 * hvd.size())), ...)
     model.fit(x, y, callbacks=[hvd.BroadcastGlobalVariablesCallback(0), hvd.MetricAverageCallback()])
 
-Works with ``model.fit`` compiled (tf.function) and with ``run_eagerly=True``; the ops and helpers of
-``collective.tensorflow`` are re-exported.
+Works with ``model.fit`` compiled (tf.function) and with ``run_eagerly=True``. ``allreduce``,
+``allgather``, ``broadcast`` and ``reducescatter`` take Horovod Keras's signatures (``name`` second); the
+other ops and helpers of ``collective.tensorflow`` are re-exported.
 """
 
 from collective.keras import callbacks
@@ -18,6 +19,7 @@ from collective.keras.callbacks import (
     LearningRateWarmupCallback,
     MetricAverageCallback,
 )
+from collective.keras.ops import allgather, allreduce, broadcast, reducescatter
 from collective.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer
 from collective.keras.saving import load_model
 from collective.tensorflow import (
@@ -36,12 +38,10 @@ from collective.tensorflow import (
     ReduceOp,
     Sum,
     SyncBatchNormalization,
-    allgather,
     allgather_object,
-    allreduce,
     alltoall,
     barrier,
-    broadcast,
+    broadcast_global_variables,
     broadcast_object,
     broadcast_variables,
     cross_rank,
@@ -55,7 +55,6 @@ from collective.tensorflow import (
     local_rank,
     local_size,
     rank,
-    reducescatter,
     shutdown,
     size,
 )
@@ -66,7 +65,7 @@ __all__ = [
     "LearningRateWarmupCallback", "Max", "MetricAverageCallback", "Min", "MismatchError", "NotInitializedError",
     "PartialDistributedOptimizer", "PeerFailureError", "Product", "ReduceOp", "Sum", "SyncBatchNormalization",
     "allgather", "allgather_object", "allreduce", "alltoall",
-    "barrier", "broadcast", "broadcast_object", "broadcast_variables", "callbacks", "cross_rank", "cross_size",
+    "barrier", "broadcast", "broadcast_global_variables", "broadcast_object", "broadcast_variables", "callbacks", "cross_rank", "cross_size",
     "grouped_allgather", "grouped_allreduce", "grouped_reducescatter", "init", "is_initialized", "join", "load_model", "local_rank", "local_size", "rank",
     "reducescatter", "shutdown", "size",
 ]

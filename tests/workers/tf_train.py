@@ -330,6 +330,23 @@ def sync_batch_norm(c: Checks, mode: str) -> None:
     close_weights(c, [np.asarray(got)], [want], "normalized with the global batch's statistics", tol=1e-8)
 
 
+def keras_value_ops(c: Checks, mode: str) -> None:
+    """collective.keras's allreduce, allgather, broadcast and reducescatter take Horovod Keras's
+    signatures (name second, positionally) and plain values."""
+    rank, size = hvd.rank(), hvd.size()
+
+    def ops() -> list[tf.Tensor]:
+        return [hvd.allreduce(np.array([rank + 1.0]), "kv_sum", op=hvd.Sum),
+                hvd.allreduce([float(rank)], "kv_average"),
+                hvd.allgather(np.full((1, 2), rank), "kv_gather"),
+                hvd.broadcast(np.array([rank]), 0, "kv_broadcast"),
+                hvd.reducescatter(np.ones((2 * size, 1)) * (rank + 1), "kv_scatter", hvd.Sum)]
+    got = [np.asarray(t) for t in (tf.function(ops) if mode == "graph" else ops)()]
+    close_weights(c, got, [np.array([size * (size + 1) / 2]), np.array([(size - 1) / 2]),
+                           np.stack([np.full(2, r) for r in range(size)]), np.array([0]),
+                           np.full((2, 1), size * (size + 1) / 2)], "Keras value ops")
+
+
 def bad_input(c: Checks, mode: str) -> None:
     c.raises(ValueError, "Keras 3 optimizer", lambda: hvd.DistributedOptimizer(tf.Module()), "not an optimizer")
     c.raises(ValueError, "op=Average or op=Sum",
@@ -350,7 +367,7 @@ def main() -> None:
     hvd.init()
     run_cases([tape_matches_single_process, tape_sparse_gradients, tape_options, fit_matches_single_process,
                fit_backward_passes_per_step, learning_rate_warmup, learning_rate_schedule,
-               load_model_round_trip, local_layers, sync_batch_norm])
+               load_model_round_trip, local_layers, sync_batch_norm, keras_value_ops])
     run_cases([bad_input], modes=("eager",))
     hvd.shutdown()
 
