@@ -19,7 +19,7 @@ from collective.reduce_ops import Average, ReduceOp
 from collective.tensorflow.bridge import not_converted
 from collective.tensorflow.compression import Compression, Compressor
 from collective.tensorflow.gradient_tape import local_layer_variables
-from collective.tensorflow.gradients import GradientReducer, scale_local
+from collective.tensorflow.gradients import GradientReducer, check_groups, scale_local
 
 
 @dataclass(frozen=True)
@@ -141,6 +141,7 @@ def DistributedOptimizer(optimizer: keras.optimizers.Optimizer, name: str | None
                          device_sparse: str = "", compression: type[Compressor] = Compression.none,
                          sparse_as_dense: bool = False, gradient_predivide_factor: float = 1.0, op: ReduceOp = Average,
                          backward_passes_per_step: int = 1, average_aggregated_gradients: bool = False,
+                         num_groups: int = 0, groups: Any = None,
                          scale_local_gradients: bool = True) -> keras.optimizers.Optimizer:
     """Returns a new optimizer of ``optimizer``'s class and configuration whose gradients are reduced
     across ranks (``op`` Average or Sum) before they are applied, as Horovod's does.
@@ -150,12 +151,14 @@ def DistributedOptimizer(optimizer: keras.optimizers.Optimizer, name: str | None
     IndexedSlices gradients dense before reducing them. ``name`` renames the optimizer; ``device_*``
     are accepted for Horovod compatibility. Like Horovod's, the new optimizer starts without state.
     ``register_local_var(variable)`` keeps a variable's gradient local (divided by size() with
-    ``scale_local_gradients``).
+    ``scale_local_gradients``). ``num_groups``/``groups`` are checked and need nothing more: a step's
+    gradients go to the engine together.
     """
     if isinstance(optimizer, _Distributed):
         raise ValueError("the optimizer is already a DistributedOptimizer")
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise ValueError(f"DistributedOptimizer needs a Keras 3 optimizer, got {type(optimizer).__name__}")
+    check_groups(num_groups, groups)
     settings = make_settings(compression, sparse_as_dense, gradient_predivide_factor, op, backward_passes_per_step,
                              average_aggregated_gradients, scale_local_gradients)
     config = optimizer.get_config()
@@ -169,14 +172,15 @@ def PartialDistributedOptimizer(optimizer: keras.optimizers.Optimizer, name: str
                                 compression: type[Compressor] = Compression.none, sparse_as_dense: bool = False,
                                 gradient_predivide_factor: float = 1.0, op: ReduceOp = Average,
                                 backward_passes_per_step: int = 1, average_aggregated_gradients: bool = False,
-                                local_layers: Any = None,
+                                groups: Any = None, local_layers: Any = None,
                                 scale_local_gradients: bool = True) -> keras.optimizers.Optimizer:
     """A DistributedOptimizer that keeps the gradients of ``local_layers`` (a Keras layer or a list of
     them) local: they are not reduced across ranks, and with ``scale_local_gradients`` they are
     divided by size(), as Horovod does."""
     distributed = DistributedOptimizer(optimizer, name, device_dense, device_sparse, compression, sparse_as_dense,
                                        gradient_predivide_factor, op, backward_passes_per_step,
-                                       average_aggregated_gradients, scale_local_gradients)
+                                       average_aggregated_gradients, groups=groups,
+                                       scale_local_gradients=scale_local_gradients)
     for variable in local_layer_variables(local_layers):
         distributed.register_local_var(variable)
     return distributed

@@ -11,7 +11,7 @@ import tensorflow as tf
 from collective.reduce_ops import Average, ReduceOp
 from collective.tensorflow.bridge import not_converted
 from collective.tensorflow.compression import Compression, Compressor
-from collective.tensorflow.gradients import GradientReducer, scale_local
+from collective.tensorflow.gradients import GradientReducer, check_groups, scale_local
 
 
 @not_converted
@@ -35,16 +35,18 @@ def _register_local_source(self: Any, source: Any) -> None:
 
 def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "", device_sparse: str = "",
                             compression: type[Compressor] = Compression.none, sparse_as_dense: bool = False,
-                            op: ReduceOp = Average, gradient_predivide_factor: float = 1.0,
-                            scale_local_gradients: bool = True) -> tf.GradientTape:
+                            op: ReduceOp = Average, gradient_predivide_factor: float = 1.0, num_groups: int = 0,
+                            groups: Any = None, scale_local_gradients: bool = True) -> tf.GradientTape:
     """Wraps a tape (after its ``with`` block) so that ``gradient()`` returns gradients reduced across
     ranks with ``op`` (Average or Sum). Sparse gradients (IndexedSlices) are gathered from every rank,
     or densified first with ``sparse_as_dense``. ``device_*`` are accepted for Horovod compatibility.
-    ``register_local_source(variable)`` keeps a variable's gradient local.
+    ``register_local_source(variable)`` keeps a variable's gradient local. ``num_groups``/``groups`` are
+    checked and need nothing more: a step's gradients go to the engine together.
 
     The result is an instance of a subclass of the tape's own class sharing its recorded state, so it
     is still a ``tf.GradientTape``.
     """
+    check_groups(num_groups, groups)
     reducer = GradientReducer("DistributedGradientTape", op=op, compression=compression,
                               sparse_as_dense=sparse_as_dense, gradient_predivide_factor=gradient_predivide_factor)
     base = type(gradtape)
@@ -61,12 +63,14 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "", d
 def PartialDistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "", device_sparse: str = "",
                                    compression: type[Compressor] = Compression.none, sparse_as_dense: bool = False,
                                    op: ReduceOp = Average, gradient_predivide_factor: float = 1.0,
-                                   local_layers: Any = None, scale_local_gradients: bool = True) -> tf.GradientTape:
+                                   num_groups: int = 0, groups: Any = None, local_layers: Any = None,
+                                   scale_local_gradients: bool = True) -> tf.GradientTape:
     """A DistributedGradientTape that keeps the gradients of ``local_layers`` (a Keras layer or a list
     of them) local: they are not reduced across ranks, and with ``scale_local_gradients`` they are
     divided by size(), as Horovod does."""
     tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression, sparse_as_dense, op,
-                                   gradient_predivide_factor, scale_local_gradients)
+                                   gradient_predivide_factor, num_groups, groups,
+                                   scale_local_gradients=scale_local_gradients)
     for variable in local_layer_variables(local_layers):
         tape.register_local_source(variable)
     return tape

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from collective.reduce_ops import Average, ReduceOp
 from collective.tensorflow.compression import Compression, Compressor
-from collective.tensorflow.gradients import GradientReducer
+from collective.tensorflow.gradients import GradientReducer, check_groups
 
 
 class _DistributedLegacyOptimizer(tf.compat.v1.train.Optimizer):
@@ -45,7 +45,7 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, use_locking: b
                          device_sparse: str = "", compression: type[Compressor] = Compression.none,
                          sparse_as_dense: bool = False, backward_passes_per_step: int = 1, op: ReduceOp = Average,
                          gradient_predivide_factor: float = 1.0, average_aggregated_gradients: bool = False,
-                         scale_local_gradients: bool = True) -> Any:
+                         num_groups: int = 0, groups: Any = None, scale_local_gradients: bool = True) -> Any:
     """An optimizer whose gradients are reduced across ranks (``op`` Average or Sum) before they are
     applied. A TF1 ``tf.compat.v1.train.Optimizer`` is wrapped for graphs run in a ``Session``; a Keras
     optimizer gets ``collective.keras.DistributedOptimizer``. ``device_*`` are accepted for Horovod
@@ -55,10 +55,12 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, use_locking: b
 
         return keras_distributed(optimizer, name, device_dense, device_sparse, compression, sparse_as_dense,
                                  gradient_predivide_factor, op, backward_passes_per_step,
-                                 average_aggregated_gradients, scale_local_gradients)
+                                 average_aggregated_gradients, num_groups, groups,
+                                 scale_local_gradients=scale_local_gradients)
     if not isinstance(optimizer, tf.compat.v1.train.Optimizer):
         raise ValueError(f"DistributedOptimizer needs a Keras or tf.compat.v1.train optimizer, got "
                          f"{type(optimizer).__name__}")
+    check_groups(num_groups, groups)
     if backward_passes_per_step != 1:
         raise ValueError("backward_passes_per_step > 1 needs a Keras optimizer")
     reducer = GradientReducer("DistributedOptimizer", op=op, compression=compression, sparse_as_dense=sparse_as_dense,

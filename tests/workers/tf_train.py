@@ -358,6 +358,11 @@ def bad_input(c: Checks, mode: str) -> None:
     c.raises(ValueError, "initial_lr", lambda: hvd.LearningRateWarmupCallback(None), "warm-up without initial_lr")
     c.raises(ValueError, "Keras or tf.compat.v1.train optimizer", lambda: hvd_tf.DistributedOptimizer(tf.Module()),
              "collective.tensorflow.DistributedOptimizer of a non-optimizer")
+    for wrap in (lambda g: hvd.DistributedOptimizer(keras.optimizers.SGD(), groups=g),
+                 lambda g: hvd_tf.DistributedGradientTape(tf.GradientTape(), groups=g)):
+        c.raises(ValueError, "groups should be", lambda: wrap(-1), "groups=-1")
+        wrap(2)  # Horovod's grouping argument is accepted
+        wrap([[tf.Variable(1.0)]])
     c.check(is_distributed(hvd_tf.DistributedOptimizer(keras.optimizers.SGD())),
             "collective.tensorflow.DistributedOptimizer of a Keras optimizer is collective.keras's")
 
