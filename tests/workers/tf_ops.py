@@ -290,20 +290,31 @@ def tf1_session(c: Checks, mode: str) -> None:
         weight = tf.compat.v1.Variable(np.zeros(2))
         optimizer = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0))
         train = optimizer.minimize(tf.reduce_sum(weight * (rank + 1.0)), var_list=[weight])
+        # Local aggregation over 2 passes, averaged: every second pass applies the mean of rank + 1.
+        aggregated = tf.compat.v1.Variable(np.zeros(2))
+        aggregating = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0),
+                                               backward_passes_per_step=2, average_aggregated_gradients=True)
+        train_aggregated = aggregating.minimize(tf.reduce_sum(aggregated * (rank + 1.0)), var_list=[aggregated])
         barrier = hvd.barrier()
         with tf.compat.v1.Session() as session:
-            session.run(tf.compat.v1.global_variables_initializer())
+            session.run([tf.compat.v1.global_variables_initializer(), tf.compat.v1.local_variables_initializer()])
             got_sum, got_gathered, got_grad = session.run([summed, gathered, grad])
             session.run(sync)
             got_variable = session.run(variable)
             session.run(barrier)
             session.run(train)
             got_weight = session.run(weight)
+            got_aggregated = []
+            for _ in range(4):
+                session.run(train_aggregated)
+                got_aggregated.append(session.run(aggregated)[0])
     c.close(got_sum, np.full(3, size * (size + 1) / 2), "Session allreduce")
     c.close(got_gathered, np.stack([np.full(3, r + 1.0) for r in range(size)]), "Session allgather")
     c.close(got_grad, np.ones(3), "Session allreduce gradient")
     c.close(got_variable, np.zeros(2), "broadcast_global_variables in a Session")
     c.close(got_weight, np.full(2, -(size + 1) / 2), "DistributedOptimizer of a TF1 optimizer")
+    mean = (size + 1) / 2
+    c.close(np.array(got_aggregated), np.array([0, -mean, -mean, -2 * mean]), "backward_passes_per_step=2")
     c.raises(RuntimeError, "eager", lambda: hvd.broadcast_global_variables(0), "broadcast_global_variables eagerly")
 
 
