@@ -6,8 +6,9 @@
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.01 * hvd.size())), ...)
     model.fit(x, y, callbacks=[hvd.BroadcastGlobalVariablesCallback(0), hvd.MetricAverageCallback()])
 
-Works with ``model.fit`` compiled (tf.function) and with ``run_eagerly=True``; the ops and helpers of
-``collective.tensorflow`` are re-exported.
+Works with ``model.fit`` compiled (tf.function) and with ``run_eagerly=True``. ``allreduce``,
+``allgather``, ``broadcast`` and ``reducescatter`` take Horovod Keras's signatures (``name`` second); the
+other ops and helpers of ``collective.tensorflow`` are re-exported.
 """
 
 from collective.keras import callbacks
@@ -18,7 +19,8 @@ from collective.keras.callbacks import (
     LearningRateWarmupCallback,
     MetricAverageCallback,
 )
-from collective.keras.optimizer import DistributedOptimizer
+from collective.keras.ops import allgather, allreduce, broadcast, reducescatter
+from collective.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer
 from collective.keras.saving import load_model
 from collective.tensorflow import (
     Average,
@@ -35,24 +37,24 @@ from collective.tensorflow import (
     Product,
     ReduceOp,
     Sum,
-    allgather,
+    SyncBatchNormalization,
     allgather_object,
-    allreduce,
     alltoall,
     barrier,
-    broadcast,
+    broadcast_global_variables,
     broadcast_object,
     broadcast_variables,
     cross_rank,
     cross_size,
+    grouped_allgather,
     grouped_allreduce,
+    grouped_reducescatter,
     init,
     is_initialized,
     join,
     local_rank,
     local_size,
     rank,
-    reducescatter,
     shutdown,
     size,
     start_timeline,
@@ -63,10 +65,11 @@ __all__ = [
     "Average", "BestModelCheckpoint", "BroadcastGlobalVariablesCallback", "CollectiveError", "CollectiveTimeoutError", "Compression",
     "DistributedOptimizer", "HorovodInternalError", "InvalidArgumentError", "LearningRateScheduleCallback",
     "LearningRateWarmupCallback", "Max", "MetricAverageCallback", "Min", "MismatchError", "NotInitializedError",
-    "PeerFailureError", "Product", "ReduceOp", "Sum", "allgather", "allgather_object", "allreduce", "alltoall",
-    "barrier", "broadcast", "broadcast_object", "broadcast_variables", "callbacks", "cross_rank", "cross_size",
-    "grouped_allreduce", "init", "is_initialized", "join", "load_model", "local_rank", "local_size", "rank",
-    "reducescatter", "shutdown", "size", "start_timeline", "stop_timeline",
+    "PartialDistributedOptimizer", "PeerFailureError", "Product", "ReduceOp", "Sum", "SyncBatchNormalization",
+    "allgather", "allgather_object", "allreduce", "alltoall", "barrier", "broadcast", "broadcast_global_variables",
+    "broadcast_object", "broadcast_variables", "callbacks", "cross_rank", "cross_size", "grouped_allgather",
+    "grouped_allreduce", "grouped_reducescatter", "init", "is_initialized", "join", "load_model", "local_rank",
+    "local_size", "rank", "reducescatter", "shutdown", "size", "start_timeline", "stop_timeline",
 ]
 
 # Horovod's build and availability queries, answered for this install and run.

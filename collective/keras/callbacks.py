@@ -3,7 +3,7 @@ metrics, warm up or schedule the learning rate, and keep the best model (BestMod
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import keras
 import numpy as np
@@ -16,13 +16,16 @@ from collective.tensorflow.functions import broadcast_variables
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     """Gives every rank ``root_rank``'s model and optimizer variables when training begins, so ranks
-    that built their models with different random weights train one model. Runs once, before the first
-    step (Keras 3 builds the optimizer before ``on_train_begin``)."""
+    that built their models with different random weights train one model; ``local_variables`` keep
+    each rank's own values. Runs once, before the first step (Keras 3 builds the optimizer before
+    ``on_train_begin``)."""
 
-    def __init__(self, root_rank: int = 0, device: str = "") -> None:
+    def __init__(self, root_rank: int = 0, device: str = "", local_variables: Iterable[Any] | None = None) -> None:
         super().__init__()
         self.root_rank = int(root_rank)
         self.broadcast_done = False
+        # Variables each rank keeps its own value of (Horovod's local_variables), by identity.
+        self.local_variables = {id(v): v for v in (local_variables or [])}
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         if self.broadcast_done:
@@ -34,6 +37,7 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
             if not optimizer.built:
                 optimizer.build(model.trainable_variables)
             variables += list(optimizer.variables)
+        variables = [v for v in variables if id(v) not in self.local_variables]
         broadcast_variables(variables, root_rank=self.root_rank)
         self.broadcast_done = True
 

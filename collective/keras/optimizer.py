@@ -18,7 +18,8 @@ import tensorflow as tf
 from collective.reduce_ops import Average, ReduceOp
 from collective.tensorflow.bridge import not_converted
 from collective.tensorflow.compression import Compression, Compressor
-from collective.tensorflow.gradients import GradientReducer
+from collective.tensorflow.gradient_tape import local_layer_variables
+from collective.tensorflow.gradients import GradientReducer, check_groups, scale_local
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,7 @@ class Settings:
     reducer: GradientReducer
     backward_passes_per_step: int = 1
     average_aggregated_gradients: bool = False
+    scale_local_gradients: bool = True
 
     def __post_init__(self) -> None:
         if self.backward_passes_per_step < 1:
@@ -52,12 +54,34 @@ class _Distributed:
                 self._collective_passes = tf.Variable(0, dtype=tf.int64, trainable=False)
         return [self._collective_accumulators[id(v)] for v in variables]
 
+    def register_local_var(self, var: Any) -> None:
+        """Keeps ``var``'s gradient local: it is not reduced across ranks (it is divided by size()
+        with ``scale_local_gradients``, as Horovod does)."""
+        if getattr(self, "_collective_local_vars", None) is None:
+            # Past Keras's attribute tracking, which would count these variables as the optimizer's own.
+            object.__setattr__(self, "_collective_local_vars", {})
+        self._collective_local_vars[id(var)] = var
+
+    def _collective_reduce(self, grads: list[Any], variables: Sequence[Any] | None) -> list[Any]:
+        """The gradients reduced across ranks, except those of variables registered as local."""
+        settings = self._collective_settings
+        local_vars = getattr(self, "_collective_local_vars", None)
+        if not local_vars:
+            return settings.reducer(grads)
+        if variables is None:
+            variables = self._trainable_variables
+        local = [id(v) in local_vars for v in variables]
+        reduced = iter(settings.reducer([g for g, is_local in zip(grads, local) if not is_local]))
+        return [(scale_local(g) if settings.scale_local_gradients else g) if is_local else next(reduced)
+                for g, is_local in zip(grads, local)]
+
     @not_converted
     def apply(self, grads: Sequence[Any], trainable_variables: Sequence[Any] | None = None) -> Any:
         settings = self._collective_settings
         grads = list(grads)
         if settings.backward_passes_per_step == 1:
-            return super().apply(settings.reducer(grads), trainable_variables)  # type: ignore[misc]
+            return super().apply(self._collective_reduce(grads, trainable_variables),  # type: ignore[misc]
+                                 trainable_variables)
         return self._collective_accumulate(grads, trainable_variables)
 
     def _collective_accumulate(self, grads: list[Any], trainable_variables: Sequence[Any] | None) -> Any:
@@ -80,7 +104,7 @@ class _Distributed:
             for i in present:
                 totals[i] = accumulators[i] * tf.cast(scale, accumulators[i].dtype) if scale != 1.0 \
                     else tf.identity(accumulators[i])
-            reduced = settings.reducer(totals)
+            reduced = self._collective_reduce(totals, variables)
             super(_Distributed, self).apply(reduced, variables)  # type: ignore[misc]
             for accumulator in accumulators:
                 accumulator.assign(tf.zeros_like(accumulator))
@@ -105,17 +129,20 @@ def distributed_class(base: type, settings: Settings) -> type:
 
 
 def make_settings(compression: type[Compressor], sparse_as_dense: bool, gradient_predivide_factor: float,
-                  op: ReduceOp, backward_passes_per_step: int, average_aggregated_gradients: bool) -> Settings:
+                  op: ReduceOp, backward_passes_per_step: int, average_aggregated_gradients: bool,
+                  scale_local_gradients: bool = True) -> Settings:
     reducer = GradientReducer("DistributedOptimizer", op=op, compression=compression, sparse_as_dense=sparse_as_dense,
                               gradient_predivide_factor=gradient_predivide_factor)
-    return Settings(reducer, int(backward_passes_per_step), bool(average_aggregated_gradients))
+    return Settings(reducer, int(backward_passes_per_step), bool(average_aggregated_gradients),
+                    bool(scale_local_gradients))
 
 
 def DistributedOptimizer(optimizer: keras.optimizers.Optimizer, name: str | None = None, device_dense: str = "",
                          device_sparse: str = "", compression: type[Compressor] = Compression.none,
                          sparse_as_dense: bool = False, gradient_predivide_factor: float = 1.0, op: ReduceOp = Average,
-                         backward_passes_per_step: int = 1,
-                         average_aggregated_gradients: bool = False) -> keras.optimizers.Optimizer:
+                         backward_passes_per_step: int = 1, average_aggregated_gradients: bool = False,
+                         num_groups: int = 0, groups: Any = None,
+                         scale_local_gradients: bool = True) -> keras.optimizers.Optimizer:
     """Returns a new optimizer of ``optimizer``'s class and configuration whose gradients are reduced
     across ranks (``op`` Average or Sum) before they are applied, as Horovod's does.
 
@@ -123,17 +150,40 @@ def DistributedOptimizer(optimizer: keras.optimizers.Optimizer, name: str | None
     passes (averaged over the passes with ``average_aggregated_gradients``); ``sparse_as_dense`` turns
     IndexedSlices gradients dense before reducing them. ``name`` renames the optimizer; ``device_*``
     are accepted for Horovod compatibility. Like Horovod's, the new optimizer starts without state.
+    ``register_local_var(variable)`` keeps a variable's gradient local (divided by size() with
+    ``scale_local_gradients``). ``num_groups``/``groups`` are checked and need nothing more: a step's
+    gradients go to the engine together.
     """
     if isinstance(optimizer, _Distributed):
         raise ValueError("the optimizer is already a DistributedOptimizer")
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise ValueError(f"DistributedOptimizer needs a Keras 3 optimizer, got {type(optimizer).__name__}")
+    check_groups(num_groups, groups)
     settings = make_settings(compression, sparse_as_dense, gradient_predivide_factor, op, backward_passes_per_step,
-                             average_aggregated_gradients)
+                             average_aggregated_gradients, scale_local_gradients)
     config = optimizer.get_config()
     if name is not None:
         config["name"] = name
     return distributed_class(type(optimizer), settings).from_config(config)
+
+
+def PartialDistributedOptimizer(optimizer: keras.optimizers.Optimizer, name: str | None = None,
+                                device_dense: str = "", device_sparse: str = "",
+                                compression: type[Compressor] = Compression.none, sparse_as_dense: bool = False,
+                                gradient_predivide_factor: float = 1.0, op: ReduceOp = Average,
+                                backward_passes_per_step: int = 1, average_aggregated_gradients: bool = False,
+                                groups: Any = None, local_layers: Any = None,
+                                scale_local_gradients: bool = True) -> keras.optimizers.Optimizer:
+    """A DistributedOptimizer that keeps the gradients of ``local_layers`` (a Keras layer or a list of
+    them) local: they are not reduced across ranks, and with ``scale_local_gradients`` they are
+    divided by size(), as Horovod does."""
+    distributed = DistributedOptimizer(optimizer, name, device_dense, device_sparse, compression, sparse_as_dense,
+                                       gradient_predivide_factor, op, backward_passes_per_step,
+                                       average_aggregated_gradients, groups=groups,
+                                       scale_local_gradients=scale_local_gradients)
+    for variable in local_layer_variables(local_layers):
+        distributed.register_local_var(variable)
+    return distributed
 
 
 def wrap_in_place(optimizer: keras.optimizers.Optimizer, settings: Settings) -> keras.optimizers.Optimizer:

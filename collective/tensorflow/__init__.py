@@ -25,8 +25,14 @@ from collective.errors import (
 from collective.reduce_ops import Average, Max, Min, Product, ReduceOp, Sum
 from collective.runtime import cross_rank, cross_size, is_initialized, local_rank, local_size, rank, size
 from collective.tensorflow.compression import Compression
-from collective.tensorflow.functions import allgather_object, broadcast_object, broadcast_variables
-from collective.tensorflow.gradient_tape import DistributedGradientTape
+from collective.tensorflow.functions import (
+    allgather_object,
+    broadcast_,
+    broadcast_global_variables,
+    broadcast_object,
+    broadcast_variables,
+)
+from collective.tensorflow.gradient_tape import DistributedGradientTape, PartialDistributedGradientTape
 from collective.tensorflow.lifecycle import init, shutdown
 from collective.tensorflow.ops import (
     allgather,
@@ -34,23 +40,30 @@ from collective.tensorflow.ops import (
     alltoall,
     barrier,
     broadcast,
+    grouped_allgather,
     grouped_allreduce,
+    grouped_reducescatter,
     join,
     reducescatter,
 )
 from collective.timeline import start_timeline, stop_timeline
+from collective.tensorflow.optimizer import DistributedOptimizer
+from collective.tensorflow.rank_ops import local_rank_op, local_size_op, rank_op, size_op
+from collective.tensorflow.sync_batch_norm import SyncBatchNormalization
 
 # Scripts that catch Horovod's error type keep working.
 HorovodInternalError = CollectiveError
 
 __all__ = [
     "Average", "CollectiveError", "CollectiveTimeoutError", "Compression", "DistributedGradientTape",
+    "DistributedOptimizer",
     "HorovodInternalError", "InvalidArgumentError", "Max", "Min", "MismatchError", "NotInitializedError",
-    "PeerFailureError", "Product", "ReduceOp", "Sum", "allgather", "allgather_object", "allreduce", "alltoall",
-    "barrier", "broadcast", "broadcast_object", "broadcast_variables", "cross_rank", "cross_size",
-    "grouped_allreduce", "init", "is_initialized", "join", "local_rank", "local_size", "rank", "reducescatter",
-    "shutdown", "size",
-    "start_timeline", "stop_timeline",
+    "PartialDistributedGradientTape", "PeerFailureError", "Product", "ReduceOp", "Sum", "SyncBatchNormalization",
+    "allgather", "allgather_object", "allreduce", "alltoall", "barrier", "broadcast", "broadcast_",
+    "broadcast_global_variables", "broadcast_object", "broadcast_variables", "cross_rank", "cross_size",
+    "grouped_allgather", "grouped_allreduce", "grouped_reducescatter", "init", "is_initialized", "join",
+    "local_rank", "local_rank_op", "local_size", "local_size_op", "rank", "rank_op", "reducescatter", "shutdown",
+    "size", "size_op", "start_timeline", "stop_timeline",
 ]
 
 # Horovod's build and availability queries, answered for this install and run.

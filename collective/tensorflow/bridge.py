@@ -10,15 +10,18 @@ and TensorFlow's automatic control dependencies run stateful ops in the order th
 every rank submits its collectives in program order, as the engine's negotiation requires. No
 TensorFlow header or custom kernel is involved; ops cannot be XLA-compiled (a clear error says so).
 
-Errors. Eagerly, the collective's own exceptions (MismatchError, PeerFailureError...) reach the caller.
-From a graph they arrive as tf.errors (MismatchError and InvalidArgumentError as
-tf.errors.InvalidArgumentError, the others as tf.errors.UnknownError), their message starting with
-the collective error's class name.
+Errors. Eagerly, an op raises the tf.errors class Horovod raises in its place, which is also the
+collective's own exception (``collective.tensorflow.errors``). From a graph, TensorFlow rebuilds a
+py_function's exception from a status code it derives from the exception's type, so there they arrive
+as tf.errors.InvalidArgumentError (MismatchError, InvalidArgumentError) or tf.errors.UnknownError (the
+others), their message starting with the collective error's class name.
 
 Names. Ranks must agree on every collective's name. Eager calls without ``name=`` use the engine's
 counter (Horovod's rule). Graph ops are named when traced, from the graph's name (the traced
 function's Python name) and a counter per graph, so a function traced again (new input shapes, or a
-rank that retraces for a partial last batch) reuses the same names instead of drifting apart.
+rank that retraces for a partial last batch) reuses the same names instead of drifting apart. A
+TF1-style ``tf.Graph`` (run in a ``tf.compat.v1.Session``) has no name; its ops are named ``graph``
+and the graph's counter, so ranks that build the same graph agree.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from collective._native import DType
 from collective.dtypes import SUPPORTED
 from collective.errors import CollectiveError, InvalidArgumentError, MismatchError
 from collective.tensorflow.engine_calls import TENSOR_ALIGNMENT
+from collective.tensorflow.errors import as_tf_error, invalid_argument
 
 # TensorFlow names every native DType as the native table does.
 SUPPORTED_DTYPES = frozenset(tf.as_dtype(d.name) for d in DType)
@@ -45,14 +49,6 @@ SUPPORTED_DTYPES = frozenset(tf.as_dtype(d.name) for d in DType)
 not_converted = tf.autograph.experimental.do_not_convert
 
 _graph_counters: "weakref.WeakKeyDictionary[Any, itertools.count]" = weakref.WeakKeyDictionary()
-
-
-def invalid_argument(message: str) -> InvalidArgumentError:
-    """The error for bad input found while tracing: marked so that AutoGraph lets it reach the caller
-    as it is, instead of rewrapping it as a StagingError."""
-    error = InvalidArgumentError(message)
-    error.ag_pass_through = True
-    return error
 
 
 def label(name: str | None) -> str:
@@ -85,7 +81,7 @@ def op_name(kind: str, name: str | None) -> str | None:
     while isinstance(graph, ControlFlowFuncGraph):
         graph = graph.outer_graph
     counter = _graph_counters.setdefault(graph, itertools.count())
-    return f"{graph.name}.{kind}.{next(counter)}"
+    return f"{getattr(graph, 'name', 'graph')}.{kind}.{next(counter)}"
 
 
 def sub_names(name: str | None, count: int) -> list[str | None]:
@@ -97,7 +93,10 @@ def run(fn: Callable[..., Sequence[np.ndarray]], inputs: Sequence[tf.Tensor], ou
         out_shapes: Sequence[tf.TensorShape | list | None]) -> list[tf.Tensor]:
     """Runs ``fn`` (numpy arrays in, a sequence of numpy arrays out) on the tensors' values."""
     if tf.executing_eagerly():
-        return _through_numpy(fn, inputs, out_dtypes)
+        try:
+            return _through_numpy(fn, inputs, out_dtypes)
+        except CollectiveError as exc:
+            raise as_tf_error(exc) from exc
     if GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
         raise invalid_argument(
             "collectives cannot run inside an XLA-compiled function (jit_compile=True); Keras 3 turns XLA on by "

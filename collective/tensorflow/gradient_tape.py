@@ -1,40 +1,88 @@
-"""DistributedGradientTape: a tf.GradientTape whose gradients are averaged across ranks."""
+"""DistributedGradientTape: a tf.GradientTape whose gradients are averaged across ranks, and
+PartialDistributedGradientTape, which keeps some layers' gradients local."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
+import keras
 import tensorflow as tf
 
 from collective.reduce_ops import Average, ReduceOp
-from collective.tensorflow.compression import Compression, Compressor
 from collective.tensorflow.bridge import not_converted
-from collective.tensorflow.gradients import GradientReducer
+from collective.tensorflow.compression import Compression, Compressor
+from collective.tensorflow.gradients import GradientReducer, check_groups, scale_local
 
 
 @not_converted
 def _gradient(self: Any, target: Any, sources: Any, output_gradients: Any = None,
               unconnected_gradients: tf.UnconnectedGradients = tf.UnconnectedGradients.NONE) -> Any:
     grads = super(self.__class__, self).gradient(target, sources, output_gradients, unconnected_gradients)
-    flat = tf.nest.flatten(grads, expand_composites=False)
-    return tf.nest.pack_sequence_as(grads, self._collective_reducer(flat))
+    flat_grads = tf.nest.flatten(grads, expand_composites=False)
+    flat_sources = tf.nest.flatten(sources, expand_composites=False)
+    local = [id(s) in self._collective_local_sources for s in flat_sources]
+    reduced = iter(self._collective_reducer([g for g, is_local in zip(flat_grads, local) if not is_local]))
+    out = [(scale_local(g) if self._collective_scale_local else g) if is_local else next(reduced)
+           for g, is_local in zip(flat_grads, local)]
+    return tf.nest.pack_sequence_as(grads, out)
+
+
+def _register_local_source(self: Any, source: Any) -> None:
+    """Keeps ``source``'s gradient local: it is not reduced across ranks (it is divided by size()
+    when the tape was made with ``scale_local_gradients``, as Horovod does)."""
+    self._collective_local_sources[id(source)] = source
 
 
 def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "", device_sparse: str = "",
                             compression: type[Compressor] = Compression.none, sparse_as_dense: bool = False,
-                            op: ReduceOp = Average, gradient_predivide_factor: float = 1.0) -> tf.GradientTape:
+                            op: ReduceOp = Average, gradient_predivide_factor: float = 1.0, num_groups: int = 0,
+                            groups: Any = None, scale_local_gradients: bool = True) -> tf.GradientTape:
     """Wraps a tape (after its ``with`` block) so that ``gradient()`` returns gradients reduced across
     ranks with ``op`` (Average or Sum). Sparse gradients (IndexedSlices) are gathered from every rank,
     or densified first with ``sparse_as_dense``. ``device_*`` are accepted for Horovod compatibility.
+    ``register_local_source(variable)`` keeps a variable's gradient local. ``num_groups``/``groups`` are
+    checked and need nothing more: a step's gradients go to the engine together.
 
     The result is an instance of a subclass of the tape's own class sharing its recorded state, so it
     is still a ``tf.GradientTape``.
     """
+    check_groups(num_groups, groups)
     reducer = GradientReducer("DistributedGradientTape", op=op, compression=compression,
                               sparse_as_dense=sparse_as_dense, gradient_predivide_factor=gradient_predivide_factor)
     base = type(gradtape)
-    cls = type(base.__name__, (base,), {"gradient": _gradient, "__module__": __name__})
+    cls = type(base.__name__, (base,), {"gradient": _gradient, "register_local_source": _register_local_source,
+                                        "__module__": __name__})
     tape = cls.__new__(cls)
     tape.__dict__.update(gradtape.__dict__)
     tape._collective_reducer = reducer
+    tape._collective_local_sources = {}
+    tape._collective_scale_local = bool(scale_local_gradients)
     return tape
+
+
+def PartialDistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "", device_sparse: str = "",
+                                   compression: type[Compressor] = Compression.none, sparse_as_dense: bool = False,
+                                   op: ReduceOp = Average, gradient_predivide_factor: float = 1.0,
+                                   num_groups: int = 0, groups: Any = None, local_layers: Any = None,
+                                   scale_local_gradients: bool = True) -> tf.GradientTape:
+    """A DistributedGradientTape that keeps the gradients of ``local_layers`` (a Keras layer or a list
+    of them) local: they are not reduced across ranks, and with ``scale_local_gradients`` they are
+    divided by size(), as Horovod does."""
+    tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression, sparse_as_dense, op,
+                                   gradient_predivide_factor, num_groups, groups,
+                                   scale_local_gradients=scale_local_gradients)
+    for variable in local_layer_variables(local_layers):
+        tape.register_local_source(variable)
+    return tape
+
+
+def local_layer_variables(local_layers: Any) -> list[Any]:
+    """The trainable variables of ``local_layers``: None, a Keras layer, or an iterable of layers."""
+    if local_layers is None:
+        return []
+    layers: Iterable[Any] = [local_layers] if isinstance(local_layers, keras.layers.Layer) else local_layers
+    layers = list(layers)
+    for layer in layers:
+        if not isinstance(layer, keras.layers.Layer):
+            raise ValueError(f"local_layers must be Keras layers, got a {type(layer).__name__}")
+    return [variable for layer in layers for variable in layer.trainable_weights]

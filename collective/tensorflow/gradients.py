@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -14,6 +15,17 @@ from collective.tensorflow import engine_calls
 from collective.tensorflow.bridge import as_tensor, not_converted, op_name, run
 from collective.tensorflow.compression import Compression, Compressor
 from collective.tensorflow.ops import allreduce
+
+
+def check_groups(num_groups: int, groups: Any) -> None:
+    """Horovod's ``num_groups``/``groups`` choose how gradient allreduces are grouped. Here every step's
+    gradients already reach the engine in one call (negotiated together, small ones fused), so the
+    arguments are checked as Horovod checks them and change nothing else."""
+    if num_groups:
+        warnings.warn("num_groups is deprecated; use groups", DeprecationWarning, stacklevel=3)
+        groups = num_groups if groups is None else groups
+    if groups is not None and not (isinstance(groups, list) or (isinstance(groups, int) and groups > 0)):
+        raise ValueError(f"groups should be a positive integer or a list of lists of variables, got {groups!r}")
 
 
 @dataclass(frozen=True)
@@ -71,3 +83,12 @@ class GradientReducer:
         for i, tensor, ctx in zip(dense_index, reduced, contexts):
             out[i] = self.compression.decompress(tensor, ctx)
         return out
+
+
+def scale_local(grad: Any) -> Any:
+    """A local (not reduced) gradient divided by size(), Horovod's ``scale_local_gradients``."""
+    if grad is None:
+        return None
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.IndexedSlices(grad.values / tf.cast(size(), grad.values.dtype), grad.indices, grad.dense_shape)
+    return grad / tf.cast(size(), grad.dtype)

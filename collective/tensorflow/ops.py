@@ -1,12 +1,13 @@
 """Collectives on tf.Tensors, eager or inside ``tf.function``, with Horovod's gradients.
 
-Gradients (every rank must run backward through the same ops in the same order, as it does when all
-ranks run the same model):
+Gradients, Horovod's (every rank must run backward through the same ops in the same order, as it
+does when all ranks run the same model):
 - allreduce: the same reduction (op, prescale, postscale) of the incoming gradients;
-- allgather: the Sum over ranks of the output gradient, sliced to this rank's rows;
-- broadcast: the Sum over ranks of the output gradient on the root, zeros elsewhere;
+- allgather: the Average over ranks of the output gradient, sliced to this rank's rows;
+- broadcast: the Average over ranks of the output gradient on the root, zeros elsewhere;
 - alltoall: the gradient rows travel back the way they came;
-- reducescatter (Sum/Average): the allgathered gradient, scaled as the forward was.
+- reducescatter: the allgathered gradient, times size() for Sum (Horovod's rule, which ignores the
+  scale factors: not the exact gradient of the forward).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from collective.runtime import rank, size
 from collective.tensorflow import engine_calls
 from collective.tensorflow.bridge import (
     as_tensor,
-    invalid_argument,
     label,
     leading_unknown,
     not_converted,
@@ -31,6 +31,7 @@ from collective.tensorflow.bridge import (
     sub_names,
 )
 from collective.tensorflow.compression import Compression, Compressor
+from collective.tensorflow.errors import invalid_argument, not_implemented
 
 
 def resolve_op(op: ReduceOp | int | None, average: bool | None) -> ReduceOp:
@@ -68,19 +69,22 @@ def _allreduce_dense(tensors: Sequence[tf.Tensor], names: Sequence[str | None], 
     return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
 
 
-def _allreduce_sparse(slices: tf.IndexedSlices, name: str | None, op: ReduceOp, prescale: float,
-                      postscale: float) -> tf.IndexedSlices:
-    """Horovod's allreduce of sparse gradients: every rank's rows, gathered (duplicates add up when applied)."""
+def _check_sparse(op: ReduceOp, prescale: float, postscale: float) -> None:
+    """What Horovod's allreduce of IndexedSlices (two allgathers) cannot do raises NotImplementedError."""
     if op not in (Sum, Average):
-        raise invalid_argument(f"allreduce of IndexedSlices {label(name)} supports only Sum and Average, "
-                                   f"not {op.name.capitalize()}")
-    base = op_name("allreduce_sparse", name)
-    values = allgather(slices.values, name=f"{base}.values" if base else None)
-    indices = allgather(slices.indices, name=f"{base}.indices" if base else None)
-    scale = prescale * postscale / (size() if op == Average else 1)
-    if scale != 1:
-        values = values * tf.cast(scale, values.dtype)
-    return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
+        raise not_implemented(f"allreduce of tf.IndexedSlices supports only Sum and Average, not {op.name.capitalize()}")
+    if prescale != 1.0 or postscale != 1.0:
+        raise not_implemented("prescale_factor and postscale_factor are not supported with tf.IndexedSlices")
+
+
+def _allreduce_sparse(slices: Sequence[tf.IndexedSlices], base: str | None, op: ReduceOp) -> list[tf.IndexedSlices]:
+    """Horovod's allreduce of sparse gradients: every rank's rows, gathered (duplicates add up when
+    applied); the values of all members in one grouped allgather, their indices in another."""
+    values = grouped_allgather([s.values for s in slices], name=f"{base}.values" if base else None)
+    indices = grouped_allgather([s.indices for s in slices], name=f"{base}.indices" if base else None)
+    if op == Average:
+        values = [v / tf.cast(size(), v.dtype) for v in values]
+    return [tf.IndexedSlices(v, i, dense_shape=s.dense_shape) for v, i, s in zip(values, indices, slices)]
 
 
 @not_converted
@@ -89,11 +93,13 @@ def allreduce(tensor: Any, average: bool | None = None, device_dense: str = "", 
               prescale_factor: float = 1.0, postscale_factor: float = 1.0, name: str | None = None,
               ignore_name_scope: bool = False) -> tf.Tensor | tf.IndexedSlices:
     """Returns the reduction of ``tensor`` across ranks (default Average). An IndexedSlices is gathered
-    instead (values and indices of every rank). ``device_*`` and ``ignore_name_scope`` are accepted for
-    Horovod compatibility."""
+    instead (values and indices of every rank; Sum or Average, no scale factors). ``device_*`` and
+    ``ignore_name_scope`` are accepted for Horovod compatibility."""
     reduce_op = resolve_op(op, average)
     if isinstance(tensor, tf.IndexedSlices):
-        return _allreduce_sparse(tensor, name, reduce_op, prescale_factor, postscale_factor)
+        _check_sparse(reduce_op, prescale_factor, postscale_factor)
+        (reduced,) = _allreduce_sparse([tensor], op_name("allreduce_sparse", name), reduce_op)
+        return reduced
     dense = as_tensor(tensor, name)
     compressed, ctx = compression.compress(dense)
     (reduced,) = _allreduce_dense([compressed], [op_name("allreduce", name)], reduce_op, prescale_factor,
@@ -105,46 +111,33 @@ def allreduce(tensor: Any, average: bool | None = None, device_dense: str = "", 
 def grouped_allreduce(tensors: Sequence[Any], average: bool | None = None, device_dense: str = "",
                       device_sparse: str = "", compression: type[Compressor] = Compression.none,
                       op: ReduceOp | None = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                      name: str | None = None) -> list[tf.Tensor]:
-    """Reduces the tensors as one group, negotiated and fused together (one group per dtype)."""
+                      name: str | None = None, ignore_name_scope: bool = False) -> list[tf.Tensor | tf.IndexedSlices]:
+    """Reduces the tensors as one group, negotiated and fused together (one group per dtype).
+    IndexedSlices members are gathered, as ``allreduce`` gathers one, in one grouped allgather."""
     reduce_op = resolve_op(op, average)
     tensors = list(tensors)
     if not tensors:
         return []
     base = op_name("grouped_allreduce", name)
-    names = sub_names(base, len(tensors))
-    dense = [as_tensor(t, n) for t, n in zip(tensors, names)]
-    compressed, contexts = zip(*[compression.compress(t) for t in dense])
-    reduced = _allreduce_dense(compressed, names, reduce_op, prescale_factor, postscale_factor, grouped=True)
-    return [compression.decompress(t, c) for t, c in zip(reduced, contexts)]
+    out: list[Any] = [None] * len(tensors)
+    sparse = [i for i, t in enumerate(tensors) if isinstance(t, tf.IndexedSlices)]
+    if sparse:
+        _check_sparse(reduce_op, prescale_factor, postscale_factor)
+        reduced_sparse = _allreduce_sparse([tensors[i] for i in sparse], f"{base}.sparse" if base else None, reduce_op)
+        for i, reduced in zip(sparse, reduced_sparse):
+            out[i] = reduced
+    dense_index = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
+    if dense_index:
+        names = [f"{base}.{i}" if base else None for i in dense_index]
+        dense = [as_tensor(tensors[i], n) for i, n in zip(dense_index, names)]
+        compressed, contexts = zip(*[compression.compress(t) for t in dense])
+        reduced = _allreduce_dense(compressed, names, reduce_op, prescale_factor, postscale_factor, grouped=True)
+        for i, tensor, ctx in zip(dense_index, reduced, contexts):
+            out[i] = compression.decompress(tensor, ctx)
+    return out
 
 
 # ---- allgather, broadcast ------------------------------------------------------------------------
-
-@not_converted
-def allgather(tensor: Any, name: str | None = None, ignore_name_scope: bool = False) -> tf.Tensor:
-    """Concatenates every rank's ``tensor`` along the first dimension, in rank order (first
-    dimensions may differ)."""
-    x = as_tensor(tensor, name)
-    if x.shape.rank == 0:
-        raise invalid_argument(f"allgather {label(name)} needs a tensor with at least one dimension")
-    submitted = op_name("allgather", name)
-
-    @tf.custom_gradient
-    def forward(x: tf.Tensor) -> Any:
-        (y,) = run(lambda a: engine_calls.allgather([a], [submitted]), [x], [x.dtype], [leading_unknown(x.shape)])
-
-        def backward(dy: tf.Tensor) -> tf.Tensor:
-            grad_name = _grad_name(submitted)
-            summed = allreduce(dy, op=Sum, name=grad_name)
-            rows = tf.shape(x, out_type=tf.int64)[:1]
-            all_rows = allgather(rows, name=f"{grad_name}.rows" if grad_name else None)
-            offset = tf.reduce_sum(all_rows[:rank()])
-            return summed[offset:offset + rows[0]]
-        return y, backward
-
-    return forward(x)
-
 
 # Pure data movement may carry dtypes the engine cannot reduce, as bits of a same-width dtype.
 _BIT_CARRIERS = {tf.uint32: tf.int32, tf.uint64: tf.int64, tf.int16: tf.float16, tf.uint16: tf.float16}
@@ -165,6 +158,57 @@ def _from_bits(tensor: tf.Tensor, original: tf.DType | None) -> tf.Tensor:
     return tf.cast(tensor, tf.bool) if original == tf.bool else tf.bitcast(tensor, original)
 
 
+def _allgather_dense(tensors: Sequence[tf.Tensor], names: Sequence[str | None]) -> list[tf.Tensor]:
+    names = list(names)
+    for x, n in zip(tensors, names):
+        if x.shape.rank == 0:
+            raise invalid_argument(f"allgather {label(n)} needs a tensor with at least one dimension")
+
+    def gather(*arrays: np.ndarray) -> list[np.ndarray]:
+        return engine_calls.allgather(arrays, names)
+
+    @tf.custom_gradient
+    def forward(*xs: tf.Tensor) -> Any:
+        ys = run(gather, xs, [x.dtype for x in xs], [leading_unknown(x.shape) for x in xs])
+
+        def backward(*dys: tf.Tensor | None) -> list[tf.Tensor]:
+            grad_names = [_grad_name(n) for n in names]
+            filled = [tf.zeros_like(y) if dy is None else dy for dy, y in zip(dys, ys)]
+            averaged = _allreduce_dense(filled, grad_names, Average, 1.0, 1.0, grouped=len(xs) > 1)
+            # Every member's row count from every rank, in one allgather: row r is rank r's counts.
+            rows = tf.stack([tf.shape(x, out_type=tf.int64)[0] for x in xs])[tf.newaxis]
+            (all_rows,) = _allgather_dense([rows], [f"{grad_names[0]}.rows" if grad_names[0] else None])
+            offsets = tf.reduce_sum(all_rows[:rank()], axis=0)
+            return [g[offsets[i]:offsets[i] + rows[0, i]] for i, g in enumerate(averaged)]
+        return ys, backward
+
+    outputs = forward(*tensors)
+    return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+
+
+@not_converted
+def allgather(tensor: Any, name: str | None = None, ignore_name_scope: bool = False) -> tf.Tensor:
+    """Concatenates every rank's ``tensor`` along the first dimension, in rank order (first
+    dimensions may differ). bool and 16/32/64-bit unsigned or int16 tensors travel as bits of a
+    same-width dtype."""
+    carried, original = _as_bits(tf.convert_to_tensor(tensor))
+    (gathered,) = _allgather_dense([as_tensor(carried, name)], [op_name("allgather", name)])
+    return _from_bits(gathered, original)
+
+
+@not_converted
+def grouped_allgather(tensors: Sequence[Any], name: str | None = None,
+                      ignore_name_scope: bool = False) -> list[tf.Tensor]:
+    """Allgathers every tensor (as ``allgather``), negotiated together."""
+    tensors = list(tensors)
+    if not tensors:
+        return []
+    names = sub_names(op_name("grouped_allgather", name), len(tensors))
+    carried, originals = zip(*[_as_bits(tf.convert_to_tensor(t)) for t in tensors])
+    gathered = _allgather_dense([as_tensor(t, n) for t, n in zip(carried, names)], names)
+    return [_from_bits(g, o) for g, o in zip(gathered, originals)]
+
+
 @not_converted
 def broadcast(tensor: Any, root_rank: int, name: str | None = None, ignore_name_scope: bool = False) -> tf.Tensor:
     """Returns ``root_rank``'s ``tensor`` on every rank. bool and 16/32/64-bit unsigned or int16 tensors
@@ -180,8 +224,8 @@ def broadcast(tensor: Any, root_rank: int, name: str | None = None, ignore_name_
         (y,) = run(lambda a: engine_calls.broadcast([a], [submitted], root), [x], [x.dtype], [x.shape])
 
         def backward(dy: tf.Tensor) -> tf.Tensor:
-            summed = allreduce(dy, op=Sum, name=_grad_name(submitted))
-            return summed if rank() == root else tf.zeros_like(summed)
+            averaged = allreduce(dy, op=Average, name=_grad_name(submitted))
+            return averaged if rank() == root else tf.zeros_like(averaged)
         return y, backward
 
     return _from_bits(forward(x), original)
@@ -210,16 +254,17 @@ def broadcast_group(tensors: Sequence[tf.Tensor], root_rank: int, names: Sequenc
 
 @not_converted
 def alltoall(tensor: Any, splits: Any = None, name: str | None = None,
-             ignore_name_scope: bool = False) -> tuple[tf.Tensor, tf.Tensor]:
+             ignore_name_scope: bool = False) -> tf.Tensor | tuple[tf.Tensor, tf.Tensor]:
     """Sends ``splits[i]`` rows of ``tensor`` to rank i (the first dimension split evenly when None).
 
-    Returns ``(received rows, received_splits)``, the latter an int32 tensor of rows from each rank, as
-    Horovod's TensorFlow alltoall does.
+    Returns the received rows; with ``splits``, ``(received rows, received_splits)``, the latter an
+    int32 tensor of the rows that came from each rank, as Horovod's TensorFlow alltoall does.
     """
-    x = as_tensor(tensor, name)
+    carried, original = _as_bits(tf.convert_to_tensor(tensor))
+    x = as_tensor(carried, name)
     if x.shape.rank == 0:
         raise invalid_argument(f"alltoall {label(name)} needs a tensor with at least one dimension")
-    split_tensor = None if splits is None else tf.reshape(tf.cast(tf.convert_to_tensor(splits), tf.int64), [-1])
+    split_tensor = None if splits is None else _split_counts(splits, name)
     submitted = op_name("alltoall", name)
 
     def exchange(array: np.ndarray, *split_array: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -235,7 +280,52 @@ def alltoall(tensor: Any, splits: Any = None, name: str | None = None,
             return returned
         return (y, received), backward
 
-    return forward(x)
+    output, received_splits = forward(x)
+    output = _from_bits(output, original)
+    return output if splits is None else (output, received_splits)
+
+
+def _split_counts(splits: Any, name: str | None) -> tf.Tensor:
+    """``splits`` as a flat int64 tensor; anything but integers is refused (Horovod's op takes int32)."""
+    counts = tf.convert_to_tensor(splits)
+    if not counts.dtype.is_integer:
+        raise invalid_argument(f"alltoall {label(name)}: splits must be integers, got {counts.dtype.name}")
+    return tf.reshape(tf.cast(counts, tf.int64), [-1])
+
+
+def _reducescatter_dense(tensors: Sequence[tf.Tensor], names: Sequence[str | None], op: ReduceOp, prescale: float,
+                         postscale: float) -> list[tf.Tensor]:
+    names = list(names)
+    for x, n in zip(tensors, names):
+        if x.shape.rank == 0:
+            raise invalid_argument(f"reducescatter {label(n)} needs a tensor with at least one dimension")
+
+    def scatter(*arrays: np.ndarray) -> list[np.ndarray]:
+        return engine_calls.reducescatter(arrays, names, op, prescale, postscale)
+
+    @tf.custom_gradient
+    def forward(*xs: tf.Tensor) -> Any:
+        ys = run(scatter, xs, [x.dtype for x in xs], [leading_unknown(x.shape) for x in xs])
+
+        def backward(*dys: tf.Tensor | None) -> list[tf.Tensor]:
+            if op not in (Sum, Average):
+                raise invalid_argument(f"reducescatter with op={op.name.capitalize()} has no gradient; use Sum or Average")
+            filled = [tf.zeros_like(y) if dy is None else dy for dy, y in zip(dys, ys)]
+            if op == Sum:
+                filled = [g * tf.cast(size(), g.dtype) for g in filled]
+            return _allgather_dense(filled, [_grad_name(n) for n in names])
+        return ys, backward
+
+    outputs = forward(*tensors)
+    return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+
+
+def _reducescatter_compressed(tensors: Sequence[Any], names: Sequence[str | None], compression: type[Compressor],
+                              op: ReduceOp | int, prescale: float, postscale: float) -> list[tf.Tensor]:
+    dense = [as_tensor(t, n) for t, n in zip(tensors, names)]
+    compressed, contexts = zip(*[compression.compress(t) for t in dense])
+    reduced = _reducescatter_dense(compressed, names, resolve_op(op, None), prescale, postscale)
+    return [compression.decompress(t, c) for t, c in zip(reduced, contexts)]
 
 
 @not_converted
@@ -244,40 +334,35 @@ def reducescatter(tensor: Any, device_dense: str = "", compression: type[Compres
                   prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> tf.Tensor:
     """Reduces ``tensor`` across ranks and returns this rank's rows of the result (the first
     ``rows % size`` ranks get one row more)."""
-    reduce_op = resolve_op(op, None)
-    x = as_tensor(tensor, name)
-    if x.shape.rank == 0:
-        raise invalid_argument(f"reducescatter {label(name)} needs a tensor with at least one dimension")
-    compressed, ctx = compression.compress(x)
-    submitted = op_name("reducescatter", name)
+    (reduced,) = _reducescatter_compressed([tensor], [op_name("reducescatter", name)], compression, op,
+                                           prescale_factor, postscale_factor)
+    return reduced
 
-    def scatter(array: np.ndarray) -> list[np.ndarray]:
-        return engine_calls.reducescatter([array], [submitted], reduce_op, prescale_factor, postscale_factor)
 
-    @tf.custom_gradient
-    def forward(x: tf.Tensor) -> Any:
-        (y,) = run(scatter, [x], [x.dtype], [leading_unknown(x.shape)])
-
-        def backward(dy: tf.Tensor) -> tf.Tensor:
-            if reduce_op not in (Sum, Average):
-                raise invalid_argument(f"reducescatter with op={reduce_op.name.capitalize()} has no gradient; use Sum or Average")
-            gathered = allgather(dy, name=_grad_name(submitted))
-            scale = prescale_factor * postscale_factor / (size() if reduce_op == Average else 1)
-            return gathered * tf.cast(scale, gathered.dtype) if scale != 1 else gathered
-        return y, backward
-
-    return compression.decompress(forward(compressed), ctx)
+@not_converted
+def grouped_reducescatter(tensors: Sequence[Any], device_dense: str = "",
+                          compression: type[Compressor] = Compression.none, op: ReduceOp = Average,
+                          prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                          name: str | None = None) -> list[tf.Tensor]:
+    """Reducescatters every tensor (as ``reducescatter``), negotiated together."""
+    tensors = list(tensors)
+    if not tensors:
+        return []
+    names = sub_names(op_name("grouped_reducescatter", name), len(tensors))
+    return _reducescatter_compressed(tensors, names, compression, op, prescale_factor, postscale_factor)
 
 
 # ---- synchronisation -----------------------------------------------------------------------------
 
 @not_converted
-def barrier() -> None:
-    """Returns once every rank has called barrier() (inside a graph: once the op runs)."""
+def barrier() -> tf.Operation | None:
+    """Returns once every rank has called barrier() (inside a graph: once the op runs). In a TF1-style
+    graph it returns the op for a ``Session`` to run; elsewhere None (a tf.function runs it in order)."""
     def wait() -> list[np.ndarray]:
         engine_calls.barrier()
         return [np.zeros((), np.int32)]
-    run(wait, [], [tf.int32], [[]])
+    (done,) = run(wait, [], [tf.int32], [[]])
+    return None if tf.executing_eagerly() or tf.inside_function() else done.op
 
 
 @not_converted

@@ -1,6 +1,6 @@
 """DistributedGradientTape and collective.keras on 2 real ranks, against single-process training on the
 combined batch (tests/workers/tf_train.py): model.fit compiled and eager, gradient aggregation,
-callbacks, load_model, bad input."""
+callbacks, load_model, local layers, SyncBatchNormalization, bad input."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 from jobs import JobResult, run_job
 
 CASES = ["tape_matches_single_process", "tape_sparse_gradients", "tape_options", "fit_matches_single_process",
-         "fit_backward_passes_per_step", "learning_rate_warmup", "learning_rate_schedule", "load_model_round_trip"]
+         "fit_backward_passes_per_step", "learning_rate_warmup", "learning_rate_schedule", "load_model_round_trip",
+         "local_layers", "sync_batch_norm", "keras_value_ops"]
 
 
 @pytest.fixture(scope="module")

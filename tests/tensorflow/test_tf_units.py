@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -12,6 +13,7 @@ import tensorflow as tf  # noqa: E402
 
 import collective.tensorflow as hvd  # noqa: E402
 from collective.tensorflow.bridge import as_tensor, op_name  # noqa: E402
+from collective.tensorflow.errors import as_tf_error  # noqa: E402
 
 
 @pytest.mark.parametrize("compression, wire", [(hvd.Compression.fp16, tf.float16), (hvd.Compression.bf16, tf.bfloat16)])
@@ -89,3 +91,18 @@ def test_build_queries_are_exported() -> None:
     for module in (hvd, keras_hvd):
         for name in collective.capabilities.__all__:
             assert getattr(module, name) is getattr(collective, name) and name in module.__all__
+
+
+@pytest.mark.parametrize("ours, theirs", [(hvd.MismatchError, tf.errors.FailedPreconditionError),
+                                          (hvd.NotInitializedError, tf.errors.FailedPreconditionError),
+                                          (hvd.InvalidArgumentError, tf.errors.InvalidArgumentError),
+                                          (hvd.PeerFailureError, tf.errors.UnknownError)])
+def test_collective_errors_become_horovods_tf_errors_and_pickle(ours: type, theirs: type) -> None:
+    """The class Horovod raises, still the collective class, the original as its cause; and it
+    survives pickle (a failed rank's error travels to the driver)."""
+    original = ours("rank 1 disagrees")
+    converted = as_tf_error(original)
+    assert isinstance(converted, ours) and isinstance(converted, theirs), type(converted).__mro__
+    assert converted.__cause__ is original and str(converted) == "rank 1 disagrees"
+    back = pickle.loads(pickle.dumps(converted))
+    assert type(back) is type(converted) and str(back) == "rank 1 disagrees"

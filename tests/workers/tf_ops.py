@@ -60,7 +60,7 @@ def grouped_allreduce(c: Checks, mode: str) -> None:
 def allgather(c: Checks, mode: str) -> None:
     size, rank = hvd.size(), hvd.rank()
     rows = [r + 1 for r in range(size)]  # uneven first dimensions
-    for dtype in (np.float32, np.int64, np.uint8):
+    for dtype in (np.float32, np.int64, np.uint8, np.bool_, np.int16, np.uint16):
         x = tf.constant(np.full((rows[rank], 3), rank + 1, dtype=dtype))
         got = in_mode(mode, hvd.allgather, x)
         want = np.concatenate([np.full((rows[r], 3), r + 1, dtype=dtype) for r in range(size)])
@@ -97,10 +97,14 @@ def alltoall(c: Checks, mode: str) -> None:
     want = np.concatenate([np.full(((r + rank) % 3, 2), 100 * r + rank, np.float32) for r in range(size)])
     c.close(out, want, "uneven alltoall")
     even = tf.constant(np.arange(size * 2, dtype=np.int32) + 10 * rank)
-    out, received = in_mode(mode, hvd.alltoall, even)
+    flags = tf.constant(np.arange(size * 2) % (rank + 2) == 0)
+    got = in_mode(mode, hvd.alltoall, flags)
+    want_flags = np.concatenate([(np.arange(size * 2) % (r + 2) == 0)[2 * rank:2 * rank + 2] for r in range(size)])
+    c.check(got.dtype == tf.bool and to_numpy(got).tolist() == want_flags.tolist(), f"bool alltoall: {got}")
+    out = in_mode(mode, hvd.alltoall, even)  # without splits: the tensor alone, as Horovod returns it
     want = np.concatenate([np.arange(2 * rank, 2 * rank + 2) + 10 * r for r in range(size)])
+    c.check(not isinstance(out, (tuple, list)), f"alltoall without splits returned a {type(out).__name__}")
     c.close(out, want, "even alltoall")
-    c.check(to_numpy(received).tolist() == [2] * size, f"even received splits {received}")
 
 
 def reducescatter(c: Checks, mode: str) -> None:
@@ -135,15 +139,24 @@ def gradients(c: Checks, mode: str) -> None:
     got = in_mode(mode, lambda x, w: grad_of(lambda t: hvd.allreduce(t, op=hvd.Sum, postscale_factor=3.0), x, w), x, w)
     c.close(got, w_sum * 3, "allreduce(Sum, postscale 3) gradient")
     got = in_mode(mode, lambda x, w: grad_of(lambda t: hvd.broadcast(t, root_rank=size - 1), x, w), x, w)
-    c.close(got, w_sum if rank == size - 1 else np.zeros((2, 3)), "broadcast gradient: sum on the root, else 0")
-    # allgather: rank r contributes r + 1 rows; the output gradient rows that came from this rank, summed.
+    c.close(got, w_sum / size if rank == size - 1 else np.zeros((2, 3)),
+            "broadcast gradient: the average on the root, else 0 (Horovod's)")
+    # reducescatter: Horovod allgathers the output gradients, times size() for Sum, as they are for Average.
+    rows = [2] * size
+    xr = tf.constant(np.ones((2 * size, 3)))
+    gathered_w = np.concatenate([weights[r] for r in range(size)])
+    got = in_mode(mode, lambda x, w: grad_of(lambda t: hvd.reducescatter(t, op=hvd.Sum), x, w), xr, w)
+    c.close(got, gathered_w * size, "reducescatter(Sum) gradient: allgathered, times size")
+    got = in_mode(mode, lambda x, w: grad_of(lambda t: hvd.reducescatter(t, op=hvd.Average), x, w), xr, w)
+    c.close(got, gathered_w, "reducescatter(Average) gradient: allgathered")
+    # allgather: rank r contributes r + 1 rows; the output gradient rows that came from this rank, averaged.
     rows = [r + 1 for r in range(size)]
     total = sum(rows)
     big_weights = [np.arange(total * 2, dtype=np.float64).reshape(total, 2) + r for r in range(size)]
     start = sum(rows[:rank])
     xg = tf.constant(np.ones((rows[rank], 2)))
     got = in_mode(mode, lambda x, w: grad_of(hvd.allgather, x, w), xg, tf.constant(big_weights[rank]))
-    c.close(got, np.sum(big_weights, axis=0)[start:start + rows[rank]], "allgather gradient")
+    c.close(got, np.mean(big_weights, axis=0)[start:start + rows[rank]], "allgather gradient (Horovod's average)")
 
 
 def sparse_allreduce(c: Checks, mode: str) -> None:
@@ -162,29 +175,147 @@ def sparse_allreduce(c: Checks, mode: str) -> None:
 
 
 def errors(c: Checks, mode: str) -> None:
-    """Bad input found while tracing raises the collective's own error in both modes; what only the
-    running op can see arrives from a graph as a tf.errors.InvalidArgumentError."""
+    """Errors are the tf.errors classes Horovod raises (and still the collective's own, eagerly). Bad
+    input found while tracing raises the same in both modes; what only the running op can see arrives
+    from a graph as a tf.errors.InvalidArgumentError (py_function cannot carry FailedPrecondition)."""
     size, rank = hvd.size(), hvd.rank()
-    c.raises(hvd.InvalidArgumentError, "root_rank 7",
-             lambda: in_mode(mode, lambda t: hvd.broadcast(t, root_rank=7, name="w"), tf.ones(2)),
-             "root rank out of range")
-    c.raises(hvd.InvalidArgumentError, "'cplx' has dtype complex64",
-             lambda: in_mode(mode, lambda t: hvd.allreduce(t, name="cplx"), tf.ones(2, tf.complex64)),
-             "unsupported dtype names the tensor and the dtype")
-    c.raises(hvd.InvalidArgumentError, "at least one dimension",
-             lambda: in_mode(mode, hvd.allgather, tf.constant(1.0)), "0-d allgather")
-    uneven_error = hvd.InvalidArgumentError if mode == "eager" else tf.errors.InvalidArgumentError
-    c.raises(uneven_error, "divide evenly", lambda: in_mode(mode, hvd.alltoall, tf.ones(size * 2 + 1)),
+    for error in (tf.errors.InvalidArgumentError, hvd.InvalidArgumentError):
+        c.raises(error, "root_rank 7",
+                 lambda: in_mode(mode, lambda t: hvd.broadcast(t, root_rank=7, name="w"), tf.ones(2)),
+                 "root rank out of range")
+        c.raises(error, "'cplx' has dtype complex64",
+                 lambda: in_mode(mode, lambda t: hvd.allreduce(t, name="cplx"), tf.ones(2, tf.complex64)),
+                 "unsupported dtype names the tensor and the dtype")
+        c.raises(error, "at least one dimension",
+                 lambda: in_mode(mode, hvd.allgather, tf.constant(1.0)), "0-d allgather")
+    c.raises(tf.errors.InvalidArgumentError, "divide evenly", lambda: in_mode(mode, hvd.alltoall, tf.ones(size * 2 + 1)),
              "uneven alltoall without splits")
-    c.raises(hvd.InvalidArgumentError, "Min", lambda: in_mode(mode, lambda v, i: hvd.allreduce(
-        tf.IndexedSlices(v, i), op=hvd.Min), tf.ones((1, 2)), tf.constant([0])), "sparse allreduce with Min")
-    # Ranks disagree on a shape: every rank gets the same MismatchError, and the job goes on.
+    c.raises(tf.errors.InvalidArgumentError, "splits", lambda: in_mode(mode, lambda t: hvd.alltoall(
+        t, splits=[size * 2] * size, name=f"bad_splits.{mode}"), tf.ones(size * 2)), "splits beyond the first dimension")
+    c.raises(tf.errors.InvalidArgumentError, "splits must be integers", lambda: in_mode(mode, lambda t: hvd.alltoall(
+        t, splits=tf.ones(size)), tf.ones(size)), "float splits")
+    sparse = (tf.ones((1, 2)), tf.constant([0]))
+    c.raises(NotImplementedError, "Min", lambda: in_mode(mode, lambda v, i: hvd.allreduce(
+        tf.IndexedSlices(v, i), op=hvd.Min), *sparse), "sparse allreduce with Min")
+    c.raises(NotImplementedError, "prescale_factor", lambda: in_mode(mode, lambda v, i: hvd.allreduce(
+        tf.IndexedSlices(v, i), op=hvd.Sum, prescale_factor=2.0), *sparse), "sparse allreduce with a scale factor")
+    # Ranks disagree on a shape: every rank gets the same error, and the job goes on.
     mismatched = tf.ones((2 + rank,))
-    mismatch_error = hvd.MismatchError if mode == "eager" else tf.errors.InvalidArgumentError
-    c.raises(mismatch_error, "ranks disagree on the shape", lambda: in_mode(mode, lambda t: hvd.allreduce(t, name=f"bad.{mode}"),
-                                                         mismatched), "shape mismatch")
+    mismatch_errors = (tf.errors.FailedPreconditionError, hvd.MismatchError) if mode == "eager" else \
+        (tf.errors.InvalidArgumentError,)
+    for i, error in enumerate(mismatch_errors):
+        c.raises(error, "ranks disagree on the shape",
+                 lambda: in_mode(mode, lambda t: hvd.allreduce(t, name=f"bad.{mode}.{i}"), mismatched), "shape mismatch")
+    if mode == "eager":
+        try:
+            hvd.allreduce(mismatched, name="bad.cause")
+        except tf.errors.FailedPreconditionError as exc:
+            c.check(isinstance(exc.__cause__, hvd.MismatchError), f"cause {exc.__cause__!r}, want the MismatchError")
     after = in_mode(mode, lambda t: hvd.allreduce(t, op=hvd.Sum), tf.ones(3))
     c.close(after, np.full(3, float(size)), "allreduce after a mismatch")
+
+
+def grouped_ops(c: Checks, mode: str) -> None:
+    """grouped_allgather (values and gradient), grouped_reducescatter, and grouped_allreduce of
+    IndexedSlices beside dense tensors."""
+    size, rank = hvd.size(), hvd.rank()
+    a = tf.constant(np.full((rank + 1, 2), rank + 1.0))
+    b = tf.constant(np.arange(3, dtype=np.int32)[None] + rank)
+    got = in_mode(mode, lambda x, y: hvd.grouped_allgather([x, y], name="gag"), a, b)
+    c.close(got[0], np.concatenate([np.full((r + 1, 2), r + 1.0) for r in range(size)]), "grouped_allgather float")
+    c.close(got[1], np.stack([np.arange(3) + r for r in range(size)]), "grouped_allgather int32")
+    c.check(got[1].dtype == tf.int32, f"grouped_allgather dtype {got[1].dtype}")
+
+    def gathered_grads(x: tf.Tensor, y: tf.Tensor) -> list[tf.Tensor]:
+        with tf.GradientTape() as tape:
+            tape.watch([x, y])
+            gx, gy = hvd.grouped_allgather([x, y])
+            loss = tf.reduce_sum(gx) * float(rank + 1) + tf.reduce_sum(gy) * 2.0
+        return tape.gradient(loss, [x, y])
+    grads = in_mode(mode, gathered_grads, a, tf.constant(np.ones((2, 2))))
+    mean_weight = np.mean([r + 1.0 for r in range(size)])
+    c.close(grads[0], np.full((rank + 1, 2), mean_weight), "grouped_allgather gradient (average)")
+    c.close(grads[1], np.full((2, 2), 2.0), "grouped_allgather second member's gradient")
+
+    rows = 2 * size
+    inputs = [np.arange(rows * 2, dtype=np.float32).reshape(rows, 2) * (r + 1) for r in range(size)]
+    got = in_mode(mode, lambda x, y: hvd.grouped_reducescatter([x, y], op=hvd.Sum),
+                  tf.constant(inputs[rank]), tf.constant(inputs[rank] * 2))
+    total = np.sum(inputs, axis=0)[2 * rank:2 * rank + 2]
+    c.close(got[0], total, "grouped_reducescatter first")
+    c.close(got[1], total * 2, "grouped_reducescatter second")
+
+    dense_shape = tf.constant([size + 1, 2], tf.int64)
+
+    def mixed(values: tf.Tensor, indices: tf.Tensor, dense: tf.Tensor) -> list[tf.Tensor]:
+        out = hvd.grouped_allreduce([tf.IndexedSlices(values, indices, dense_shape), dense,
+                                     tf.IndexedSlices(values * 2, indices, dense_shape)], op=hvd.Average)
+        return [tf.convert_to_tensor(t) for t in out]
+    got = in_mode(mode, mixed, tf.constant(np.full((1, 2), rank + 1.0)), tf.constant([rank], tf.int64),
+                  tf.constant([float(rank)]))
+    want = np.zeros((size + 1, 2))
+    for r in range(size):
+        want[r] += (r + 1.0) / size
+    c.close(got[0], want, "grouped sparse member averaged after densifying")
+    c.close(got[1], np.array([np.mean(range(size))]), "grouped dense member")
+    c.close(got[2], want * 2, "second grouped sparse member")
+
+
+def in_place_and_rank_ops(c: Checks, mode: str) -> None:
+    """broadcast_ assigns the root's value in place and returns it; the *_op functions give the job's
+    shape as int32 tensors."""
+    size, rank = hvd.size(), hvd.rank()
+    variables = [tf.Variable(np.full(3, rank, np.float32)), tf.Variable(rank * 10, dtype=tf.int64)]
+    values = in_mode(mode, lambda: hvd.broadcast_(variables, root_rank=size - 1, name="inplace"))
+    c.close(variables[0], np.full(3, size - 1.0), "broadcast_ assigns in place")
+    c.check(int(variables[1].numpy()) == (size - 1) * 10, f"broadcast_ int64 variable {variables[1].numpy()}")
+    c.close(values[0], np.full(3, size - 1.0), "broadcast_ returns the new values")
+    ops = in_mode(mode, lambda: [hvd.rank_op(), hvd.size_op(), hvd.local_rank_op(), hvd.local_size_op()])
+    c.check([int(to_numpy(t)) for t in ops] == [rank, size, hvd.local_rank(), hvd.local_size()], f"*_op gave {ops}")
+    c.check(all(t.dtype == tf.int32 for t in ops), f"*_op dtypes {[t.dtype for t in ops]}")
+
+
+def tf1_session(c: Checks, mode: str) -> None:
+    """Ops built in a tf.compat.v1 graph and run in a Session: each mode builds its own graph (the
+    eager/graph split does not apply; both run the same checks on fresh graphs)."""
+    size, rank = hvd.size(), hvd.rank()
+    with tf.Graph().as_default():
+        x = tf.constant(np.full(3, rank + 1.0))
+        summed = hvd.allreduce(x, op=hvd.Sum)
+        gathered = hvd.allgather(tf.reshape(x, [1, 3]))
+        (grad,) = tf.gradients(tf.reduce_sum(hvd.allreduce(x, op=hvd.Average)), x)
+        variable = tf.compat.v1.Variable(np.full(2, float(rank)))
+        sync = hvd.broadcast_global_variables(0)
+        # A TF1 optimizer: one step of plain SGD (rate 1) on loss = sum(w * (rank + 1)) moves w by the mean.
+        weight = tf.compat.v1.Variable(np.zeros(2))
+        optimizer = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0))
+        train = optimizer.minimize(tf.reduce_sum(weight * (rank + 1.0)), var_list=[weight])
+        # Local aggregation over 2 passes, averaged: every second pass applies the mean of rank + 1.
+        aggregated = tf.compat.v1.Variable(np.zeros(2))
+        aggregating = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0),
+                                               backward_passes_per_step=2, average_aggregated_gradients=True)
+        train_aggregated = aggregating.minimize(tf.reduce_sum(aggregated * (rank + 1.0)), var_list=[aggregated])
+        barrier = hvd.barrier()
+        with tf.compat.v1.Session() as session:
+            session.run([tf.compat.v1.global_variables_initializer(), tf.compat.v1.local_variables_initializer()])
+            got_sum, got_gathered, got_grad = session.run([summed, gathered, grad])
+            session.run(sync)
+            got_variable = session.run(variable)
+            session.run(barrier)
+            session.run(train)
+            got_weight = session.run(weight)
+            got_aggregated = []
+            for _ in range(4):
+                session.run(train_aggregated)
+                got_aggregated.append(session.run(aggregated)[0])
+    c.close(got_sum, np.full(3, size * (size + 1) / 2), "Session allreduce")
+    c.close(got_gathered, np.stack([np.full(3, r + 1.0) for r in range(size)]), "Session allgather")
+    c.close(got_grad, np.ones(3), "Session allreduce gradient")
+    c.close(got_variable, np.zeros(2), "broadcast_global_variables in a Session")
+    c.close(got_weight, np.full(2, -(size + 1) / 2), "DistributedOptimizer of a TF1 optimizer")
+    mean = (size + 1) / 2
+    c.close(np.array(got_aggregated), np.array([0, -mean, -mean, -2 * mean]), "backward_passes_per_step=2")
+    c.raises(RuntimeError, "eager", lambda: hvd.broadcast_global_variables(0), "broadcast_global_variables eagerly")
 
 
 def barrier_join_objects(c: Checks, mode: str) -> None:
@@ -231,7 +362,7 @@ def main() -> None:
     hvd.init()
     run_cases([allreduce, allreduce_scaling_and_compression, grouped_allreduce, allgather, broadcast, alltoall,
                reducescatter, gradients, sparse_allreduce, errors, barrier_join_objects, broadcast_variables,
-               repeated_graph_calls])
+               repeated_graph_calls, grouped_ops, in_place_and_rank_ops, tf1_session])
     hvd.shutdown()
 
 

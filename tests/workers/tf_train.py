@@ -275,6 +275,78 @@ def load_model_round_trip(c: Checks, mode: str) -> None:
     close_weights(c, loaded.get_weights(), model.get_weights(), "loaded model trains like the original")
 
 
+# ---- local layers, SyncBatchNormalization ----------------------------------------------------------
+
+def local_layers(c: Checks, mode: str) -> None:
+    """PartialDistributedGradientTape and PartialDistributedOptimizer reduce the shared layer's
+    gradients and keep the local layer's, divided by size() (Horovod's scale_local_gradients);
+    BroadcastGlobalVariablesCallback(local_variables=) leaves those variables alone."""
+    rank, size = hvd.rank(), hvd.size()
+    model = build_model(seed=0)
+    shared, local = model.layers
+    x, y = (tf.constant(a[:BATCH]) for a in rank_data(rank))
+
+    def gradients(wrap: Any) -> list[tf.Tensor]:
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((model(x) - y) ** 2)
+        return wrap(tape).gradient(loss, model.trainable_variables)
+
+    own = [g.numpy() for g in gradients(lambda t: t)]
+    everyone = hvd.allgather_object(own)
+    n_shared = len(shared.trainable_weights)
+    want = [np.mean([g[i] for g in everyone], axis=0) for i in range(n_shared)] + [g / size for g in own[n_shared:]]
+    partial = (tf.function(gradients) if mode == "graph" else gradients)(
+        lambda t: hvd_tf.PartialDistributedGradientTape(t, local_layers=[local]))
+    close_weights(c, [g.numpy() for g in partial], want, "PartialDistributedGradientTape")
+
+    before = [w.copy() for w in model.get_weights()]
+    optimizer = hvd.PartialDistributedOptimizer(keras.optimizers.SGD(1.0), local_layers=local)
+    optimizer.build(model.trainable_variables)
+    apply = lambda: optimizer.apply(own, model.trainable_variables)  # noqa: E731
+    (tf.function(apply) if mode == "graph" else apply)()
+    steps = [b - a for a, b in zip(model.get_weights(), before)]
+    close_weights(c, steps, want, "PartialDistributedOptimizer")
+
+    own_values = [w.copy() for w in model.get_weights()]
+    for variable in model.variables:
+        variable.assign(variable + rank)  # ranks now differ everywhere
+    callback = hvd.BroadcastGlobalVariablesCallback(0, local_variables=local.trainable_weights)
+    callback.set_model(model)
+    callback.on_train_begin()
+    got = model.get_weights()
+    close_weights(c, got[:n_shared], own_values[:n_shared], "broadcast shared variables")
+    close_weights(c, got[n_shared:], [w + rank for w in own_values[n_shared:]], "local variables keep their values")
+
+
+def sync_batch_norm(c: Checks, mode: str) -> None:
+    """In training, SyncBatchNormalization normalizes with the statistics of every rank's batch."""
+    rank, size = hvd.rank(), hvd.size()
+    batches = [np.random.default_rng(r).normal(r, r + 1.0, size=(6, 3)) for r in range(size)]
+    layer = hvd.SyncBatchNormalization(dtype="float64")
+    call = (lambda t: layer(t, training=True))
+    got = (tf.function(call) if mode == "graph" else call)(tf.constant(batches[rank]))
+    everything = np.concatenate(batches)
+    want = (batches[rank] - everything.mean(axis=0)) / np.sqrt(everything.var(axis=0) + layer.epsilon)
+    close_weights(c, [np.asarray(got)], [want], "normalized with the global batch's statistics", tol=1e-8)
+
+
+def keras_value_ops(c: Checks, mode: str) -> None:
+    """collective.keras's allreduce, allgather, broadcast and reducescatter take Horovod Keras's
+    signatures (name second, positionally) and plain values."""
+    rank, size = hvd.rank(), hvd.size()
+
+    def ops() -> list[tf.Tensor]:
+        return [hvd.allreduce(np.array([rank + 1.0]), "kv_sum", op=hvd.Sum),
+                hvd.allreduce([float(rank)], "kv_average"),
+                hvd.allgather(np.full((1, 2), rank), "kv_gather"),
+                hvd.broadcast(np.array([rank]), 0, "kv_broadcast"),
+                hvd.reducescatter(np.ones((2 * size, 1)) * (rank + 1), "kv_scatter", hvd.Sum)]
+    got = [np.asarray(t) for t in (tf.function(ops) if mode == "graph" else ops)()]
+    close_weights(c, got, [np.array([size * (size + 1) / 2]), np.array([(size - 1) / 2]),
+                           np.stack([np.full(2, r) for r in range(size)]), np.array([0]),
+                           np.full((2, 1), size * (size + 1) / 2)], "Keras value ops")
+
+
 def bad_input(c: Checks, mode: str) -> None:
     c.raises(ValueError, "Keras 3 optimizer", lambda: hvd.DistributedOptimizer(tf.Module()), "not an optimizer")
     c.raises(ValueError, "op=Average or op=Sum",
@@ -284,6 +356,15 @@ def bad_input(c: Checks, mode: str) -> None:
     wrapped = hvd.DistributedOptimizer(keras.optimizers.SGD())
     c.raises(ValueError, "already", lambda: hvd.DistributedOptimizer(wrapped), "wrapping twice")
     c.raises(ValueError, "initial_lr", lambda: hvd.LearningRateWarmupCallback(None), "warm-up without initial_lr")
+    c.raises(ValueError, "Keras or tf.compat.v1.train optimizer", lambda: hvd_tf.DistributedOptimizer(tf.Module()),
+             "collective.tensorflow.DistributedOptimizer of a non-optimizer")
+    for wrap in (lambda g: hvd.DistributedOptimizer(keras.optimizers.SGD(), groups=g),
+                 lambda g: hvd_tf.DistributedGradientTape(tf.GradientTape(), groups=g)):
+        c.raises(ValueError, "groups should be", lambda: wrap(-1), "groups=-1")
+        wrap(2)  # Horovod's grouping argument is accepted
+        wrap([[tf.Variable(1.0)]])
+    c.check(is_distributed(hvd_tf.DistributedOptimizer(keras.optimizers.SGD())),
+            "collective.tensorflow.DistributedOptimizer of a Keras optimizer is collective.keras's")
 
 
 def main() -> None:
@@ -291,7 +372,7 @@ def main() -> None:
     hvd.init()
     run_cases([tape_matches_single_process, tape_sparse_gradients, tape_options, fit_matches_single_process,
                fit_backward_passes_per_step, learning_rate_warmup, learning_rate_schedule,
-               load_model_round_trip])
+               load_model_round_trip, local_layers, sync_batch_norm, keras_value_ops])
     run_cases([bad_input], modes=("eager",))
     hvd.shutdown()
 
