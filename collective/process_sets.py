@@ -131,6 +131,12 @@ def runtime_for(process_set: ProcessSet | None) -> _Runtime:
     return runtime
 
 
+def require_global(process_set: ProcessSet | None, what: str) -> None:
+    """For the paths that have no per-set communicators yet: a clear error instead of the wrong ranks."""
+    if process_set is not None and process_set is not global_process_set and process_set.process_set_id != 0:
+        raise NotImplementedError(f"{what} with a process_set other than the global one is not implemented yet")
+
+
 def set_rank_of(runtime: _Runtime, global_rank: int, what: str) -> int:
     """The set rank of ``global_rank`` (a ``root_rank``), for a call on ``runtime``."""
     if runtime.members is None:

@@ -22,6 +22,7 @@ from collective.errors import (
     NotInitializedError,
     PeerFailureError,
 )
+from collective.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from collective.reduce_ops import Average, Max, Min, Product, ReduceOp, Sum
 from collective.runtime import cross_rank, cross_size, is_initialized, local_rank, local_size, rank, size
 from collective.tensorflow.compression import Compression
@@ -46,11 +47,11 @@ HorovodInternalError = CollectiveError
 __all__ = [
     "Average", "CollectiveError", "CollectiveTimeoutError", "Compression", "DistributedGradientTape",
     "HorovodInternalError", "InvalidArgumentError", "Max", "Min", "MismatchError", "NotInitializedError",
-    "PeerFailureError", "Product", "ReduceOp", "Sum", "allgather", "allgather_object", "allreduce", "alltoall",
-    "barrier", "broadcast", "broadcast_object", "broadcast_variables", "cross_rank", "cross_size",
-    "grouped_allreduce", "init", "is_initialized", "join", "local_rank", "local_size", "rank", "reducescatter",
-    "shutdown", "size",
-    "start_timeline", "stop_timeline",
+    "PeerFailureError", "ProcessSet", "Product", "ReduceOp", "Sum", "add_process_set", "allgather",
+    "allgather_object", "allreduce", "alltoall", "barrier", "broadcast", "broadcast_object", "broadcast_variables",
+    "cross_rank", "cross_size", "global_process_set", "grouped_allreduce", "init", "is_initialized", "join",
+    "local_rank", "local_size", "rank", "reducescatter", "remove_process_set", "shutdown", "size", "start_timeline",
+    "stop_timeline",
 ]
 
 # Horovod's build and availability queries, answered for this install and run.

@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from collective.reduce_ops import Average, ReduceOp, Sum, resolve_op as _resolve_op
+from collective.process_sets import ProcessSet, global_process_set, require_global
 from collective.runtime import rank, size
 from collective.tensorflow import engine_calls
 from collective.tensorflow.bridge import (
@@ -87,10 +88,12 @@ def _allreduce_sparse(slices: tf.IndexedSlices, name: str | None, op: ReduceOp, 
 def allreduce(tensor: Any, average: bool | None = None, device_dense: str = "", device_sparse: str = "",
               compression: type[Compressor] = Compression.none, op: ReduceOp | None = None,
               prescale_factor: float = 1.0, postscale_factor: float = 1.0, name: str | None = None,
-              ignore_name_scope: bool = False) -> tf.Tensor | tf.IndexedSlices:
+              ignore_name_scope: bool = False, process_set: ProcessSet = global_process_set
+              ) -> tf.Tensor | tf.IndexedSlices:
     """Returns the reduction of ``tensor`` across ranks (default Average). An IndexedSlices is gathered
     instead (values and indices of every rank). ``device_*`` and ``ignore_name_scope`` are accepted for
     Horovod compatibility."""
+    require_global(process_set, "collective.tensorflow.allreduce")
     reduce_op = resolve_op(op, average)
     if isinstance(tensor, tf.IndexedSlices):
         return _allreduce_sparse(tensor, name, reduce_op, prescale_factor, postscale_factor)
@@ -105,8 +108,9 @@ def allreduce(tensor: Any, average: bool | None = None, device_dense: str = "", 
 def grouped_allreduce(tensors: Sequence[Any], average: bool | None = None, device_dense: str = "",
                       device_sparse: str = "", compression: type[Compressor] = Compression.none,
                       op: ReduceOp | None = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                      name: str | None = None) -> list[tf.Tensor]:
+                      name: str | None = None, process_set: ProcessSet = global_process_set) -> list[tf.Tensor]:
     """Reduces the tensors as one group, negotiated and fused together (one group per dtype)."""
+    require_global(process_set, "collective.tensorflow.grouped_allreduce")
     reduce_op = resolve_op(op, average)
     tensors = list(tensors)
     if not tensors:
@@ -122,9 +126,11 @@ def grouped_allreduce(tensors: Sequence[Any], average: bool | None = None, devic
 # ---- allgather, broadcast ------------------------------------------------------------------------
 
 @not_converted
-def allgather(tensor: Any, name: str | None = None, ignore_name_scope: bool = False) -> tf.Tensor:
+def allgather(tensor: Any, name: str | None = None, ignore_name_scope: bool = False,
+              process_set: ProcessSet = global_process_set) -> tf.Tensor:
     """Concatenates every rank's ``tensor`` along the first dimension, in rank order (first
     dimensions may differ)."""
+    require_global(process_set, "collective.tensorflow.allgather")
     x = as_tensor(tensor, name)
     if x.shape.rank == 0:
         raise invalid_argument(f"allgather {label(name)} needs a tensor with at least one dimension")
@@ -166,9 +172,11 @@ def _from_bits(tensor: tf.Tensor, original: tf.DType | None) -> tf.Tensor:
 
 
 @not_converted
-def broadcast(tensor: Any, root_rank: int, name: str | None = None, ignore_name_scope: bool = False) -> tf.Tensor:
+def broadcast(tensor: Any, root_rank: int, name: str | None = None, ignore_name_scope: bool = False,
+              process_set: ProcessSet = global_process_set) -> tf.Tensor:
     """Returns ``root_rank``'s ``tensor`` on every rank. bool and 16/32/64-bit unsigned or int16 tensors
     travel as bits of a same-width dtype."""
+    require_global(process_set, "collective.tensorflow.broadcast")
     raw = tf.convert_to_tensor(tensor)
     carried, original = _as_bits(raw)
     x = as_tensor(carried, name)
@@ -210,12 +218,14 @@ def broadcast_group(tensors: Sequence[tf.Tensor], root_rank: int, names: Sequenc
 
 @not_converted
 def alltoall(tensor: Any, splits: Any = None, name: str | None = None,
-             ignore_name_scope: bool = False) -> tuple[tf.Tensor, tf.Tensor]:
+             ignore_name_scope: bool = False, process_set: ProcessSet = global_process_set
+             ) -> tuple[tf.Tensor, tf.Tensor]:
     """Sends ``splits[i]`` rows of ``tensor`` to rank i (the first dimension split evenly when None).
 
     Returns ``(received rows, received_splits)``, the latter an int32 tensor of rows from each rank, as
     Horovod's TensorFlow alltoall does.
     """
+    require_global(process_set, "collective.tensorflow.alltoall")
     x = as_tensor(tensor, name)
     if x.shape.rank == 0:
         raise invalid_argument(f"alltoall {label(name)} needs a tensor with at least one dimension")
@@ -241,9 +251,11 @@ def alltoall(tensor: Any, splits: Any = None, name: str | None = None,
 @not_converted
 def reducescatter(tensor: Any, device_dense: str = "", compression: type[Compressor] = Compression.none,
                   op: ReduceOp = Average, name: str | None = None, ignore_name_scope: bool = False,
-                  prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> tf.Tensor:
+                  prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                  process_set: ProcessSet = global_process_set) -> tf.Tensor:
     """Reduces ``tensor`` across ranks and returns this rank's rows of the result (the first
     ``rows % size`` ranks get one row more)."""
+    require_global(process_set, "collective.tensorflow.reducescatter")
     reduce_op = resolve_op(op, None)
     x = as_tensor(tensor, name)
     if x.shape.rank == 0:
@@ -272,8 +284,10 @@ def reducescatter(tensor: Any, device_dense: str = "", compression: type[Compres
 # ---- synchronisation -----------------------------------------------------------------------------
 
 @not_converted
-def barrier() -> None:
+def barrier(process_set: ProcessSet = global_process_set) -> None:
     """Returns once every rank has called barrier() (inside a graph: once the op runs)."""
+    require_global(process_set, "collective.tensorflow.barrier")
+
     def wait() -> list[np.ndarray]:
         engine_calls.barrier()
         return [np.zeros((), np.int32)]
@@ -281,8 +295,9 @@ def barrier() -> None:
 
 
 @not_converted
-def join() -> tf.Tensor:
+def join(process_set: ProcessSet = global_process_set) -> tf.Tensor:
     """Marks this rank as out of data; until every rank has joined it contributes zeros to the
     others' allreduces. Returns the rank that joined last (an int32 scalar tensor)."""
+    require_global(process_set, "collective.tensorflow.join")
     (last,) = run(lambda: [np.asarray(engine_calls.join(), dtype=np.int32)], [], [tf.int32], [[]])
     return last

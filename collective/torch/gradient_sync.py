@@ -15,7 +15,7 @@ import torch
 
 from collective.reduce_ops import Average, ReduceOp
 from collective.torch.compression import Compressor
-from collective.process_sets import ProcessSet, global_process_set
+from collective.process_sets import ProcessSet, global_process_set, require_global
 from collective.torch.ops import allreduce_async_, submit_grouped_allreduce_, synchronize
 from collective.torch.sparse import sparse_allreduce_async
 
@@ -171,6 +171,4 @@ class GradientSync:
 
 
 def _sparse_on_global_set(process_set: ProcessSet) -> None:
-    if process_set is not global_process_set and process_set.process_set_id != 0:
-        raise NotImplementedError("sparse gradients with a process_set are not implemented yet; pass "
-                                  "sparse_as_dense=True")
+    require_global(process_set, "DistributedOptimizer's sparse gradients (use sparse_as_dense=True)")

@@ -16,7 +16,14 @@ from collective._native import CollectiveKind
 from collective.errors import InvalidArgumentError
 from collective.grouped import Member, member_names, submit_group
 from collective.reduce_ops import Average, ReduceOp, resolve_op as _resolve_op
-from collective.process_sets import ProcessSet, global_process_set, global_rank_of, runtime_for, set_rank_of
+from collective.process_sets import (
+    ProcessSet,
+    global_process_set,
+    global_rank_of,
+    require_global,
+    runtime_for,
+    set_rank_of,
+)
 from collective.runtime import start_engine
 from collective.torch import cuda_ops
 from collective.torch.handles import poll, register, synchronize
@@ -51,9 +58,7 @@ def _engine(process_set: ProcessSet) -> Any:
 
 def _on_cpu(process_set: ProcessSet, what: str) -> None:
     """CUDA tensors go through NCCL, which has no per-set communicators here yet."""
-    if process_set is not global_process_set and process_set.process_set_id != 0:
-        raise NotImplementedError(f"{what} of a CUDA tensor with a process_set is not implemented yet; "
-                                  "use CPU tensors or the global process set")
+    require_global(process_set, f"collective.torch.{what} of a CUDA tensor (NCCL)")
 
 
 def _member(name: str | None, tensor: torch.Tensor, code: int) -> Member:
