@@ -27,6 +27,7 @@ from collective.ops import (
     grouped_reducescatter,
     reducescatter,
 )
+from collective.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from collective.reduce_ops import Average, Max, Min, Product, ReduceOp, Sum
 from collective.runtime import (
     cross_rank,
@@ -45,9 +46,9 @@ from collective.timeline import start_timeline, stop_timeline
 __all__ = [
     "Average", "AuthenticationError", "CollectiveError", "CollectiveTimeoutError", "Config",
     "InvalidArgumentError", "Max", "Min", "MismatchError", "NotInitializedError", "PeerFailureError",
-    "Product", "ReduceOp", "Sum", "allgather", "allreduce", "allreduce_", "alltoall", "barrier",
-    "broadcast", "broadcast_", "cross_rank", "cross_size", "grouped_allgather", "grouped_reducescatter", "init",
-    "is_initialized", "local_rank", "local_size", "rank", "reducescatter", "shutdown", "size", "start_timeline",
+    "ProcessSet", "Product", "ReduceOp", "Sum", "add_process_set", "allgather", "allreduce", "allreduce_", "alltoall", "barrier",
+    "broadcast", "broadcast_", "cross_rank", "cross_size", "global_process_set", "grouped_allgather", "grouped_reducescatter", "init",
+    "is_initialized", "local_rank", "local_size", "rank", "reducescatter", "remove_process_set", "shutdown", "size", "start_timeline",
     "stop_timeline", "uses_shared_memory",
 ]
 

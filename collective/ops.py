@@ -5,7 +5,8 @@ the native core through the buffer protocol, without a copy when they are alread
 
 Every call takes one path: ``run`` on the runtime's collectives, the engine once it is started, else
 the communicator. Both take the same call and return the same result, so a direct call is an engine
-request submitted and waited on in one step, without the engine's thread and cycle.
+request submitted and waited on in one step, without the engine's thread and cycle. A ``process_set``
+call runs the same way on that set's own runtime (collective/process_sets.py).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collective.engine import wait_all
 from collective.errors import InvalidArgumentError
 from collective.grouped import Member, member_names, submit_group
 from collective.reduce_ops import ReduceOp, Sum, resolve_op
-from collective.runtime import current
+from collective.process_sets import ProcessSet, global_process_set, runtime_for, set_rank_of
 
 # Bound once: looking a member up on its enum class costs about 150 ns, a tenth of a small call.
 _ALLREDUCE, _ALLGATHER, _BROADCAST = CollectiveKind.ALLREDUCE, CollectiveKind.ALLGATHER, CollectiveKind.BROADCAST
@@ -47,13 +48,14 @@ def _result(flat: np.ndarray, shape: Sequence[int], dtype: np.dtype) -> np.ndarr
 
 
 def allreduce_(tensor: np.ndarray, average: bool | None = None, name: str | None = None, op: ReduceOp | None = None,
-               prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> np.ndarray:
+               prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+               process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Reduces ``tensor`` across all ranks in place and returns it. ``op`` defaults to Average."""
     name = name or ""
     work = _in_place_target(tensor, "allreduce_")
     code = dtype_code(work.dtype, name)
     op_code = op if type(op) is ReduceOp and average is None else resolve_op(op, average)
-    current().collectives.run(_ALLREDUCE, name, as_buffer(work, code), code, None, op_code, -1, prescale_factor,
+    runtime_for(process_set).collectives.run(_ALLREDUCE, name, as_buffer(work, code), code, None, op_code, -1, prescale_factor,
                        postscale_factor)
     if work is not tensor:
         tensor[...] = work
@@ -61,13 +63,14 @@ def allreduce_(tensor: np.ndarray, average: bool | None = None, name: str | None
 
 
 def allreduce(tensor: np.ndarray, average: bool | None = None, name: str | None = None, op: ReduceOp | None = None,
-              prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> np.ndarray:
+              prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+              process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Returns the reduction of ``tensor`` across all ranks. ``op`` defaults to Average."""
     out = np.array(tensor, copy=True, order="C")
-    return allreduce_(out, average, name, op, prescale_factor, postscale_factor)
+    return allreduce_(out, average, name, op, prescale_factor, postscale_factor, process_set)
 
 
-def allgather(tensor: np.ndarray, name: str | None = None) -> np.ndarray:
+def allgather(tensor: np.ndarray, name: str | None = None, process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Concatenates every rank's ``tensor`` along the first dimension, in rank order.
 
     First dimensions may differ between ranks; the other dimensions must agree.
@@ -75,29 +78,35 @@ def allgather(tensor: np.ndarray, name: str | None = None) -> np.ndarray:
     name = name or ""
     array = _as_array(tensor, name)
     code = dtype_code(array.dtype, name)
-    flat, out_shape = current().collectives.run(_ALLGATHER, name, as_buffer(array, code), code)
+    flat, out_shape = runtime_for(process_set).collectives.run(_ALLGATHER, name, as_buffer(array, code), code)
     return _result(flat, out_shape, array.dtype)
 
 
-def broadcast_(tensor: np.ndarray, root_rank: int, name: str | None = None) -> np.ndarray:
-    """Overwrites ``tensor`` on every rank with ``root_rank``'s value, in place."""
+def broadcast_(tensor: np.ndarray, root_rank: int, name: str | None = None,
+               process_set: ProcessSet = global_process_set) -> np.ndarray:
+    """Overwrites ``tensor`` on every rank with ``root_rank``'s value, in place. ``root_rank`` is a
+    global rank, also with a ``process_set``, as in Horovod."""
     name = name or ""
+    runtime = runtime_for(process_set)
+    root = set_rank_of(runtime, root_rank, "root_rank")
     work = _in_place_target(tensor, "broadcast_")
     code = dtype_code(work.dtype, name)
-    current().collectives.run(_BROADCAST, name, as_buffer(work, code), code, None, Sum, int(root_rank))
+    runtime.collectives.run(_BROADCAST, name, as_buffer(work, code), code, None, Sum, root)
     if work is not tensor:
         tensor[...] = work
     return tensor
 
 
-def broadcast(tensor: np.ndarray, root_rank: int, name: str | None = None) -> np.ndarray:
+def broadcast(tensor: np.ndarray, root_rank: int, name: str | None = None,
+              process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Returns ``root_rank``'s ``tensor`` on every rank."""
     out = np.array(tensor, copy=True, order="C")
-    return broadcast_(out, root_rank, name)
+    return broadcast_(out, root_rank, name, process_set)
 
 
 def alltoall(
-    tensor: np.ndarray, splits: Sequence[int] | np.ndarray | None = None, name: str | None = None
+    tensor: np.ndarray, splits: Sequence[int] | np.ndarray | None = None, name: str | None = None,
+    process_set: ProcessSet = global_process_set
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Sends slice i of ``tensor``'s first dimension to rank i and gathers what every rank sent here.
 
@@ -108,7 +117,7 @@ def alltoall(
     array = _as_array(tensor, name)
     code = dtype_code(array.dtype, name)
     split_list = [] if splits is None else split_counts(splits, repr(name))
-    flat, out_shape, received = current().collectives.run(
+    flat, out_shape, received = runtime_for(process_set).collectives.run(
         CollectiveKind.ALLTOALL, name, as_buffer(array, code), code, None, Sum, -1, 1.0, 1.0, split_list)
     output = _result(flat, out_shape, array.dtype)
     if splits is None:
@@ -117,7 +126,8 @@ def alltoall(
 
 
 def reducescatter(tensor: np.ndarray, op: ReduceOp | None = None, name: str | None = None,
-                  prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> np.ndarray:
+                  prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                  process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Reduces ``tensor`` across ranks and returns this rank's share of the first dimension.
 
     Rank r gets rows [offset_r, offset_r + n_r), where the first ``rows % size`` ranks get one extra row.
@@ -125,21 +135,23 @@ def reducescatter(tensor: np.ndarray, op: ReduceOp | None = None, name: str | No
     name = name or ""
     array = _as_array(tensor, name)
     code = dtype_code(array.dtype, name)
-    flat, out_shape = current().collectives.run(CollectiveKind.REDUCESCATTER, name, as_buffer(array, code), code, None,
+    flat, out_shape = runtime_for(process_set).collectives.run(CollectiveKind.REDUCESCATTER, name, as_buffer(array, code), code, None,
                                          resolve_op(op, None), -1, prescale_factor, postscale_factor)
     return _result(flat, out_shape, array.dtype)
 
 
-def _run_group(kind: CollectiveKind, tensors: Sequence[np.ndarray | Sequence], name: str | None, op: ReduceOp = Sum,
-               prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> list[np.ndarray]:
+def _run_group(kind: CollectiveKind, tensors: Sequence[np.ndarray | Sequence], name: str | None,
+               process_set: ProcessSet, op: ReduceOp = Sum, prescale_factor: float = 1.0,
+               postscale_factor: float = 1.0) -> list[np.ndarray]:
     names = member_names(name, len(tensors))
     arrays = [_as_array(t, n or "") for t, n in zip(tensors, names)]
     codes = [dtype_code(a.dtype, n or "") for a, n in zip(arrays, names)]
-    engine = current().engine
+    runtime = runtime_for(process_set)
+    engine = runtime.engine
     if engine is None:
         # Direct calls complete one at a time in the same order everywhere, so the members need no
         # negotiation as a unit: the group is only the engine's concern.
-        results = [current().collectives.run(kind, n or "", as_buffer(a, c), c, None, op, -1, prescale_factor,
+        results = [runtime.collectives.run(kind, n or "", as_buffer(a, c), c, None, op, -1, prescale_factor,
                                              postscale_factor) for a, n, c in zip(arrays, names, codes)]
     else:
         members = [Member(n, as_buffer(a, c), c) for a, n, c in zip(arrays, names, codes)]
@@ -148,19 +160,21 @@ def _run_group(kind: CollectiveKind, tensors: Sequence[np.ndarray | Sequence], n
     return [_result(flat, shape, a.dtype) for (flat, shape), a in zip(results, arrays)]
 
 
-def grouped_allgather(tensors: Sequence[np.ndarray | Sequence], name: str | None = None) -> list[np.ndarray]:
+def grouped_allgather(tensors: Sequence[np.ndarray | Sequence], name: str | None = None,
+                      process_set: ProcessSet = global_process_set) -> list[np.ndarray]:
     """Allgathers every array as one group (see ``allgather``); members are named ``name.0``, ``name.1``..."""
-    return _run_group(CollectiveKind.ALLGATHER, tensors, name)
+    return _run_group(CollectiveKind.ALLGATHER, tensors, name, process_set)
 
 
 def grouped_reducescatter(tensors: Sequence[np.ndarray | Sequence], op: ReduceOp | None = None,
                           name: str | None = None, prescale_factor: float = 1.0,
-                          postscale_factor: float = 1.0) -> list[np.ndarray]:
+                          postscale_factor: float = 1.0,
+                          process_set: ProcessSet = global_process_set) -> list[np.ndarray]:
     """Reducescatters every array as one group (see ``reducescatter``) and returns this rank's shares."""
-    return _run_group(CollectiveKind.REDUCESCATTER, tensors, name, resolve_op(op, None), prescale_factor,
-                      postscale_factor)
+    return _run_group(CollectiveKind.REDUCESCATTER, tensors, name, process_set, resolve_op(op, None),
+                      prescale_factor, postscale_factor)
 
 
-def barrier() -> None:
-    """Returns once every rank has called barrier()."""
-    current().collectives.run(CollectiveKind.BARRIER, "", None)
+def barrier(process_set: ProcessSet = global_process_set) -> None:
+    """Returns once every rank (of ``process_set``) has called barrier()."""
+    runtime_for(process_set).collectives.run(CollectiveKind.BARRIER, "", None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import atexit
 import json
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from collective import _native
@@ -29,6 +29,18 @@ class _Runtime:
     # The job as init() was asked to join it (before its per-init rendezvous scope): what a later
     # init() with only overrides rebuilds from, and what job_config() returns.
     requested: Config | None = None
+    # The address this rank's meshes listen on (a process set builds its own mesh there); None on MPI.
+    host: str | None = None
+    host_key: str | None = None
+    # A process set's runtime: the global ranks of its members, in set-rank order. None for the job's own.
+    members: tuple[int, ...] | None = None
+    # The job's runtime only, by process set id: each added set's members, and its runtime where this
+    # rank is one of them (None where it is not).
+    process_set_ranks: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    process_sets: dict[int, "_Runtime | None"] = field(default_factory=dict)
+
+    def member_runtimes(self) -> list["_Runtime"]:
+        return [subset for subset in self.process_sets.values() if subset is not None]
 
     def __post_init__(self) -> None:
         self.collectives = self.comm
@@ -40,7 +52,8 @@ _generation = 0  # inits so far; keeps rendezvous keys of successive inits apart
 _atexit_registered = False
 
 
-def init(config: Config | None = None, *, bootstrap: Bootstrap | None = None, **overrides: Any) -> None:
+def init(config: Config | None = None, *, bootstrap: Bootstrap | None = None, process_sets: Any = None,
+         **overrides: Any) -> None:
     """Joins the job: finds the peers, authenticates to each, and builds the mesh.
 
     ``config`` fields that are set win over ``COLLECTIVE_*`` environment variables; keyword
@@ -51,7 +64,18 @@ def init(config: Config | None = None, *, bootstrap: Bootstrap | None = None, **
     that calls ``hvd.init()`` under a launcher that already joined it); with a config, a bootstrap or
     overrides it leaves the running job, as ``shutdown()`` does, and joins the one they describe. Every
     rank must then do the same, as with a first ``init()``.
+
+    ``process_sets``: Horovod's list of ``ProcessSet`` to add once joined (every rank the same list), or
+    "dynamic" (here sets may always be added later with ``add_process_set``).
     """
+    _join(config, bootstrap, overrides)
+    if process_sets is not None:
+        from collective.process_sets import add_initial_sets  # the layer above, which builds on this runtime
+
+        add_initial_sets(process_sets)
+
+
+def _join(config: Config | None, bootstrap: Bootstrap | None, overrides: dict[str, Any]) -> None:
     global _runtime, _generation, _atexit_registered
     running = _runtime
     if running is not None:
@@ -119,22 +143,31 @@ def _build_runtime(cfg: Config, bootstrap: Bootstrap) -> _Runtime:
     host = mesh_host(cfg.advertise_host, cfg.nics or (), bootstrap.local_address())
     listener = _native.listen(host)
     try:
-        record = json.dumps(
-            {"host": host, "port": listener.port, "host_key": host_key, "shm": cfg.enable_shm}
-        ).encode()
+        record = json.dumps(mesh_record(cfg, host, listener.port, host_key)).encode()
         peers = [json.loads(raw) for raw in bootstrap.allgather(record, cfg.connect_timeout_s)]
-        host_keys = [p["host_key"] for p in peers]
-        options = cfg.to_native().mesh
-        options.rank, options.size = rank, size
-        options.hosts = [p["host"] for p in peers]
-        options.ports = [int(p["port"]) for p in peers]
-        options.host_keys = host_keys
-        # Shared memory only if every rank allows it, so both sides of each pair agree.
-        options.enable_shm = all(p["shm"] for p in peers)
-        comm = _native.Communicator(listener, options)
+        comm = connect_mesh(cfg, listener, rank, peers)
     finally:
         listener.close()
-    return _Runtime(config=cfg, topology=topology_from_host_keys(rank, host_keys), comm=comm)
+    host_keys = [p["host_key"] for p in peers]
+    return _Runtime(config=cfg, topology=topology_from_host_keys(rank, host_keys), comm=comm, host=host,
+                    host_key=host_key)
+
+
+def mesh_record(cfg: Config, host: str, port: int, host_key: str) -> dict[str, Any]:
+    """What a rank tells its peers so that they can reach it (see ``connect_mesh``)."""
+    return {"host": host, "port": port, "host_key": host_key, "shm": cfg.enable_shm}
+
+
+def connect_mesh(cfg: Config, listener: Any, rank: int, peers: list[dict[str, Any]]) -> Any:
+    """The native communicator of one mesh (the job's, or a process set's), from every member's ``mesh_record``."""
+    options = cfg.to_native().mesh
+    options.rank, options.size = rank, len(peers)
+    options.hosts = [p["host"] for p in peers]
+    options.ports = [int(p["port"]) for p in peers]
+    options.host_keys = [p["host_key"] for p in peers]
+    # Shared memory only if every rank allows it, so both sides of each pair agree.
+    options.enable_shm = all(p["shm"] for p in peers)
+    return _native.Communicator(listener, options)
 
 
 def shutdown() -> None:
@@ -143,26 +176,42 @@ def shutdown() -> None:
     with _lock:
         runtime, _runtime = _runtime, None
     if runtime is not None:
-        if runtime.engine is not None:
-            runtime.engine.shutdown()
-        runtime.comm.shutdown()
+        for subset in runtime.member_runtimes():
+            close_runtime(subset)
+        close_runtime(runtime)
 
 
-def start_engine() -> Engine:
-    """Starts the background engine (idempotent). From then on every collective goes through it."""
+def close_runtime(runtime: _Runtime) -> None:
+    """Stops a runtime's engine, then its communicator (the job's, or a process set's)."""
+    if runtime.engine is not None:
+        runtime.engine.shutdown()
+    runtime.comm.shutdown()
+
+
+def start_engine(runtime: _Runtime | None = None) -> Engine:
+    """Starts the background engine of the job (or of the process set whose ``runtime`` is given), idempotent.
+    From then on every collective there goes through it. The job's engine starts every set's too."""
     with _lock:
-        runtime = _runtime
-        if runtime is None:
+        job = _runtime
+        if job is None:
             raise NotInitializedError("collective.init() has not been called (or shutdown() was)")
-        if runtime.engine is None:
-            if runtime.config.backend == "mpi":
-                from collective.mpi.engine import MpiEngine
+        if runtime is None or runtime is job:
+            for subset in job.member_runtimes():
+                _start_engine_of(subset)
+            return _start_engine_of(job)
+        return _start_engine_of(runtime)
 
-                runtime.engine = MpiEngine(runtime.comm, runtime.config)
-            else:
-                runtime.engine = Engine(runtime.comm, runtime.config)
-            runtime.collectives = runtime.engine
-        return runtime.engine
+
+def _start_engine_of(runtime: _Runtime) -> Engine:
+    if runtime.engine is None:
+        if runtime.config.backend == "mpi":
+            from collective.mpi.engine import MpiEngine
+
+            runtime.engine = MpiEngine(runtime.comm, runtime.config)
+        else:
+            runtime.engine = Engine(runtime.comm, runtime.config)
+        runtime.collectives = runtime.engine
+    return runtime.engine
 
 
 def engine() -> Engine | None:

@@ -22,6 +22,7 @@ from collective.errors import (
     NotInitializedError,
     PeerFailureError,
 )
+from collective.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from collective.reduce_ops import Average, Max, Min, Product, ReduceOp, Sum
 from collective.runtime import cross_rank, cross_size, is_initialized, local_rank, local_size, rank, size
 from collective.tensorflow.compression import Compression
@@ -58,12 +59,13 @@ __all__ = [
     "Average", "CollectiveError", "CollectiveTimeoutError", "Compression", "DistributedGradientTape",
     "DistributedOptimizer",
     "HorovodInternalError", "InvalidArgumentError", "Max", "Min", "MismatchError", "NotInitializedError",
-    "PartialDistributedGradientTape", "PeerFailureError", "Product", "ReduceOp", "Sum", "SyncBatchNormalization",
-    "allgather", "allgather_object", "allreduce", "alltoall", "barrier", "broadcast", "broadcast_",
-    "broadcast_global_variables", "broadcast_object", "broadcast_variables", "cross_rank", "cross_size",
-    "grouped_allgather", "grouped_allreduce", "grouped_reducescatter", "init", "is_initialized", "join",
-    "local_rank", "local_rank_op", "local_size", "local_size_op", "rank", "rank_op", "reducescatter", "shutdown",
-    "size", "size_op", "start_timeline", "stop_timeline",
+    "PartialDistributedGradientTape", "PeerFailureError", "ProcessSet", "Product", "ReduceOp", "Sum",
+    "SyncBatchNormalization", "add_process_set", "allgather", "allgather_object", "allreduce", "alltoall",
+    "barrier", "broadcast", "broadcast_", "broadcast_global_variables", "broadcast_object", "broadcast_variables",
+    "cross_rank", "cross_size", "global_process_set", "grouped_allgather", "grouped_allreduce",
+    "grouped_reducescatter", "init", "is_initialized", "join", "local_rank", "local_rank_op", "local_size",
+    "local_size_op", "rank", "rank_op", "reducescatter", "remove_process_set", "shutdown", "size", "size_op",
+    "start_timeline", "stop_timeline",
 ]
 
 # Horovod's build and availability queries, answered for this install and run.

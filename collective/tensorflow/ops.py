@@ -18,6 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 import tensorflow as tf
 
+from collective.process_sets import ProcessSet, global_process_set, require_global
 from collective.reduce_ops import Average, ReduceOp, Sum, resolve_op as _resolve_op
 from collective.runtime import rank, size
 from collective.tensorflow import engine_calls
@@ -91,10 +92,12 @@ def _allreduce_sparse(slices: Sequence[tf.IndexedSlices], base: str | None, op: 
 def allreduce(tensor: Any, average: bool | None = None, device_dense: str = "", device_sparse: str = "",
               compression: type[Compressor] = Compression.none, op: ReduceOp | None = None,
               prescale_factor: float = 1.0, postscale_factor: float = 1.0, name: str | None = None,
-              ignore_name_scope: bool = False) -> tf.Tensor | tf.IndexedSlices:
+              ignore_name_scope: bool = False,
+              process_set: ProcessSet = global_process_set) -> tf.Tensor | tf.IndexedSlices:
     """Returns the reduction of ``tensor`` across ranks (default Average). An IndexedSlices is gathered
     instead (values and indices of every rank; Sum or Average, no scale factors). ``device_*`` and
     ``ignore_name_scope`` are accepted for Horovod compatibility."""
+    require_global(process_set, "collective.tensorflow.allreduce")
     reduce_op = resolve_op(op, average)
     if isinstance(tensor, tf.IndexedSlices):
         _check_sparse(reduce_op, prescale_factor, postscale_factor)
@@ -111,9 +114,11 @@ def allreduce(tensor: Any, average: bool | None = None, device_dense: str = "", 
 def grouped_allreduce(tensors: Sequence[Any], average: bool | None = None, device_dense: str = "",
                       device_sparse: str = "", compression: type[Compressor] = Compression.none,
                       op: ReduceOp | None = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                      name: str | None = None, ignore_name_scope: bool = False) -> list[tf.Tensor | tf.IndexedSlices]:
+                      name: str | None = None, ignore_name_scope: bool = False,
+                      process_set: ProcessSet = global_process_set) -> list[tf.Tensor | tf.IndexedSlices]:
     """Reduces the tensors as one group, negotiated and fused together (one group per dtype).
     IndexedSlices members are gathered, as ``allreduce`` gathers one, in one grouped allgather."""
+    require_global(process_set, "collective.tensorflow.grouped_allreduce")
     reduce_op = resolve_op(op, average)
     tensors = list(tensors)
     if not tensors:
@@ -187,10 +192,12 @@ def _allgather_dense(tensors: Sequence[tf.Tensor], names: Sequence[str | None]) 
 
 
 @not_converted
-def allgather(tensor: Any, name: str | None = None, ignore_name_scope: bool = False) -> tf.Tensor:
+def allgather(tensor: Any, name: str | None = None, ignore_name_scope: bool = False,
+              process_set: ProcessSet = global_process_set) -> tf.Tensor:
     """Concatenates every rank's ``tensor`` along the first dimension, in rank order (first
     dimensions may differ). bool and 16/32/64-bit unsigned or int16 tensors travel as bits of a
     same-width dtype."""
+    require_global(process_set, "collective.tensorflow.allgather")
     carried, original = _as_bits(tf.convert_to_tensor(tensor))
     (gathered,) = _allgather_dense([as_tensor(carried, name)], [op_name("allgather", name)])
     return _from_bits(gathered, original)
@@ -198,8 +205,10 @@ def allgather(tensor: Any, name: str | None = None, ignore_name_scope: bool = Fa
 
 @not_converted
 def grouped_allgather(tensors: Sequence[Any], name: str | None = None,
-                      ignore_name_scope: bool = False) -> list[tf.Tensor]:
+                      ignore_name_scope: bool = False,
+                      process_set: ProcessSet = global_process_set) -> list[tf.Tensor]:
     """Allgathers every tensor (as ``allgather``), negotiated together."""
+    require_global(process_set, "collective.tensorflow.grouped_allgather")
     tensors = list(tensors)
     if not tensors:
         return []
@@ -210,9 +219,11 @@ def grouped_allgather(tensors: Sequence[Any], name: str | None = None,
 
 
 @not_converted
-def broadcast(tensor: Any, root_rank: int, name: str | None = None, ignore_name_scope: bool = False) -> tf.Tensor:
+def broadcast(tensor: Any, root_rank: int, name: str | None = None, ignore_name_scope: bool = False,
+              process_set: ProcessSet = global_process_set) -> tf.Tensor:
     """Returns ``root_rank``'s ``tensor`` on every rank. bool and 16/32/64-bit unsigned or int16 tensors
     travel as bits of a same-width dtype."""
+    require_global(process_set, "collective.tensorflow.broadcast")
     raw = tf.convert_to_tensor(tensor)
     carried, original = _as_bits(raw)
     x = as_tensor(carried, name)
@@ -254,12 +265,14 @@ def broadcast_group(tensors: Sequence[tf.Tensor], root_rank: int, names: Sequenc
 
 @not_converted
 def alltoall(tensor: Any, splits: Any = None, name: str | None = None,
-             ignore_name_scope: bool = False) -> tf.Tensor | tuple[tf.Tensor, tf.Tensor]:
+             ignore_name_scope: bool = False,
+             process_set: ProcessSet = global_process_set) -> tf.Tensor | tuple[tf.Tensor, tf.Tensor]:
     """Sends ``splits[i]`` rows of ``tensor`` to rank i (the first dimension split evenly when None).
 
     Returns the received rows; with ``splits``, ``(received rows, received_splits)``, the latter an
     int32 tensor of the rows that came from each rank, as Horovod's TensorFlow alltoall does.
     """
+    require_global(process_set, "collective.tensorflow.alltoall")
     carried, original = _as_bits(tf.convert_to_tensor(tensor))
     x = as_tensor(carried, name)
     if x.shape.rank == 0:
@@ -331,9 +344,11 @@ def _reducescatter_compressed(tensors: Sequence[Any], names: Sequence[str | None
 @not_converted
 def reducescatter(tensor: Any, device_dense: str = "", compression: type[Compressor] = Compression.none,
                   op: ReduceOp = Average, name: str | None = None, ignore_name_scope: bool = False,
-                  prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> tf.Tensor:
+                  prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                  process_set: ProcessSet = global_process_set) -> tf.Tensor:
     """Reduces ``tensor`` across ranks and returns this rank's rows of the result (the first
     ``rows % size`` ranks get one row more)."""
+    require_global(process_set, "collective.tensorflow.reducescatter")
     (reduced,) = _reducescatter_compressed([tensor], [op_name("reducescatter", name)], compression, op,
                                            prescale_factor, postscale_factor)
     return reduced
@@ -343,8 +358,10 @@ def reducescatter(tensor: Any, device_dense: str = "", compression: type[Compres
 def grouped_reducescatter(tensors: Sequence[Any], device_dense: str = "",
                           compression: type[Compressor] = Compression.none, op: ReduceOp = Average,
                           prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                          name: str | None = None) -> list[tf.Tensor]:
+                          name: str | None = None,
+                          process_set: ProcessSet = global_process_set) -> list[tf.Tensor]:
     """Reducescatters every tensor (as ``reducescatter``), negotiated together."""
+    require_global(process_set, "collective.tensorflow.grouped_reducescatter")
     tensors = list(tensors)
     if not tensors:
         return []
@@ -355,9 +372,10 @@ def grouped_reducescatter(tensors: Sequence[Any], device_dense: str = "",
 # ---- synchronisation -----------------------------------------------------------------------------
 
 @not_converted
-def barrier() -> tf.Operation | None:
+def barrier(process_set: ProcessSet = global_process_set) -> tf.Operation | None:
     """Returns once every rank has called barrier() (inside a graph: once the op runs). In a TF1-style
     graph it returns the op for a ``Session`` to run; elsewhere None (a tf.function runs it in order)."""
+    require_global(process_set, "collective.tensorflow.barrier")
     def wait() -> list[np.ndarray]:
         engine_calls.barrier()
         return [np.zeros((), np.int32)]
@@ -366,8 +384,9 @@ def barrier() -> tf.Operation | None:
 
 
 @not_converted
-def join() -> tf.Tensor:
+def join(process_set: ProcessSet = global_process_set) -> tf.Tensor:
     """Marks this rank as out of data; until every rank has joined it contributes zeros to the
     others' allreduces. Returns the rank that joined last (an int32 scalar tensor)."""
+    require_global(process_set, "collective.tensorflow.join")
     (last,) = run(lambda: [np.asarray(engine_calls.join(), dtype=np.int32)], [], [tf.int32], [[]])
     return last

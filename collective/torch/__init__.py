@@ -14,6 +14,7 @@ from collective.errors import (
     NotInitializedError,
     PeerFailureError,
 )
+from collective.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from collective.reduce_ops import Average, Max, Min, Product, ReduceOp, Sum
 from collective.runtime import cross_rank, cross_size, is_initialized, local_rank, local_size, rank, size
 from collective.torch.autograd import (
@@ -65,14 +66,14 @@ HorovodInternalError = CollectiveError
 __all__ = [
     "Average", "CollectiveError", "CollectiveTimeoutError", "Compression", "DistributedOptimizer",
     "HorovodInternalError", "InvalidArgumentError", "Max", "Min", "MismatchError", "NotInitializedError",
-    "PeerFailureError", "Product", "ReduceOp", "Sum", "SyncBatchNorm", "allgather", "allgather_async",
+    "PeerFailureError", "ProcessSet", "Product", "ReduceOp", "Sum", "SyncBatchNorm", "add_process_set", "allgather", "allgather_async",
     "allgather_object", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "alltoall",
     "alltoall_async", "barrier", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
     "broadcast_object", "broadcast_optimizer_state", "broadcast_parameters", "cross_rank", "cross_size",
-    "grouped_allgather", "grouped_allgather_async", "grouped_allreduce", "grouped_allreduce_",
+    "global_process_set", "grouped_allgather", "grouped_allgather_async", "grouped_allreduce", "grouped_allreduce_",
     "grouped_allreduce_async", "grouped_allreduce_async_", "grouped_reducescatter", "grouped_reducescatter_async",
     "init", "is_initialized", "join", "local_rank", "local_size", "poll", "rank", "reducescatter",
-    "reducescatter_async", "shutdown", "size", "sparse_allreduce_async", "start_timeline", "stop_timeline",
+    "reducescatter_async", "remove_process_set", "shutdown", "size", "sparse_allreduce_async", "start_timeline", "stop_timeline",
     "synchronize",
 ]
 

@@ -15,6 +15,7 @@ import torch
 
 from collective.reduce_ops import Average, ReduceOp
 from collective.torch.compression import Compressor
+from collective.process_sets import ProcessSet, global_process_set, require_global
 from collective.torch.ops import allreduce_async_, submit_grouped_allreduce_, synchronize
 from collective.torch.sparse import sparse_allreduce_async
 
@@ -36,8 +37,10 @@ class GradientSync:
 
     def __init__(self, params: Sequence[torch.Tensor], names: dict[torch.Tensor, str], compression: type[Compressor],
                  op: ReduceOp, gradient_predivide_factor: float, backward_passes_per_step: int,
-                 groups: Sequence[tuple[torch.Tensor, ...]], sparse_as_dense: bool = False) -> None:
+                 groups: Sequence[tuple[torch.Tensor, ...]], sparse_as_dense: bool = False,
+                 process_set: ProcessSet = global_process_set) -> None:
         self._params = list(params)
+        self._process_set = process_set
         self._sparse_as_dense = sparse_as_dense
         self._names = names
         self._compression = compression
@@ -115,6 +118,7 @@ class GradientSync:
         # Sparse gradients travel on their own (their indices and values gathered), uncompressed.
         for p in params:
             if p.grad.is_sparse:
+                _sparse_on_global_set(self._process_set)
                 handle = sparse_allreduce_async(p.grad, name=self._names[p], op=self._op)
                 self._record(_Submission((p,), handle, [p.grad], [None], sparse=True))
         params = tuple(p for p in params if not p.grad.is_sparse)
@@ -130,10 +134,11 @@ class GradientSync:
         sent, contexts = zip(*[self._compression.compress(p.grad) for p in params])
         names = [self._names[p] for p in params]
         if params[0] in self._group_of:
-            handle = submit_grouped_allreduce_(sent, names, self._op, self._prescale, self._postscale)
+            handle = submit_grouped_allreduce_(sent, names, self._op, self._prescale, self._postscale,
+                                               self._process_set)
         else:
             handle = allreduce_async_(sent[0], name=names[0], op=self._op, prescale_factor=self._prescale,
-                                      postscale_factor=self._postscale)
+                                      postscale_factor=self._postscale, process_set=self._process_set)
         self._record(_Submission(params, handle, list(sent), list(contexts)))
 
     def synchronize(self) -> None:
@@ -163,3 +168,7 @@ class GradientSync:
         self._passes_left = {p: self.backward_passes_per_step for p in self._params}
         if error is not None:
             raise error
+
+
+def _sparse_on_global_set(process_set: ProcessSet) -> None:
+    require_global(process_set, "DistributedOptimizer's sparse gradients (use sparse_as_dense=True)")

@@ -22,6 +22,7 @@ class _Pending:
     finish: Callable[[list[Any]], Any]     # engine results -> what synchronize() returns
     keep_alive: tuple[Any, ...]            # tensors whose memory the engine uses
     ready: Callable[[], bool] | None = None  # work outside the engine (CUDA streams): is it done?
+    engine: Any = None                     # the engine of the requests (a process set's); None: the job's
 
 
 _lock = threading.Lock()
@@ -30,10 +31,10 @@ _ids = itertools.count(1)
 
 
 def register(requests: list[tuple[int, int]], finish: Callable[[list[Any]], Any], keep_alive: tuple[Any, ...],
-             ready: Callable[[], bool] | None = None) -> int:
+             ready: Callable[[], bool] | None = None, engine: Any = None) -> int:
     with _lock:
         handle = next(_ids)
-        _pending[handle] = _Pending(requests, finish, keep_alive, ready)
+        _pending[handle] = _Pending(requests, finish, keep_alive, ready, engine)
     return handle
 
 
@@ -44,7 +45,7 @@ def poll(handle: int) -> bool:
         raise InvalidArgumentError(f"unknown handle {handle} (already synchronized?)")
     if pending.ready is not None and not pending.ready():
         return False
-    engine = start_engine()
+    engine = pending.engine or start_engine()
     return all(engine.poll(request) for request, _ in pending.requests)
 
 
@@ -54,7 +55,7 @@ def synchronize(handle: int) -> Any:
         pending = _pending.pop(handle, None)
     if pending is None:
         return None
-    return pending.finish(wait_all(start_engine(), pending.requests))
+    return pending.finish(wait_all(pending.engine or start_engine(), pending.requests))
 
 
 def forget_all() -> None:

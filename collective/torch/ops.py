@@ -16,6 +16,14 @@ from collective._native import CollectiveKind
 from collective.errors import InvalidArgumentError
 from collective.grouped import Member, member_names, submit_group
 from collective.reduce_ops import Average, ReduceOp, resolve_op as _resolve_op
+from collective.process_sets import (
+    ProcessSet,
+    global_process_set,
+    global_rank_of,
+    require_global,
+    runtime_for,
+    set_rank_of,
+)
 from collective.runtime import start_engine
 from collective.torch import cuda_ops
 from collective.torch.handles import poll, register, synchronize
@@ -43,21 +51,31 @@ def resolve_op(op: ReduceOp | int | None, average: bool | None) -> ReduceOp:
     return _resolve_op(op, average)
 
 
+def _engine(process_set: ProcessSet) -> Any:
+    """The engine of ``process_set`` (the job's for the global set), started if it was not."""
+    return start_engine(runtime_for(process_set))
+
+
+def _on_cpu(process_set: ProcessSet, what: str) -> None:
+    """CUDA tensors go through NCCL, which has no per-set communicators here yet."""
+    require_global(process_set, f"collective.torch.{what} of a CUDA tensor (NCCL)")
+
+
 def _member(name: str | None, tensor: torch.Tensor, code: int) -> Member:
     if tensor.device.type != "cpu":  # the engine reads host memory; CUDA tensors go through cuda_ops
         raise InvalidArgumentError(f"{name!r}: the engine cannot take a tensor on {tensor.device}")
     return Member(name, tensor.data_ptr(), code, list(tensor.shape))
 
 
-def _submit(kind: int, name: str | None, tensor: torch.Tensor, code: int, **options: Any) -> int:
+def _submit(engine: Any, kind: int, name: str | None, tensor: torch.Tensor, code: int, **options: Any) -> int:
     member = _member(name, tensor, code)
-    return start_engine().submit(kind, name, member.tensor, dtype=code, shape=member.shape, **options)
+    return engine.submit(kind, name, member.tensor, dtype=code, shape=member.shape, **options)
 
 
-def _submit_group(kind: int, works: Sequence[torch.Tensor], names: Sequence[str | None], codes: Sequence[int],
-                  **options: Any) -> list[tuple[int, int]]:
+def _submit_group(engine: Any, kind: int, works: Sequence[torch.Tensor], names: Sequence[str | None],
+                  codes: Sequence[int], **options: Any) -> list[tuple[int, int]]:
     members = [_member(n, w, c) for w, n, c in zip(works, names, codes)]
-    return submit_group(start_engine(), kind, members, **options)
+    return submit_group(engine, kind, members, **options)
 
 
 def _any_cuda(tensors: Sequence[torch.Tensor]) -> bool:
@@ -83,188 +101,223 @@ def _write_back(targets: Sequence[torch.Tensor], works: Sequence[torch.Tensor]) 
 
 
 def _in_place_handle(targets: list[torch.Tensor], works: list[torch.Tensor], requests: list[tuple[int, int]],
-                     result: Callable[[], Any]) -> int:
+                     result: Callable[[], Any], engine: Any) -> int:
     def finish(_results: list[Any]) -> Any:
         _write_back(targets, works)
         return result()
-    return register(requests, finish, (targets, works))
+    return register(requests, finish, (targets, works), engine=engine)
 
 
 def allreduce_async_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
-                     op: ReduceOp | None = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> int:
-    """Starts reducing ``tensor`` across ranks in place; ``synchronize`` returns ``tensor``."""
+                     op: ReduceOp | None = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                     process_set: ProcessSet = global_process_set) -> int:
+    """Starts reducing ``tensor`` across ranks (of ``process_set``) in place; ``synchronize`` returns ``tensor``."""
     reduce_op = resolve_op(op, average)
     if cuda_ops.is_cuda(tensor):
+        _on_cpu(process_set, "allreduce")
         return cuda_ops.allreduce_async_(tensor, name, reduce_op, prescale_factor, postscale_factor,
                                          submit_grouped_allreduce_)
     code = check_tensor(tensor, name)
     work = _writable(tensor)
-    request = _submit(CollectiveKind.ALLREDUCE, name, work, code, op=reduce_op, prescale=prescale_factor,
+    engine = _engine(process_set)
+    request = _submit(engine, CollectiveKind.ALLREDUCE, name, work, code, op=reduce_op, prescale=prescale_factor,
                       postscale=postscale_factor)
-    return _in_place_handle([tensor], [work], [(request, code)], lambda: tensor)
+    return _in_place_handle([tensor], [work], [(request, code)], lambda: tensor, engine)
 
 
 def allreduce_async(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
-                    op: ReduceOp | None = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> int:
+                    op: ReduceOp | None = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                    process_set: ProcessSet = global_process_set) -> int:
     """Starts reducing ``tensor`` across ranks; ``synchronize`` returns a new tensor, ``tensor`` is untouched."""
     check_tensor(tensor, name)
-    return allreduce_async_(contiguous_clone(tensor), average, name, op, prescale_factor, postscale_factor)
+    return allreduce_async_(contiguous_clone(tensor), average, name, op, prescale_factor, postscale_factor,
+                            process_set)
 
 
 def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
-               op: ReduceOp | None = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> torch.Tensor:
+               op: ReduceOp | None = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+               process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Reduces ``tensor`` across ranks in place and returns it."""
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor))
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
 
 
 def submit_grouped_allreduce_(tensors: Sequence[torch.Tensor], names: Sequence[str | None], op: ReduceOp,
-                              prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> int:
+                              prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                              process_set: ProcessSet = global_process_set) -> int:
     """One grouped allreduce with a name per tensor: the engine negotiates and fuses the group as a unit."""
     targets = list(tensors)
     if targets and cuda_ops.is_cuda(targets[0]):
+        _on_cpu(process_set, "grouped_allreduce")
         return cuda_ops.grouped_allreduce_async_(targets, names, op, prescale_factor, postscale_factor,
                                                  submit_grouped_allreduce_)
     codes = [check_tensor(t, n) for t, n in zip(targets, names)]
     works = [_writable(t) for t in targets]
-    requests = _submit_group(CollectiveKind.ALLREDUCE, works, names, codes, op=op, prescale=prescale_factor,
+    engine = _engine(process_set)
+    requests = _submit_group(engine, CollectiveKind.ALLREDUCE, works, names, codes, op=op, prescale=prescale_factor,
                              postscale=postscale_factor)
-    return _in_place_handle(targets, works, requests, lambda: targets)
+    return _in_place_handle(targets, works, requests, lambda: targets, engine)
 
 
 def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: bool | None = None, name: str | None = None,
                              op: ReduceOp | None = None, prescale_factor: float = 1.0,
-                             postscale_factor: float = 1.0) -> int:
+                             postscale_factor: float = 1.0, process_set: ProcessSet = global_process_set) -> int:
     """Starts reducing every tensor in place, as one group; ``synchronize`` returns the list."""
     tensors = list(tensors)
     return submit_grouped_allreduce_(tensors, member_names(name, len(tensors)), resolve_op(op, average),
-                                     prescale_factor, postscale_factor)
+                                     prescale_factor, postscale_factor, process_set)
 
 
 def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: bool | None = None, name: str | None = None,
                             op: ReduceOp | None = None, prescale_factor: float = 1.0,
-                            postscale_factor: float = 1.0) -> int:
+                            postscale_factor: float = 1.0, process_set: ProcessSet = global_process_set) -> int:
     """Starts reducing every tensor as one group; ``synchronize`` returns a list of new tensors."""
     tensors = list(tensors)
     names = member_names(name, len(tensors))
     for tensor, member in zip(tensors, names):
         check_tensor(tensor, member)
     return submit_grouped_allreduce_([contiguous_clone(t) for t in tensors], names, resolve_op(op, average),
-                                     prescale_factor, postscale_factor)
+                                     prescale_factor, postscale_factor, process_set)
 
 
 def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: bool | None = None, name: str | None = None,
                        op: ReduceOp | None = None, prescale_factor: float = 1.0,
-                       postscale_factor: float = 1.0) -> list[torch.Tensor]:
+                       postscale_factor: float = 1.0, process_set: ProcessSet = global_process_set) -> list[torch.Tensor]:
     """Reduces every tensor in place, as one group, and returns them."""
-    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor))
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
+                                                process_set))
 
 
-def allgather_async(tensor: torch.Tensor, name: str | None = None) -> int:
+def allgather_async(tensor: torch.Tensor, name: str | None = None, process_set: ProcessSet = global_process_set) -> int:
     """Starts concatenating every rank's ``tensor`` along the first dimension (which may differ)."""
     if cuda_ops.is_cuda(tensor):
+        _on_cpu(process_set, "allgather")
         return cuda_ops.allgather_async(tensor, name, allgather_async)
     code = check_tensor(tensor, name)
     work = contiguous_input(tensor)
-    request = _submit(CollectiveKind.ALLGATHER, name, work, code)
+    engine = _engine(process_set)
+    request = _submit(engine, CollectiveKind.ALLGATHER, name, work, code)
     dtype = tensor.dtype
-    return register([(request, code)], lambda results: from_flat(*results[0], dtype), (work,))
+    return register([(request, code)], lambda results: from_flat(*results[0], dtype), (work,), engine=engine)
 
 
-def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: str | None = None) -> int:
+def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: str | None = None,
+                            process_set: ProcessSet = global_process_set) -> int:
     """Starts an allgather of every tensor, negotiated as one group; ``synchronize`` returns the list
     of gathered tensors."""
     tensors = list(tensors)
     names = member_names(name, len(tensors))
     if _any_cuda(tensors):
+        _on_cpu(process_set, "grouped_allgather")
         return _joined([allgather_async(t, n) for t, n in zip(tensors, names)])
     codes = [check_tensor(t, n) for t, n in zip(tensors, names)]
     works = [contiguous_input(t) for t in tensors]
-    requests = _submit_group(CollectiveKind.ALLGATHER, works, names, codes)
+    engine = _engine(process_set)
+    requests = _submit_group(engine, CollectiveKind.ALLGATHER, works, names, codes)
     dtypes = [t.dtype for t in tensors]
-    return register(requests, lambda results: [from_flat(*r, d) for r, d in zip(results, dtypes)], tuple(works))
+    return register(requests, lambda results: [from_flat(*r, d) for r, d in zip(results, dtypes)], tuple(works),
+                    engine=engine)
 
 
-def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None = None) -> int:
-    """Starts overwriting ``tensor`` with ``root_rank``'s, in place; ``synchronize`` returns ``tensor``."""
+def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
+                     process_set: ProcessSet = global_process_set) -> int:
+    """Starts overwriting ``tensor`` with ``root_rank``'s (a global rank, also with a ``process_set``, as
+    in Horovod), in place; ``synchronize`` returns ``tensor``."""
     if cuda_ops.is_cuda(tensor):
+        _on_cpu(process_set, "broadcast")
         return cuda_ops.broadcast_async_(tensor, int(root_rank), name, broadcast_async_)
     code = check_tensor(tensor, name)
     work = _writable(tensor)
-    request = _submit(CollectiveKind.BROADCAST, name, work, code, root=int(root_rank))
-    return _in_place_handle([tensor], [work], [(request, code)], lambda: tensor)
+    runtime = runtime_for(process_set)
+    root = set_rank_of(runtime, root_rank, "root_rank")
+    engine = start_engine(runtime)
+    request = _submit(engine, CollectiveKind.BROADCAST, name, work, code, root=root)
+    return _in_place_handle([tensor], [work], [(request, code)], lambda: tensor, engine)
 
 
-def broadcast_async(tensor: torch.Tensor, root_rank: int, name: str | None = None) -> int:
+def broadcast_async(tensor: torch.Tensor, root_rank: int, name: str | None = None,
+                    process_set: ProcessSet = global_process_set) -> int:
     """Starts broadcasting ``root_rank``'s ``tensor``; ``synchronize`` returns a new tensor."""
     check_tensor(tensor, name)
-    return broadcast_async_(contiguous_clone(tensor), root_rank, name)
+    return broadcast_async_(contiguous_clone(tensor), root_rank, name, process_set)
 
 
-def broadcast_(tensor: torch.Tensor, root_rank: int, name: str | None = None) -> torch.Tensor:
+def broadcast_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
+               process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Overwrites ``tensor`` with ``root_rank``'s value, in place, and returns it."""
-    return synchronize(broadcast_async_(tensor, root_rank, name))
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
-def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: str | None = None) -> int:
+def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: str | None = None,
+                   process_set: ProcessSet = global_process_set) -> int:
     """Starts sending ``splits[i]`` rows of ``tensor`` to rank i (even split when None).
 
     ``synchronize`` returns ``(output, received_splits)``, received_splits an int32 tensor, as Horovod's.
     """
     if cuda_ops.is_cuda(tensor):
+        _on_cpu(process_set, "alltoall")
         return cuda_ops.alltoall_async(tensor, splits, name, alltoall_async)
     code = check_tensor(tensor, name)
     work = contiguous_input(tensor)
     rows = [] if splits is None else split_list(splits, name)  # the engine divides evenly, as its op's rule says
-    request = _submit(CollectiveKind.ALLTOALL, name, work, code, splits=rows)
+    engine = _engine(process_set)
+    request = _submit(engine, CollectiveKind.ALLTOALL, name, work, code, splits=rows)
     dtype = tensor.dtype
 
     def finish(results: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
         flat, shape, received = results[0]
         return from_flat(flat, shape, dtype), torch.tensor(received, dtype=torch.int32)
-    return register([(request, code)], finish, (work,))
+    return register([(request, code)], finish, (work,), engine=engine)
 
 
 def reducescatter_async(tensor: torch.Tensor, name: str | None = None, op: ReduceOp = Average,
-                        prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> int:
+                        prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                        process_set: ProcessSet = global_process_set) -> int:
     """Starts reducing ``tensor`` across ranks; this rank gets its share of the first dimension
     (the first ``rows % size`` ranks get one row more)."""
     if cuda_ops.is_cuda(tensor):
+        _on_cpu(process_set, "reducescatter")
         return cuda_ops.reducescatter_async(tensor, name, resolve_op(op, None), prescale_factor, postscale_factor,
                                             reducescatter_async)
     code = check_tensor(tensor, name)
     work = contiguous_input(tensor)
-    request = _submit(CollectiveKind.REDUCESCATTER, name, work, code, op=resolve_op(op, None), prescale=prescale_factor,
-                      postscale=postscale_factor)
+    engine = _engine(process_set)
+    request = _submit(engine, CollectiveKind.REDUCESCATTER, name, work, code, op=resolve_op(op, None),
+                      prescale=prescale_factor, postscale=postscale_factor)
     dtype = tensor.dtype
-    return register([(request, code)], lambda results: from_flat(*results[0], dtype), (work,))
+    return register([(request, code)], lambda results: from_flat(*results[0], dtype), (work,), engine=engine)
 
 
 def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: str | None = None, op: ReduceOp = Average,
-                                prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> int:
+                                prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                                process_set: ProcessSet = global_process_set) -> int:
     """Starts a reducescatter of every tensor, negotiated as one group; ``synchronize`` returns the
     list of this rank's shares."""
     tensors = list(tensors)
     names = member_names(name, len(tensors))
     reduce_op = resolve_op(op, None)
     if _any_cuda(tensors):
+        _on_cpu(process_set, "grouped_reducescatter")
         return _joined([reducescatter_async(t, n, reduce_op, prescale_factor, postscale_factor)
                         for t, n in zip(tensors, names)])
     codes = [check_tensor(t, n) for t, n in zip(tensors, names)]
     works = [contiguous_input(t) for t in tensors]
-    requests = _submit_group(CollectiveKind.REDUCESCATTER, works, names, codes, op=reduce_op,
+    engine = _engine(process_set)
+    requests = _submit_group(engine, CollectiveKind.REDUCESCATTER, works, names, codes, op=reduce_op,
                              prescale=prescale_factor, postscale=postscale_factor)
     dtypes = [t.dtype for t in tensors]
-    return register(requests, lambda results: [from_flat(*r, d) for r, d in zip(results, dtypes)], tuple(works))
+    return register(requests, lambda results: [from_flat(*r, d) for r, d in zip(results, dtypes)], tuple(works),
+                    engine=engine)
 
 
-def join(device: int = -1) -> int:
-    """Marks this rank as out of data; until every rank has joined, it contributes zeros to the
-    others' allreduces. Blocks until all have joined and returns the rank that joined last.
-    ``device`` is accepted for Horovod compatibility; everything here runs on the CPU."""
-    return start_engine().join()
+def join(device: int = -1, process_set: ProcessSet = global_process_set) -> int:
+    """Marks this rank as out of data; until every rank (of ``process_set``) has joined, it contributes
+    zeros to the others' allreduces. Blocks until all have joined and returns the (global) rank that
+    joined last. ``device`` is accepted for Horovod compatibility; everything here runs on the CPU."""
+    runtime = runtime_for(process_set)
+    return global_rank_of(runtime, start_engine(runtime).join())
 
 
-def barrier() -> None:
-    """Returns once every rank has called barrier()."""
-    engine = start_engine()
+def barrier(process_set: ProcessSet = global_process_set) -> None:
+    """Returns once every rank (of ``process_set``) has called barrier()."""
+    engine = _engine(process_set)
     engine.wait(engine.submit(CollectiveKind.BARRIER, None, None))

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import torch
 
 from collective.reduce_ops import Average, ReduceOp
-from collective.runtime import size
+from collective.process_sets import ProcessSet, global_process_set, runtime_for
 from collective.torch.compression import Compression, Compressor
 from collective.torch.gradient_sync import GradientSync
 
@@ -75,7 +75,7 @@ class _DistributedOptimizer:
     def __init__(self, params: list[dict[str, Any]], named_parameters: Iterable[Any] | None,
                  compression: type[Compressor], backward_passes_per_step: int, op: ReduceOp,
                  gradient_predivide_factor: float, groups: int | Sequence[Sequence[Any]] | None,
-                 sparse_as_dense: bool) -> None:
+                 sparse_as_dense: bool, process_set: ProcessSet) -> None:
         super().__init__(params)  # type: ignore[call-arg]
         names = _parameter_names(self.param_groups, named_parameters)
         # Horovod's attribute, read by its scripts and tests: parameter -> the name its gradient goes by.
@@ -84,11 +84,13 @@ class _DistributedOptimizer:
         self.op = op
         self.gradient_predivide_factor = gradient_predivide_factor
         self._gradient_sync = GradientSync(trained, names, compression, op, gradient_predivide_factor,
-                                           backward_passes_per_step, _gradient_groups(trained, groups), sparse_as_dense)
+                                           backward_passes_per_step, _gradient_groups(trained, groups), sparse_as_dense,
+                                           process_set)
+        self.process_set = process_set
         self._synchronized = False
         self._should_synchronize = True
         # With one rank there is nothing to overlap; synchronize() alone does the (trivial) allreduces.
-        if size() > 1:
+        if runtime_for(process_set).topology.size > 1:
             self._gradient_sync.register_hooks()
 
     @property
@@ -164,7 +166,8 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Ite
                          compression: type[Compressor] = Compression.none, backward_passes_per_step: int = 1,
                          op: ReduceOp = Average, gradient_predivide_factor: float = 1.0, num_groups: int = 0,
                          groups: int | Sequence[Sequence[Any]] | None = None,
-                         sparse_as_dense: bool = False) -> torch.optim.Optimizer:
+                         sparse_as_dense: bool = False,
+                         process_set: ProcessSet = global_process_set) -> torch.optim.Optimizer:
     """Wraps ``optimizer`` so that ``step()`` applies gradients averaged (``op``) over all ranks.
 
     ``named_parameters`` names the allreduces (recommended: ``model.named_parameters()``);
@@ -172,7 +175,8 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Ite
     ``gradient_predivide_factor`` divides before the sum and multiplies after (Average only);
     ``groups`` (or the deprecated ``num_groups``) reduces parameters in fused groups;
     ``sparse_as_dense`` turns sparse gradients (``nn.Embedding(sparse=True)``) dense before reducing them,
-    else their indices and values are gathered from every rank (``sparse_allreduce_async``).
+    else their indices and values are gathered from every rank (``sparse_allreduce_async``);
+    ``process_set`` averages over that set's ranks only (every member wraps its optimizer with it).
     """
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
@@ -184,7 +188,7 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Ite
             groups = num_groups
     cls = _distributed_class(optimizer.__class__)
     distributed = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
-                      gradient_predivide_factor, groups, sparse_as_dense)
+                      gradient_predivide_factor, groups, sparse_as_dense, process_set)
     # Keep any state the wrapped optimizer already has (e.g. loaded from a checkpoint before wrapping).
     distributed.state.update(optimizer.state)
     return distributed

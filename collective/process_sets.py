@@ -1,0 +1,260 @@
+"""Horovod's process sets (rank process): a set of ranks that runs collectives among themselves.
+
+A process set is a sub-job. Adding one is collective over the whole job: every rank takes part in one
+allgather of each member's fresh listener address, then the members build a mesh of their own (and an
+engine of their own once the job's engine runs). Negotiation, fusion, the response cache, join and the
+stall inspector therefore work per set by construction, and two sets never share a mesh or an engine
+thread, so sets used at the same time cannot deadlock each other.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any, Sequence
+
+import numpy as np
+
+from collective import _native
+from collective._native import CollectiveKind, DType
+from collective.errors import InvalidArgumentError, MismatchError
+from collective.runtime import (
+    _Runtime,
+    close_runtime,
+    connect_mesh,
+    current,
+    is_initialized,
+    mesh_record,
+    start_engine,
+)
+from collective.topology import topology_from_host_keys
+from collective.config import replace_unvalidated
+
+# Adding and removing sets are collective: one at a time per process keeps the set ids in step.
+_lock = threading.Lock()
+
+
+class ProcessSet:
+    """The ranks that run collectives together; pass it to ``init(process_sets=...)`` or
+    ``add_process_set``, then as ``process_set=`` to any collective. Ranks are global ranks."""
+
+    process_set_id: int | None = None
+    ranks: list[int] | None = None
+    mpi_comm: Any = None
+
+    def __init__(self, ranks_or_comm: Sequence[int] | Any) -> None:
+        if hasattr(ranks_or_comm, "Get_group"):  # an mpi4py communicator
+            self.mpi_comm = ranks_or_comm
+            return
+        try:
+            ranks = sorted(ranks_or_comm)
+        except TypeError:
+            raise ValueError("ProcessSet should be initialized with a list of process ranks or an mpi4py Comm "
+                             f"object, got {ranks_or_comm!r}") from None
+        if any(isinstance(r, bool) or not isinstance(r, (int, np.integer)) for r in ranks):
+            raise ValueError(f"ProcessSet ranks must be integers, got {ranks_or_comm!r}")
+        if len(set(ranks)) != len(ranks):
+            raise ValueError(f"ProcessSet ranks must be distinct, got {ranks_or_comm!r}")
+        self.ranks = [int(r) for r in ranks]
+
+    def size(self) -> int | None:
+        """The number of ranks in the set, or None before it is added."""
+        if self.process_set_id is None:
+            return None
+        return len(_registered_ranks(self))
+
+    def rank(self) -> int | None:
+        """This process's rank within the set (its index among the members), or None before it is added.
+        Collectives still take global ranks (``root_rank``), as in Horovod."""
+        if self.process_set_id is None:
+            return None
+        return runtime_for(self).topology.rank
+
+    def included(self) -> bool | None:
+        """Whether this process is in the set, or None before it is added."""
+        if self.process_set_id is None:
+            return None
+        return current().topology.rank in _registered_ranks(self)
+
+    def _invalidate(self) -> None:
+        self.process_set_id = None
+
+    def __str__(self) -> str:
+        return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks}, mpi_comm={self.mpi_comm})"
+
+    __repr__ = __str__
+
+
+class _GlobalProcessSet(ProcessSet):
+    """Every rank of the job; its ranks follow the running job."""
+
+    def __init__(self) -> None:
+        self.process_set_id = 0
+
+    @property  # type: ignore[override]
+    def ranks(self) -> list[int] | None:
+        return list(range(current().topology.size)) if is_initialized() else []
+
+    def _invalidate(self) -> None:  # never removed
+        pass
+
+
+global_process_set: ProcessSet = _GlobalProcessSet()
+
+
+def _registered_ranks(process_set: ProcessSet) -> tuple[int, ...]:
+    job = current()
+    if process_set.process_set_id == 0:
+        return tuple(range(job.topology.size))
+    ranks = job.process_set_ranks.get(process_set.process_set_id)  # type: ignore[arg-type]
+    if ranks is None or list(ranks) != process_set.ranks:
+        raise ValueError(f"{process_set} is not a process set of the running job: add it with add_process_set() "
+                         "(or init(process_sets=...)) first; it may have been removed")
+    return ranks
+
+
+def runtime_for(process_set: ProcessSet | None) -> _Runtime:
+    """The runtime a collective on ``process_set`` runs on (the job's own for the global set)."""
+    job = current()
+    if process_set is None or process_set.process_set_id == 0:
+        return job
+    if not isinstance(process_set, ProcessSet):
+        raise InvalidArgumentError(f"process_set must be a ProcessSet, got {type(process_set).__name__}")
+    if process_set.process_set_id is None:
+        raise InvalidArgumentError(f"{process_set} has not been added: call add_process_set() on every rank first")
+    ranks = _registered_ranks(process_set)
+    runtime = job.process_sets[process_set.process_set_id]
+    if runtime is None:
+        raise InvalidArgumentError(
+            f"rank {job.topology.rank} is not in process set {process_set.process_set_id} (ranks {list(ranks)}): "
+            "only its members may run collectives on it")
+    return runtime
+
+
+def require_global(process_set: ProcessSet | None, what: str) -> None:
+    """For the paths that have no per-set communicators yet: a clear error instead of the wrong ranks."""
+    if process_set is not None and process_set is not global_process_set and process_set.process_set_id != 0:
+        raise NotImplementedError(f"{what} with a process_set other than the global one is not implemented yet")
+
+
+def set_rank_of(runtime: _Runtime, global_rank: int, what: str) -> int:
+    """The set rank of ``global_rank`` (a ``root_rank``), for a call on ``runtime``."""
+    if runtime.members is None:
+        return int(global_rank)
+    try:
+        return runtime.members.index(int(global_rank))
+    except ValueError:
+        raise InvalidArgumentError(f"{what} {global_rank} is not in the process set (ranks "
+                                   f"{list(runtime.members)})") from None
+
+
+def global_rank_of(runtime: _Runtime, set_rank: int) -> int:
+    """The global rank of a rank the set's engine names (the last rank to join)."""
+    return int(set_rank) if runtime.members is None or set_rank < 0 else runtime.members[set_rank]
+
+
+def add_process_set(process_set: ProcessSet | Sequence[int]) -> ProcessSet:
+    """Adds a process set to the running job and returns it. Every rank must call it, with the same
+    ranks and in the same order as the other ranks' adds and removes, as in Horovod."""
+    if not isinstance(process_set, ProcessSet):
+        process_set = ProcessSet(process_set)
+    job = current()
+    if job.config.backend == "mpi":
+        raise NotImplementedError("process sets are not implemented on the MPI backend yet; use the default "
+                                  "ring backend")
+    if process_set.ranks is None:
+        raise NotImplementedError("a process set given by an MPI communicator is not implemented; give its ranks")
+    if process_set.process_set_id is not None:
+        raise ValueError(f"{process_set} has been added already")
+    ranks = tuple(process_set.ranks)
+    size = job.topology.size
+    if not ranks or ranks[0] < 0 or ranks[-1] >= size:
+        raise ValueError(f"process set ranks {list(ranks)} must be a non-empty list of ranks in [0, {size})")
+    with _lock:
+        if ranks in job.process_set_ranks.values() or ranks == tuple(range(size)):
+            raise ValueError(f"a process set with ranks {list(ranks)} exists already")
+        set_id = max(job.process_set_ranks, default=0) + 1
+        job.process_set_ranks[set_id] = ranks
+        try:
+            job.process_sets[set_id] = _join_set(job, set_id, ranks)
+        except BaseException:
+            del job.process_set_ranks[set_id]
+            raise
+    process_set.process_set_id = set_id
+    return process_set
+
+
+def _join_set(job: _Runtime, set_id: int, ranks: tuple[int, ...]) -> _Runtime | None:
+    """The one exchange over the job, then (on members) the set's own mesh."""
+    me = job.topology.rank
+    member = me in ranks
+    listener = _native.listen(job.host) if member else None
+    try:
+        record = {"ranks": list(ranks)}
+        if listener is not None:
+            record["peer"] = mesh_record(job.config, job.host, listener.port, job.host_key)
+        raw = np.frombuffer(json.dumps(record).encode(), dtype=np.uint8).copy()
+        flat, _shape = job.collectives.run(CollectiveKind.ALLGATHER, f"process_set.add.{set_id}", raw, DType.uint8)
+        records = _split_records(job, bytes(flat))
+        disagree = {r: rec["ranks"] for r, rec in enumerate(records) if rec["ranks"] != list(ranks)}
+        if disagree:
+            raise MismatchError(f"add_process_set: rank {me} added ranks {list(ranks)} as process set {set_id}, but "
+                                + ", ".join(f"rank {r} added {other}" for r, other in disagree.items()))
+        if listener is None:
+            return None
+        peers = [records[r]["peer"] for r in ranks]
+        config = replace_unvalidated(job.config, timeline=None)  # the job's engine owns the timeline file
+        comm = connect_mesh(config, listener, ranks.index(me), peers)
+    finally:
+        if listener is not None:
+            listener.close()
+    runtime = _Runtime(config=config, topology=topology_from_host_keys(ranks.index(me), [p["host_key"] for p in peers]),
+                       comm=comm, host=job.host, host_key=job.host_key, members=ranks)
+    if job.engine is not None:
+        start_engine(runtime)
+    return runtime
+
+
+def _split_records(job: _Runtime, gathered: bytes) -> list[dict[str, Any]]:
+    # Each rank's JSON object is whole and they are concatenated in rank order.
+    decoder, text = json.JSONDecoder(), gathered.decode()
+    records, at = [], 0
+    while at < len(text):
+        record, at = decoder.raw_decode(text, at)
+        records.append(record)
+    if len(records) != job.topology.size:
+        raise MismatchError(f"add_process_set: got {len(records)} ranks' records from a job of {job.topology.size}")
+    return records
+
+
+def remove_process_set(process_set: ProcessSet) -> bool:
+    """Removes an added process set: its members leave its mesh. Every rank must call it. Returns False
+    for the global set (never removed) or a set that is not registered."""
+    if process_set.process_set_id in (None, 0):
+        return False
+    job = current()
+    with _lock:
+        set_id = process_set.process_set_id
+        if job.process_set_ranks.get(set_id) != tuple(process_set.ranks or ()):
+            return False
+        # Every member is done with the set before any leaves its mesh, and ids stay in step.
+        job.collectives.run(CollectiveKind.BARRIER, "", None)
+        runtime = job.process_sets.pop(set_id)
+        del job.process_set_ranks[set_id]
+    process_set._invalidate()
+    if runtime is not None:
+        close_runtime(runtime)
+    return True
+
+
+def add_initial_sets(process_sets: Sequence[ProcessSet | Sequence[int]] | str | None) -> None:
+    """``init(process_sets=...)``: a list of sets to add at once, or Horovod's "dynamic" (sets may always be
+    added later here)."""
+    if process_sets is None or process_sets == "dynamic":
+        return
+    if isinstance(process_sets, str):
+        raise ValueError(f"process_sets must be a list of ProcessSet or 'dynamic', got {process_sets!r}")
+    for process_set in process_sets:
+        if process_set is global_process_set:
+            continue
+        add_process_set(process_set)

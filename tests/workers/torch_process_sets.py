@@ -1,0 +1,104 @@
+"""collective.torch with process sets on 3 ranks: the ops (sync, async, autograd) on a set, join per set,
+and DistributedOptimizer(process_set=) against single-process training on the set's combined data, while
+the rank outside the set trains alone on a set of its own at the same time."""
+
+from __future__ import annotations
+
+import torch
+
+import collective.torch as hvd
+from common import Cases, report
+
+torch.set_num_threads(1)
+STEPS, ROWS = 5, 8
+
+
+def model() -> torch.nn.Module:
+    torch.manual_seed(7)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2)).double()
+
+
+def batch(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(1000 * rank + step)
+    return torch.randn(ROWS, 4, generator=gen, dtype=torch.float64), torch.randn(ROWS, 2, generator=gen,
+                                                                                 dtype=torch.float64)
+
+
+def flat(net: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in net.parameters()])
+
+
+def main() -> None:
+    pair, alone = hvd.ProcessSet([0, 2]), hvd.ProcessSet([1])
+    hvd.init(process_sets=[pair, alone])
+    rank = hvd.rank()
+    mine = pair if pair.included() else alone
+    case = Cases()
+    failures = case.failures
+
+    def close(label: str, got: torch.Tensor, want: torch.Tensor) -> None:
+        if got.shape != want.shape or not torch.allclose(got, want, rtol=1e-9, atol=1e-12):
+            failures.append(f"{label}: got {got.reshape(-1)[:4].tolist()} want {want.reshape(-1)[:4].tolist()}")
+
+    @case
+    def ops_on_a_set() -> None:
+        members = mine.ranks
+        x = torch.full((3,), float(rank + 1), dtype=torch.float64)
+        close("allreduce Sum", hvd.allreduce(x, op=hvd.Sum, process_set=mine),
+              torch.full((3,), float(sum(r + 1 for r in members)), dtype=torch.float64))
+        handle = hvd.allreduce_async_(x.clone(), op=hvd.Average, name="avg", process_set=mine)
+        close("allreduce_async_ Average", hvd.synchronize(handle),
+              torch.full((3,), sum(r + 1 for r in members) / len(members), dtype=torch.float64))
+        close("broadcast from a global root", hvd.broadcast(x, members[-1], process_set=mine),
+              torch.full((3,), float(members[-1] + 1), dtype=torch.float64))
+        got = hvd.allgather(torch.tensor([[float(rank)]], dtype=torch.float64), process_set=mine)
+        close("allgather", got, torch.tensor([[float(r)] for r in members], dtype=torch.float64))
+        hvd.barrier(process_set=mine)
+
+    @case
+    def allgather_gradient_within_the_set() -> None:
+        x = torch.full((2, 2), float(rank), dtype=torch.float64, requires_grad=True)
+        out = hvd.allgather(x, process_set=mine)
+        (out * (torch.arange(out.shape[0], dtype=torch.float64) + 1).unsqueeze(1)).sum().backward()
+        me = mine.rank()
+        # Horovod's allgather gradient: this rank's rows of the set's averaged output gradient.
+        close("allgather gradient", x.grad, torch.tensor([[2 * me + 1.0] * 2, [2 * me + 2.0] * 2],
+                                                         dtype=torch.float64))
+
+    @case
+    def join_within_the_set() -> None:
+        # The last member joins after one more allreduce than the others; the set's engine fills in zeros.
+        if pair.included():
+            if rank == 2:
+                got = hvd.allreduce(torch.ones(2, dtype=torch.float64), op=hvd.Sum, name="late", process_set=pair)
+                close("allreduce with a joined member", got, torch.ones(2, dtype=torch.float64))
+            last = hvd.join(process_set=pair)
+            if last != 2:
+                failures.append(f"join returned {last}, want global rank 2")
+
+    @case
+    def distributed_optimizer_on_a_set_matches_one_process() -> None:
+        net = model()
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1),
+                                       named_parameters=net.named_parameters(), process_set=mine)
+        reference = model()
+        ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+        for step in range(STEPS):
+            opt.zero_grad()
+            x, y = batch(rank, step)
+            torch.nn.functional.mse_loss(net(x), y).backward()
+            opt.step()
+            # One process on the set's combined data: the mean of the members' losses.
+            ref_opt.zero_grad()
+            losses = [torch.nn.functional.mse_loss(reference(bx), by) for bx, by in
+                      (batch(r, step) for r in mine.ranks)]
+            (sum(losses) / len(losses)).backward()
+            ref_opt.step()
+        close("parameters after training", flat(net), flat(reference))
+
+    case.run_and_report("torch_process_sets")
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()
