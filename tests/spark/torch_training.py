@@ -108,6 +108,9 @@ def torch_environment() -> dict[str, Any]:
     env["is_torchelastic_launched"] = dist.is_torchelastic_launched()
     dist.init_process_group("gloo")
     env["dist_rank"], env["dist_world_size"] = dist.get_rank(), dist.get_world_size()
+    # Gloo's mesh can be complete on one rank while the other still finishes its handshake: a rank
+    # that destroyed the group at once would close the connection under its peer (seen under load).
+    dist.barrier()
     dist.destroy_process_group()
     return env
 
