@@ -91,8 +91,10 @@ def _exit_without_teardown() -> NoReturn:
 
 
 def _flush_open_files() -> None:
-    # Text layers first: they hand their characters to the binary buffers flushed after them.
-    open_files = [obj for obj in gc.get_objects() if isinstance(obj, _WRITABLE_FILE_TYPES)]
+    # Text layers first: they hand their characters to the binary buffers flushed after them. type(), not
+    # isinstance(): isinstance reads __class__, which some objects turn into a property that warns (torch's
+    # deprecated torch.distributed.reduce_op printed a FutureWarning at every rank's exit).
+    open_files = [obj for obj in gc.get_objects() if type(obj) in _WRITABLE_FILE_TYPES]
     open_files.sort(key=lambda f: not isinstance(f, io.TextIOWrapper))
     for stream in open_files:
         try:

@@ -100,6 +100,19 @@ def test_the_exit_after_fn_keeps_what_an_interpreter_exit_keeps(tmp_path) -> Non
     assert contents == {"unclosed.txt": "buffered", "thread.txt": "thread.txt", "atexit.txt": "atexit.txt"}
 
 
+def _imports_torch_distributed():
+    import torch.distributed  # noqa: F401  (holds an object whose __class__ warns when read)
+
+    return "imported"
+
+
+def test_the_exit_after_fn_prints_nothing_of_its_own() -> None:
+    """The exit's search for open files must not touch objects that warn (torch's deprecated reduce_op)."""
+    outcome, lines = _run_child(_imports_torch_distributed)
+    assert cloudpickle.loads(outcome.result) == "imported"
+    assert lines == []
+
+
 def test_the_result_comes_back_pickled_with_the_output() -> None:
     outcome, lines = _run_child(_returns_rank_and_prints)
     assert outcome.failure is None and outcome.returncode == 0
