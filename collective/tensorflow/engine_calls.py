@@ -16,6 +16,7 @@ from collective._native import CollectiveKind
 from collective.dtypes import as_buffer, dtype_code, split_counts
 from collective.engine import Engine, wait_all
 from collective.errors import InvalidArgumentError
+from collective.process_sets import ProcessSet, global_rank_of, runtime_for
 from collective.reduce_ops import ReduceOp
 from collective.runtime import start_engine
 
@@ -34,10 +35,16 @@ def _label(name: str | None) -> str:
     return name or "(unnamed)"
 
 
-def _run(arrays: Sequence[np.ndarray], names: Sequence[str | None], submit: Submit) -> list[Any]:
+def _engine(process_set: ProcessSet | None) -> Engine:
+    """The engine that runs collectives on ``process_set`` (None: the whole job), started if need be."""
+    return start_engine(runtime_for(process_set))
+
+
+def _run(arrays: Sequence[np.ndarray], names: Sequence[str | None], submit: Submit,
+         process_set: ProcessSet | None) -> list[Any]:
     """Submits a request for every array, then waits for all of them; returns the engine's results."""
     codes = [dtype_code(a.dtype, _label(n)) for a, n in zip(arrays, names)]  # all checked before any submit
-    engine = start_engine()
+    engine = _engine(process_set)
     requests: list[tuple[int, int]] = []
     try:
         for index, (array, name, code) in enumerate(zip(arrays, names, codes)):
@@ -80,7 +87,8 @@ def _rows(array: np.ndarray, name: str | None, what: str) -> int:
 
 
 def allreduce(arrays: Sequence[np.ndarray], names: Sequence[str | None], op: ReduceOp, prescale: float = 1.0,
-              postscale: float = 1.0, grouped: bool = False) -> list[np.ndarray]:
+              postscale: float = 1.0, grouped: bool = False, process_set: ProcessSet | None = None
+              ) -> list[np.ndarray]:
     """Returns every array reduced across ranks. ``grouped`` negotiates and fuses each dtype's arrays
     as one unit (Horovod's grouped_allreduce); otherwise the engine fuses as it sees fit."""
     works = _writable_copies(arrays)
@@ -95,21 +103,23 @@ def allreduce(arrays: Sequence[np.ndarray], names: Sequence[str | None], op: Red
         group, group_size = group_of[index]
         return engine.submit(CollectiveKind.ALLREDUCE, name, buffer, code, op=op, prescale=prescale, postscale=postscale,
                              group=group, group_size=group_size)
-    _run(works, names, submit)
+    _run(works, names, submit, process_set)
     return works
 
 
-def broadcast(arrays: Sequence[np.ndarray], names: Sequence[str | None], root_rank: int) -> list[np.ndarray]:
-    """Returns ``root_rank``'s value of every array."""
+def broadcast(arrays: Sequence[np.ndarray], names: Sequence[str | None], root_rank: int,
+              process_set: ProcessSet | None = None) -> list[np.ndarray]:
+    """Returns ``root_rank``'s value of every array (``root_rank`` counted within ``process_set``)."""
     works = _writable_copies(arrays)
 
     def submit(engine: Engine, index: int, buffer: np.ndarray, name: str | None, code: int) -> int:
         return engine.submit(CollectiveKind.BROADCAST, name, buffer, code, root=int(root_rank))
-    _run(works, names, submit)
+    _run(works, names, submit, process_set)
     return works
 
 
-def allgather(arrays: Sequence[np.ndarray], names: Sequence[str | None]) -> list[np.ndarray]:
+def allgather(arrays: Sequence[np.ndarray], names: Sequence[str | None],
+              process_set: ProcessSet | None = None) -> list[np.ndarray]:
     """Concatenates every rank's arrays along the first dimension, in rank order (first dims may differ)."""
     inputs = _readable(arrays)
     for array, name in zip(inputs, names):
@@ -117,11 +127,12 @@ def allgather(arrays: Sequence[np.ndarray], names: Sequence[str | None]) -> list
 
     def submit(engine: Engine, index: int, buffer: np.ndarray, name: str | None, code: int) -> int:
         return engine.submit(CollectiveKind.ALLGATHER, name, buffer, code)
-    results = _run(inputs, names, submit)
+    results = _run(inputs, names, submit, process_set)
     return [_shaped(flat, shape, a.dtype) for (flat, shape), a in zip(results, inputs)]
 
 
-def alltoall(array: np.ndarray, splits: Sequence[int] | None, name: str | None) -> tuple[np.ndarray, np.ndarray]:
+def alltoall(array: np.ndarray, splits: Sequence[int] | None, name: str | None,
+             process_set: ProcessSet | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Sends ``splits[i]`` rows to rank i (the first dimension split evenly when None); returns the
     received rows and how many came from each rank."""
     (work,) = _readable([array])
@@ -131,12 +142,12 @@ def alltoall(array: np.ndarray, splits: Sequence[int] | None, name: str | None) 
 
     def submit(engine: Engine, index: int, buffer: np.ndarray, name: str | None, code: int) -> int:
         return engine.submit(CollectiveKind.ALLTOALL, name, buffer, code, splits=split_list)
-    ((flat, shape, received),) = _run([work], [name], submit)
+    ((flat, shape, received),) = _run([work], [name], submit, process_set)
     return _shaped(flat, shape, work.dtype), np.asarray(received, dtype=np.int32)
 
 
 def reducescatter(arrays: Sequence[np.ndarray], names: Sequence[str | None], op: ReduceOp, prescale: float = 1.0,
-                  postscale: float = 1.0) -> list[np.ndarray]:
+                  postscale: float = 1.0, process_set: ProcessSet | None = None) -> list[np.ndarray]:
     """Reduces every array across ranks; this rank gets its share of each first dimension (the first
     ``rows % size`` ranks get one row more)."""
     inputs = _readable(arrays)
@@ -145,16 +156,16 @@ def reducescatter(arrays: Sequence[np.ndarray], names: Sequence[str | None], op:
 
     def submit(engine: Engine, index: int, buffer: np.ndarray, name: str | None, code: int) -> int:
         return engine.submit(CollectiveKind.REDUCESCATTER, name, buffer, code, op=op, prescale=prescale, postscale=postscale)
-    results = _run(inputs, names, submit)
+    results = _run(inputs, names, submit, process_set)
     return [_shaped(flat, shape, a.dtype) for (flat, shape), a in zip(results, inputs)]
 
 
-def barrier() -> None:
-    engine = start_engine()
+def barrier(process_set: ProcessSet | None = None) -> None:
+    engine = _engine(process_set)
     engine.wait(engine.submit(CollectiveKind.BARRIER, None, None))
 
 
-def join() -> int:
+def join(process_set: ProcessSet | None = None) -> int:
     """Marks this rank as out of data (it contributes zeros to others' allreduces until all have joined);
-    returns the rank that joined last."""
-    return start_engine().join()
+    returns the (global) rank that joined last."""
+    return global_rank_of(runtime_for(process_set), _engine(process_set).join())

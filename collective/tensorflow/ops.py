@@ -8,6 +8,9 @@ does when all ranks run the same model):
 - alltoall: the gradient rows travel back the way they came;
 - reducescatter: the allgathered gradient, times size() for Sum (Horovod's rule, which ignores the
   scale factors: not the exact gradient of the forward).
+
+With ``process_set=``, an op and its gradient run among the set's ranks on the set's own engine; ranks
+given to an op (``root_rank``) stay global ranks, as in Horovod.
 """
 
 from __future__ import annotations
@@ -18,9 +21,9 @@ from typing import Any, Sequence
 import numpy as np
 import tensorflow as tf
 
-from collective.process_sets import ProcessSet, global_process_set, require_global
+from collective.process_sets import ProcessSet, global_process_set, runtime_for, set_rank_of
 from collective.reduce_ops import Average, ReduceOp, Sum, resolve_op as _resolve_op
-from collective.runtime import rank, size
+from collective.runtime import rank
 from collective.tensorflow import engine_calls
 from collective.tensorflow.bridge import (
     as_tensor,
@@ -47,14 +50,23 @@ def _grad_name(name: str | None) -> str | None:
     return f"{name}.grad" if name else None
 
 
+def _set_rank(process_set: ProcessSet) -> int:
+    """This rank's place in ``process_set`` (its rank for the global set)."""
+    return runtime_for(process_set).topology.rank
+
+
+def _set_size(process_set: ProcessSet) -> int:
+    return runtime_for(process_set).topology.size
+
+
 # ---- allreduce -------------------------------------------------------------------------------------
 
 def _allreduce_dense(tensors: Sequence[tf.Tensor], names: Sequence[str | None], op: ReduceOp, prescale: float,
-                     postscale: float, grouped: bool) -> list[tf.Tensor]:
+                     postscale: float, grouped: bool, process_set: ProcessSet) -> list[tf.Tensor]:
     names = list(names)
 
     def reduce(*arrays: np.ndarray) -> list[np.ndarray]:
-        return engine_calls.allreduce(arrays, names, op, prescale, postscale, grouped)
+        return engine_calls.allreduce(arrays, names, op, prescale, postscale, grouped, process_set)
 
     @tf.custom_gradient
     def forward(*xs: tf.Tensor) -> Any:
@@ -63,7 +75,8 @@ def _allreduce_dense(tensors: Sequence[tf.Tensor], names: Sequence[str | None], 
         def backward(*dys: tf.Tensor | None) -> list[tf.Tensor]:
             # Every rank must send every member, even one whose output did not reach the loss here.
             filled = [tf.zeros_like(y) if dy is None else dy for dy, y in zip(dys, ys)]
-            return _allreduce_dense(filled, [_grad_name(n) for n in names], op, prescale, postscale, grouped)
+            return _allreduce_dense(filled, [_grad_name(n) for n in names], op, prescale, postscale, grouped,
+                                    process_set)
         return ys, backward
 
     outputs = forward(*tensors)
@@ -78,13 +91,16 @@ def _check_sparse(op: ReduceOp, prescale: float, postscale: float) -> None:
         raise not_implemented("prescale_factor and postscale_factor are not supported with tf.IndexedSlices")
 
 
-def _allreduce_sparse(slices: Sequence[tf.IndexedSlices], base: str | None, op: ReduceOp) -> list[tf.IndexedSlices]:
+def _allreduce_sparse(slices: Sequence[tf.IndexedSlices], base: str | None, op: ReduceOp,
+                      process_set: ProcessSet) -> list[tf.IndexedSlices]:
     """Horovod's allreduce of sparse gradients: every rank's rows, gathered (duplicates add up when
     applied); the values of all members in one grouped allgather, their indices in another."""
-    values = grouped_allgather([s.values for s in slices], name=f"{base}.values" if base else None)
-    indices = grouped_allgather([s.indices for s in slices], name=f"{base}.indices" if base else None)
+    values = grouped_allgather([s.values for s in slices], name=f"{base}.values" if base else None,
+                               process_set=process_set)
+    indices = grouped_allgather([s.indices for s in slices], name=f"{base}.indices" if base else None,
+                                process_set=process_set)
     if op == Average:
-        values = [v / tf.cast(size(), v.dtype) for v in values]
+        values = [v / tf.cast(_set_size(process_set), v.dtype) for v in values]
     return [tf.IndexedSlices(v, i, dense_shape=s.dense_shape) for v, i, s in zip(values, indices, slices)]
 
 
@@ -97,16 +113,16 @@ def allreduce(tensor: Any, average: bool | None = None, device_dense: str = "", 
     """Returns the reduction of ``tensor`` across ranks (default Average). An IndexedSlices is gathered
     instead (values and indices of every rank; Sum or Average, no scale factors). ``device_*`` and
     ``ignore_name_scope`` are accepted for Horovod compatibility."""
-    require_global(process_set, "collective.tensorflow.allreduce")
+    runtime_for(process_set)  # a set this rank is not in is refused here, naming the set
     reduce_op = resolve_op(op, average)
     if isinstance(tensor, tf.IndexedSlices):
         _check_sparse(reduce_op, prescale_factor, postscale_factor)
-        (reduced,) = _allreduce_sparse([tensor], op_name("allreduce_sparse", name), reduce_op)
+        (reduced,) = _allreduce_sparse([tensor], op_name("allreduce_sparse", name), reduce_op, process_set)
         return reduced
     dense = as_tensor(tensor, name)
     compressed, ctx = compression.compress(dense)
     (reduced,) = _allreduce_dense([compressed], [op_name("allreduce", name)], reduce_op, prescale_factor,
-                                  postscale_factor, grouped=False)
+                                  postscale_factor, grouped=False, process_set=process_set)
     return compression.decompress(reduced, ctx)
 
 
@@ -118,7 +134,7 @@ def grouped_allreduce(tensors: Sequence[Any], average: bool | None = None, devic
                       process_set: ProcessSet = global_process_set) -> list[tf.Tensor | tf.IndexedSlices]:
     """Reduces the tensors as one group, negotiated and fused together (one group per dtype).
     IndexedSlices members are gathered, as ``allreduce`` gathers one, in one grouped allgather."""
-    require_global(process_set, "collective.tensorflow.grouped_allreduce")
+    runtime_for(process_set)
     reduce_op = resolve_op(op, average)
     tensors = list(tensors)
     if not tensors:
@@ -128,7 +144,8 @@ def grouped_allreduce(tensors: Sequence[Any], average: bool | None = None, devic
     sparse = [i for i, t in enumerate(tensors) if isinstance(t, tf.IndexedSlices)]
     if sparse:
         _check_sparse(reduce_op, prescale_factor, postscale_factor)
-        reduced_sparse = _allreduce_sparse([tensors[i] for i in sparse], f"{base}.sparse" if base else None, reduce_op)
+        reduced_sparse = _allreduce_sparse([tensors[i] for i in sparse], f"{base}.sparse" if base else None, reduce_op,
+                                           process_set)
         for i, reduced in zip(sparse, reduced_sparse):
             out[i] = reduced
     dense_index = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
@@ -136,7 +153,8 @@ def grouped_allreduce(tensors: Sequence[Any], average: bool | None = None, devic
         names = [f"{base}.{i}" if base else None for i in dense_index]
         dense = [as_tensor(tensors[i], n) for i, n in zip(dense_index, names)]
         compressed, contexts = zip(*[compression.compress(t) for t in dense])
-        reduced = _allreduce_dense(compressed, names, reduce_op, prescale_factor, postscale_factor, grouped=True)
+        reduced = _allreduce_dense(compressed, names, reduce_op, prescale_factor, postscale_factor, grouped=True,
+                                   process_set=process_set)
         for i, tensor, ctx in zip(dense_index, reduced, contexts):
             out[i] = compression.decompress(tensor, ctx)
     return out
@@ -163,14 +181,15 @@ def _from_bits(tensor: tf.Tensor, original: tf.DType | None) -> tf.Tensor:
     return tf.cast(tensor, tf.bool) if original == tf.bool else tf.bitcast(tensor, original)
 
 
-def _allgather_dense(tensors: Sequence[tf.Tensor], names: Sequence[str | None]) -> list[tf.Tensor]:
+def _allgather_dense(tensors: Sequence[tf.Tensor], names: Sequence[str | None],
+                     process_set: ProcessSet) -> list[tf.Tensor]:
     names = list(names)
     for x, n in zip(tensors, names):
         if x.shape.rank == 0:
             raise invalid_argument(f"allgather {label(n)} needs a tensor with at least one dimension")
 
     def gather(*arrays: np.ndarray) -> list[np.ndarray]:
-        return engine_calls.allgather(arrays, names)
+        return engine_calls.allgather(arrays, names, process_set)
 
     @tf.custom_gradient
     def forward(*xs: tf.Tensor) -> Any:
@@ -179,11 +198,12 @@ def _allgather_dense(tensors: Sequence[tf.Tensor], names: Sequence[str | None]) 
         def backward(*dys: tf.Tensor | None) -> list[tf.Tensor]:
             grad_names = [_grad_name(n) for n in names]
             filled = [tf.zeros_like(y) if dy is None else dy for dy, y in zip(dys, ys)]
-            averaged = _allreduce_dense(filled, grad_names, Average, 1.0, 1.0, grouped=len(xs) > 1)
+            averaged = _allreduce_dense(filled, grad_names, Average, 1.0, 1.0, len(xs) > 1, process_set)
             # Every member's row count from every rank, in one allgather: row r is rank r's counts.
             rows = tf.stack([tf.shape(x, out_type=tf.int64)[0] for x in xs])[tf.newaxis]
-            (all_rows,) = _allgather_dense([rows], [f"{grad_names[0]}.rows" if grad_names[0] else None])
-            offsets = tf.reduce_sum(all_rows[:rank()], axis=0)
+            (all_rows,) = _allgather_dense([rows], [f"{grad_names[0]}.rows" if grad_names[0] else None],
+                                           process_set)
+            offsets = tf.reduce_sum(all_rows[:_set_rank(process_set)], axis=0)
             return [g[offsets[i]:offsets[i] + rows[0, i]] for i, g in enumerate(averaged)]
         return ys, backward
 
@@ -197,9 +217,9 @@ def allgather(tensor: Any, name: str | None = None, ignore_name_scope: bool = Fa
     """Concatenates every rank's ``tensor`` along the first dimension, in rank order (first
     dimensions may differ). bool and 16/32/64-bit unsigned or int16 tensors travel as bits of a
     same-width dtype."""
-    require_global(process_set, "collective.tensorflow.allgather")
+    runtime_for(process_set)
     carried, original = _as_bits(tf.convert_to_tensor(tensor))
-    (gathered,) = _allgather_dense([as_tensor(carried, name)], [op_name("allgather", name)])
+    (gathered,) = _allgather_dense([as_tensor(carried, name)], [op_name("allgather", name)], process_set)
     return _from_bits(gathered, original)
 
 
@@ -208,13 +228,13 @@ def grouped_allgather(tensors: Sequence[Any], name: str | None = None,
                       ignore_name_scope: bool = False,
                       process_set: ProcessSet = global_process_set) -> list[tf.Tensor]:
     """Allgathers every tensor (as ``allgather``), negotiated together."""
-    require_global(process_set, "collective.tensorflow.grouped_allgather")
+    runtime_for(process_set)
     tensors = list(tensors)
     if not tensors:
         return []
     names = sub_names(op_name("grouped_allgather", name), len(tensors))
     carried, originals = zip(*[_as_bits(tf.convert_to_tensor(t)) for t in tensors])
-    gathered = _allgather_dense([as_tensor(t, n) for t, n in zip(carried, names)], names)
+    gathered = _allgather_dense([as_tensor(t, n) for t, n in zip(carried, names)], names, process_set)
     return [_from_bits(g, o) for g, o in zip(gathered, originals)]
 
 
@@ -223,29 +243,36 @@ def broadcast(tensor: Any, root_rank: int, name: str | None = None, ignore_name_
               process_set: ProcessSet = global_process_set) -> tf.Tensor:
     """Returns ``root_rank``'s ``tensor`` on every rank. bool and 16/32/64-bit unsigned or int16 tensors
     travel as bits of a same-width dtype."""
-    require_global(process_set, "collective.tensorflow.broadcast")
     raw = tf.convert_to_tensor(tensor)
     carried, original = _as_bits(raw)
     x = as_tensor(carried, name)
-    root = _check_root(root_rank, name)
+    root = _check_root(root_rank, name, process_set)
+    set_root = set_rank_of(runtime_for(process_set), root, "root_rank")
     submitted = op_name("broadcast", name)
 
     @tf.custom_gradient
     def forward(x: tf.Tensor) -> Any:
-        (y,) = run(lambda a: engine_calls.broadcast([a], [submitted], root), [x], [x.dtype], [x.shape])
+        (y,) = run(lambda a: engine_calls.broadcast([a], [submitted], set_root, process_set), [x], [x.dtype],
+                   [x.shape])
 
         def backward(dy: tf.Tensor) -> tf.Tensor:
-            averaged = allreduce(dy, op=Average, name=_grad_name(submitted))
+            averaged = allreduce(dy, op=Average, name=_grad_name(submitted), process_set=process_set)
             return averaged if rank() == root else tf.zeros_like(averaged)
         return y, backward
 
     return _from_bits(forward(x), original)
 
 
-def _check_root(root_rank: int, name: str | None) -> int:
+def _check_root(root_rank: int, name: str | None, process_set: ProcessSet = global_process_set) -> int:
+    """``root_rank`` (a global rank), checked against the ranks of ``process_set``."""
     root = int(root_rank)
-    if not 0 <= root < size():
-        raise invalid_argument(f"broadcast {label(name)}: root_rank {root} is outside [0, {size()})")
+    runtime = runtime_for(process_set)
+    members = runtime.members
+    if members is None and not 0 <= root < runtime.topology.size:
+        raise invalid_argument(f"broadcast {label(name)}: root_rank {root} is outside [0, {runtime.topology.size})")
+    if members is not None and root not in members:
+        raise invalid_argument(f"broadcast {label(name)}: root_rank {root} is not in the process set (ranks "
+                               f"{list(members)})")
     return root
 
 
@@ -272,7 +299,7 @@ def alltoall(tensor: Any, splits: Any = None, name: str | None = None,
     Returns the received rows; with ``splits``, ``(received rows, received_splits)``, the latter an
     int32 tensor of the rows that came from each rank, as Horovod's TensorFlow alltoall does.
     """
-    require_global(process_set, "collective.tensorflow.alltoall")
+    set_size = _set_size(process_set)
     carried, original = _as_bits(tf.convert_to_tensor(tensor))
     x = as_tensor(carried, name)
     if x.shape.rank == 0:
@@ -281,15 +308,15 @@ def alltoall(tensor: Any, splits: Any = None, name: str | None = None,
     submitted = op_name("alltoall", name)
 
     def exchange(array: np.ndarray, *split_array: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return engine_calls.alltoall(array, split_array[0] if split_array else None, submitted)
+        return engine_calls.alltoall(array, split_array[0] if split_array else None, submitted, process_set)
 
     @tf.custom_gradient
     def forward(x: tf.Tensor) -> Any:
         inputs = [x] if split_tensor is None else [x, split_tensor]
-        y, received = run(exchange, inputs, [x.dtype, tf.int32], [leading_unknown(x.shape), [size()]])
+        y, received = run(exchange, inputs, [x.dtype, tf.int32], [leading_unknown(x.shape), [set_size]])
 
         def backward(dy: tf.Tensor, _unused: Any = None) -> tf.Tensor:
-            returned, _ = alltoall(dy, splits=received, name=_grad_name(submitted))
+            returned, _ = alltoall(dy, splits=received, name=_grad_name(submitted), process_set=process_set)
             return returned
         return (y, received), backward
 
@@ -307,14 +334,14 @@ def _split_counts(splits: Any, name: str | None) -> tf.Tensor:
 
 
 def _reducescatter_dense(tensors: Sequence[tf.Tensor], names: Sequence[str | None], op: ReduceOp, prescale: float,
-                         postscale: float) -> list[tf.Tensor]:
+                         postscale: float, process_set: ProcessSet) -> list[tf.Tensor]:
     names = list(names)
     for x, n in zip(tensors, names):
         if x.shape.rank == 0:
             raise invalid_argument(f"reducescatter {label(n)} needs a tensor with at least one dimension")
 
     def scatter(*arrays: np.ndarray) -> list[np.ndarray]:
-        return engine_calls.reducescatter(arrays, names, op, prescale, postscale)
+        return engine_calls.reducescatter(arrays, names, op, prescale, postscale, process_set)
 
     @tf.custom_gradient
     def forward(*xs: tf.Tensor) -> Any:
@@ -325,8 +352,8 @@ def _reducescatter_dense(tensors: Sequence[tf.Tensor], names: Sequence[str | Non
                 raise invalid_argument(f"reducescatter with op={op.name.capitalize()} has no gradient; use Sum or Average")
             filled = [tf.zeros_like(y) if dy is None else dy for dy, y in zip(dys, ys)]
             if op == Sum:
-                filled = [g * tf.cast(size(), g.dtype) for g in filled]
-            return _allgather_dense(filled, [_grad_name(n) for n in names])
+                filled = [g * tf.cast(_set_size(process_set), g.dtype) for g in filled]
+            return _allgather_dense(filled, [_grad_name(n) for n in names], process_set)
         return ys, backward
 
     outputs = forward(*tensors)
@@ -334,10 +361,11 @@ def _reducescatter_dense(tensors: Sequence[tf.Tensor], names: Sequence[str | Non
 
 
 def _reducescatter_compressed(tensors: Sequence[Any], names: Sequence[str | None], compression: type[Compressor],
-                              op: ReduceOp | int, prescale: float, postscale: float) -> list[tf.Tensor]:
+                              op: ReduceOp | int, prescale: float, postscale: float,
+                              process_set: ProcessSet) -> list[tf.Tensor]:
     dense = [as_tensor(t, n) for t, n in zip(tensors, names)]
     compressed, contexts = zip(*[compression.compress(t) for t in dense])
-    reduced = _reducescatter_dense(compressed, names, resolve_op(op, None), prescale, postscale)
+    reduced = _reducescatter_dense(compressed, names, resolve_op(op, None), prescale, postscale, process_set)
     return [compression.decompress(t, c) for t, c in zip(reduced, contexts)]
 
 
@@ -348,9 +376,9 @@ def reducescatter(tensor: Any, device_dense: str = "", compression: type[Compres
                   process_set: ProcessSet = global_process_set) -> tf.Tensor:
     """Reduces ``tensor`` across ranks and returns this rank's rows of the result (the first
     ``rows % size`` ranks get one row more)."""
-    require_global(process_set, "collective.tensorflow.reducescatter")
+    runtime_for(process_set)
     (reduced,) = _reducescatter_compressed([tensor], [op_name("reducescatter", name)], compression, op,
-                                           prescale_factor, postscale_factor)
+                                           prescale_factor, postscale_factor, process_set)
     return reduced
 
 
@@ -361,12 +389,12 @@ def grouped_reducescatter(tensors: Sequence[Any], device_dense: str = "",
                           name: str | None = None,
                           process_set: ProcessSet = global_process_set) -> list[tf.Tensor]:
     """Reducescatters every tensor (as ``reducescatter``), negotiated together."""
-    require_global(process_set, "collective.tensorflow.grouped_reducescatter")
+    runtime_for(process_set)
     tensors = list(tensors)
     if not tensors:
         return []
     names = sub_names(op_name("grouped_reducescatter", name), len(tensors))
-    return _reducescatter_compressed(tensors, names, compression, op, prescale_factor, postscale_factor)
+    return _reducescatter_compressed(tensors, names, compression, op, prescale_factor, postscale_factor, process_set)
 
 
 # ---- synchronisation -----------------------------------------------------------------------------
@@ -375,9 +403,10 @@ def grouped_reducescatter(tensors: Sequence[Any], device_dense: str = "",
 def barrier(process_set: ProcessSet = global_process_set) -> tf.Operation | None:
     """Returns once every rank has called barrier() (inside a graph: once the op runs). In a TF1-style
     graph it returns the op for a ``Session`` to run; elsewhere None (a tf.function runs it in order)."""
-    require_global(process_set, "collective.tensorflow.barrier")
+    runtime_for(process_set)
+
     def wait() -> list[np.ndarray]:
-        engine_calls.barrier()
+        engine_calls.barrier(process_set)
         return [np.zeros((), np.int32)]
     (done,) = run(wait, [], [tf.int32], [[]])
     return None if tf.executing_eagerly() or tf.inside_function() else done.op
@@ -387,6 +416,6 @@ def barrier(process_set: ProcessSet = global_process_set) -> tf.Operation | None
 def join(process_set: ProcessSet = global_process_set) -> tf.Tensor:
     """Marks this rank as out of data; until every rank has joined it contributes zeros to the
     others' allreduces. Returns the rank that joined last (an int32 scalar tensor)."""
-    require_global(process_set, "collective.tensorflow.join")
-    (last,) = run(lambda: [np.asarray(engine_calls.join(), dtype=np.int32)], [], [tf.int32], [[]])
+    runtime_for(process_set)
+    (last,) = run(lambda: [np.asarray(engine_calls.join(process_set), dtype=np.int32)], [], [tf.int32], [[]])
     return last

@@ -1,6 +1,6 @@
 """Every collective.tensorflow op, eagerly and inside tf.function, against numpy on 2 and 3 real ranks
 (tests/workers/tf_ops.py): values, gradients, sparse gradients, grouped ops, objects, variables, TF1
-Sessions and bad input (as Horovod's tf.errors)."""
+Sessions, bad input (as Horovod's tf.errors) and process sets."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from jobs import JobResult, run_job
 
 CASES = ["allreduce", "allreduce_scaling_and_compression", "grouped_allreduce", "allgather", "broadcast",
          "alltoall", "reducescatter", "gradients", "sparse_allreduce", "errors", "barrier_join_objects",
-         "broadcast_variables", "repeated_graph_calls", "grouped_ops", "in_place_and_rank_ops", "tf1_session"]
+         "broadcast_variables", "repeated_graph_calls", "grouped_ops", "in_place_and_rank_ops", "tf1_session",
+         "process_sets"]
 TF_QUIET = {"TF_CPP_MIN_LOG_LEVEL": "3"}
 
 _jobs: dict[int, JobResult] = {}

@@ -106,20 +106,3 @@ def test_collective_errors_become_horovods_tf_errors_and_pickle(ours: type, thei
     assert converted.__cause__ is original and str(converted) == "rank 1 disagrees"
     back = pickle.loads(pickle.dumps(converted))
     assert type(back) is type(converted) and str(back) == "rank 1 disagrees"
-
-
-@pytest.mark.parametrize("call", [
-    lambda ps: hvd.allreduce(tf.ones(2), process_set=ps),
-    lambda ps: hvd.grouped_allreduce([tf.ones(2)], process_set=ps),
-    lambda ps: hvd.allgather(tf.ones(2), process_set=ps),
-    lambda ps: hvd.broadcast(tf.ones(2), 0, process_set=ps),
-    lambda ps: hvd.alltoall(tf.ones(2), process_set=ps),
-    lambda ps: hvd.reducescatter(tf.ones(2), process_set=ps),
-    lambda ps: hvd.barrier(process_set=ps),
-    lambda ps: hvd.join(process_set=ps),
-])
-def test_process_sets_are_not_implemented_for_tensorflow_ops_yet(call) -> None:
-    subset = hvd.ProcessSet([0])
-    subset.process_set_id = 1  # as add_process_set leaves it; the op refuses before reaching the job
-    with pytest.raises(NotImplementedError, match=r"collective\.tensorflow\.\w+ with a process_set"):
-        call(subset)

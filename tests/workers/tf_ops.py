@@ -358,11 +358,57 @@ def repeated_graph_calls(c: Checks, mode: str) -> None:
 
 
 
+def process_sets(c: Checks, mode: str) -> None:
+    """Evens and odds as two sets used side by side: each op (and allgather's gradient) runs among the
+    set's ranks only, root_rank stays a global rank, and a rank outside a set is refused."""
+    size, rank = hvd.size(), hvd.rank()
+    evens = hvd.add_process_set([r for r in range(size) if r % 2 == 0])
+    odds = hvd.add_process_set([r for r in range(size) if r % 2 == 1])
+    try:
+        mine, other = (evens, odds) if rank % 2 == 0 else (odds, evens)
+        members, me = mine.ranks, mine.rank()
+        c.check(mine.included() and not other.included() and mine.size() == len(members), "set membership")
+        x = tf.constant([float(rank + 1)] * 3, tf.float64)
+        got = in_mode(mode, lambda t: hvd.allreduce(t, op=hvd.Sum, process_set=mine), x)
+        c.close(got, np.full(3, float(sum(r + 1 for r in members))), "allreduce Sum within the set")
+        got = in_mode(mode, lambda t: hvd.broadcast(t, members[-1], process_set=mine), x)
+        c.close(got, np.full(3, members[-1] + 1.0), "broadcast from the set's last (global) rank")
+        got = in_mode(mode, lambda t: hvd.allgather(t, process_set=mine), tf.constant([[float(rank)]], tf.float64))
+        c.close(got, np.array([[float(r)] for r in members]), "allgather within the set")
+        rows = tf.constant([[10.0 * rank + i] for i in range(len(members))], tf.float64)
+        got = in_mode(mode, lambda t: hvd.alltoall(t, process_set=mine), rows)
+        c.close(got, np.array([[10.0 * r + me] for r in members]), "alltoall within the set")
+        got = in_mode(mode, lambda t: hvd.reducescatter(t, op=hvd.Sum, process_set=mine),
+                      tf.ones([2 * len(members), 2], tf.float64))
+        c.close(got, np.full((2, 2), float(len(members))), "reducescatter within the set")
+
+        def allgather_gradient(t: tf.Tensor) -> tf.Tensor:
+            with tf.GradientTape() as tape:
+                tape.watch(t)
+                out = hvd.allgather(t, process_set=mine)
+                weights = tf.cast(tf.range(1, tf.shape(out)[0] + 1), tf.float64)[:, tf.newaxis]
+                loss = tf.reduce_sum(out * weights)
+            return tape.gradient(loss, t)
+        got = in_mode(mode, allgather_gradient, tf.fill([2, 2], tf.constant(float(rank), tf.float64)))
+        # Horovod's allgather gradient: this rank's rows of the set's averaged output gradient.
+        c.close(got, np.array([[2.0 * me + 1] * 2, [2.0 * me + 2] * 2]), "allgather gradient within the set")
+        in_mode(mode, lambda: hvd.barrier(process_set=mine))
+        if size > 1:
+            try:
+                hvd.allreduce(x, process_set=other)
+                c.check(False, "an allreduce on a set without this rank ran")
+            except ValueError as e:
+                c.check(f"rank {rank} is not in process set" in str(e), f"unclear refusal: {e}")
+    finally:
+        hvd.remove_process_set(odds)
+        hvd.remove_process_set(evens)
+
+
 def main() -> None:
     hvd.init()
     run_cases([allreduce, allreduce_scaling_and_compression, grouped_allreduce, allgather, broadcast, alltoall,
                reducescatter, gradients, sparse_allreduce, errors, barrier_join_objects, broadcast_variables,
-               repeated_graph_calls, grouped_ops, in_place_and_rank_ops, tf1_session])
+               repeated_graph_calls, grouped_ops, in_place_and_rank_ops, tf1_session, process_sets])
     hvd.shutdown()
 
 
