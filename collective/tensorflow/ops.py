@@ -50,6 +50,13 @@ def _grad_name(name: str | None) -> str | None:
     return f"{name}.grad" if name else None
 
 
+def _check_member(process_set: ProcessSet) -> None:
+    """Refuses, when the op is built, a set that does not hold this rank, naming the set. The global set
+    needs no check, so ops on it can still be built before init() (a graph, the XLA refusal)."""
+    if process_set is not global_process_set and process_set.process_set_id != 0:
+        runtime_for(process_set)
+
+
 def _set_rank(process_set: ProcessSet) -> int:
     """This rank's place in ``process_set`` (its rank for the global set)."""
     return runtime_for(process_set).topology.rank
@@ -113,7 +120,7 @@ def allreduce(tensor: Any, average: bool | None = None, device_dense: str = "", 
     """Returns the reduction of ``tensor`` across ranks (default Average). An IndexedSlices is gathered
     instead (values and indices of every rank; Sum or Average, no scale factors). ``device_*`` and
     ``ignore_name_scope`` are accepted for Horovod compatibility."""
-    runtime_for(process_set)  # a set this rank is not in is refused here, naming the set
+    _check_member(process_set)
     reduce_op = resolve_op(op, average)
     if isinstance(tensor, tf.IndexedSlices):
         _check_sparse(reduce_op, prescale_factor, postscale_factor)
@@ -134,7 +141,7 @@ def grouped_allreduce(tensors: Sequence[Any], average: bool | None = None, devic
                       process_set: ProcessSet = global_process_set) -> list[tf.Tensor | tf.IndexedSlices]:
     """Reduces the tensors as one group, negotiated and fused together (one group per dtype).
     IndexedSlices members are gathered, as ``allreduce`` gathers one, in one grouped allgather."""
-    runtime_for(process_set)
+    _check_member(process_set)
     reduce_op = resolve_op(op, average)
     tensors = list(tensors)
     if not tensors:
@@ -217,7 +224,7 @@ def allgather(tensor: Any, name: str | None = None, ignore_name_scope: bool = Fa
     """Concatenates every rank's ``tensor`` along the first dimension, in rank order (first
     dimensions may differ). bool and 16/32/64-bit unsigned or int16 tensors travel as bits of a
     same-width dtype."""
-    runtime_for(process_set)
+    _check_member(process_set)
     carried, original = _as_bits(tf.convert_to_tensor(tensor))
     (gathered,) = _allgather_dense([as_tensor(carried, name)], [op_name("allgather", name)], process_set)
     return _from_bits(gathered, original)
@@ -228,7 +235,7 @@ def grouped_allgather(tensors: Sequence[Any], name: str | None = None,
                       ignore_name_scope: bool = False,
                       process_set: ProcessSet = global_process_set) -> list[tf.Tensor]:
     """Allgathers every tensor (as ``allgather``), negotiated together."""
-    runtime_for(process_set)
+    _check_member(process_set)
     tensors = list(tensors)
     if not tensors:
         return []
@@ -376,7 +383,7 @@ def reducescatter(tensor: Any, device_dense: str = "", compression: type[Compres
                   process_set: ProcessSet = global_process_set) -> tf.Tensor:
     """Reduces ``tensor`` across ranks and returns this rank's rows of the result (the first
     ``rows % size`` ranks get one row more)."""
-    runtime_for(process_set)
+    _check_member(process_set)
     (reduced,) = _reducescatter_compressed([tensor], [op_name("reducescatter", name)], compression, op,
                                            prescale_factor, postscale_factor, process_set)
     return reduced
@@ -389,7 +396,7 @@ def grouped_reducescatter(tensors: Sequence[Any], device_dense: str = "",
                           name: str | None = None,
                           process_set: ProcessSet = global_process_set) -> list[tf.Tensor]:
     """Reducescatters every tensor (as ``reducescatter``), negotiated together."""
-    runtime_for(process_set)
+    _check_member(process_set)
     tensors = list(tensors)
     if not tensors:
         return []
@@ -403,7 +410,7 @@ def grouped_reducescatter(tensors: Sequence[Any], device_dense: str = "",
 def barrier(process_set: ProcessSet = global_process_set) -> tf.Operation | None:
     """Returns once every rank has called barrier() (inside a graph: once the op runs). In a TF1-style
     graph it returns the op for a ``Session`` to run; elsewhere None (a tf.function runs it in order)."""
-    runtime_for(process_set)
+    _check_member(process_set)
 
     def wait() -> list[np.ndarray]:
         engine_calls.barrier(process_set)
@@ -416,6 +423,6 @@ def barrier(process_set: ProcessSet = global_process_set) -> tf.Operation | None
 def join(process_set: ProcessSet = global_process_set) -> tf.Tensor:
     """Marks this rank as out of data; until every rank has joined it contributes zeros to the
     others' allreduces. Returns the rank that joined last (an int32 scalar tensor)."""
-    runtime_for(process_set)
+    _check_member(process_set)
     (last,) = run(lambda: [np.asarray(engine_calls.join(process_set), dtype=np.int32)], [], [tf.int32], [[]])
     return last
