@@ -27,14 +27,14 @@ build: $(VENV)/.built
 
 # tests/mpi runs the collective and torch worker cases under `mpiexec -n 2` (and 3), with the MPI
 # bootstrap + native ring and with the MPI data path; `make test-mpi` runs only those.
-# `make wheel-test` (the built wheel installed in a fresh venv, and a packed env on executors) is kept out of
-# `make test` for now: with it the suite comes too close to CI's 40-minute budget on a 2-core machine.
+# `make wheel-test` (the built wheel installed in a fresh venv, and a packed env on executors) runs beside the
+# suite: since the suite keeps one local[2] Spark session per process, CI has room for it (25.8 min without).
 # Two test processes, a file each at a time (module fixtures stay in one process): most of the suite waits
 # on JVMs and ranks rather than computing, so two files at once take about half the time on 2 cores.
-# Petastorm's venv and the docs site build beside the suite (-O keeps each one's output together).
+# Petastorm's venv, the docs site and the wheel build beside the suite (-O keeps each one's output together).
 TEST_WORKERS ?= 2
 test: build
-	$(MAKE) --no-print-directory -j3 -O suite petastorm-test docs
+	$(MAKE) --no-print-directory -j4 -O suite petastorm-test docs wheel-test
 
 suite: build
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
