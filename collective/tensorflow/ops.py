@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 import tensorflow as tf
 
-from collective.process_sets import ProcessSet, global_process_set, runtime_for, set_rank_of
+from collective.process_sets import ProcessSet, global_process_set, runtime_for
 from collective.reduce_ops import Average, ReduceOp, Sum, resolve_op as _resolve_op
 from collective.runtime import rank
 from collective.tensorflow import engine_calls
@@ -253,8 +253,7 @@ def broadcast(tensor: Any, root_rank: int, name: str | None = None, ignore_name_
     raw = tf.convert_to_tensor(tensor)
     carried, original = _as_bits(raw)
     x = as_tensor(carried, name)
-    root = _check_root(root_rank, name, process_set)
-    set_root = set_rank_of(runtime_for(process_set), root, "root_rank")
+    root, set_root = _check_root(root_rank, name, process_set)
     submitted = op_name("broadcast", name)
 
     @tf.custom_gradient
@@ -270,23 +269,27 @@ def broadcast(tensor: Any, root_rank: int, name: str | None = None, ignore_name_
     return _from_bits(forward(x), original)
 
 
-def _check_root(root_rank: int, name: str | None, process_set: ProcessSet = global_process_set) -> int:
-    """``root_rank`` (a global rank), checked against the ranks of ``process_set``."""
+def _check_root(root_rank: int, name: str | None,
+                process_set: ProcessSet = global_process_set) -> tuple[int, int]:
+    """``root_rank`` (a global rank), checked against the ranks of ``process_set``, and its rank there."""
     root = int(root_rank)
     runtime = runtime_for(process_set)
     members = runtime.members
-    if members is None and not 0 <= root < runtime.topology.size:
-        raise invalid_argument(f"broadcast {label(name)}: root_rank {root} is outside [0, {runtime.topology.size})")
-    if members is not None and root not in members:
+    if members is None:
+        if not 0 <= root < runtime.topology.size:
+            raise invalid_argument(f"broadcast {label(name)}: root_rank {root} is outside "
+                                   f"[0, {runtime.topology.size})")
+        return root, root
+    if root not in members:
         raise invalid_argument(f"broadcast {label(name)}: root_rank {root} is not in the process set (ranks "
                                f"{list(members)})")
-    return root
+    return root, members.index(root)
 
 
 @not_converted
 def broadcast_group(tensors: Sequence[tf.Tensor], root_rank: int, names: Sequence[str | None]) -> list[tf.Tensor]:
     """Broadcasts several tensors in one engine round trip (no gradient): for variables and state."""
-    root = _check_root(root_rank, names[0] if names else None)
+    root, _ = _check_root(root_rank, names[0] if names else None)
     carried, originals = zip(*[_as_bits(tf.convert_to_tensor(t)) for t in tensors]) if tensors else ((), ())
     dense = [as_tensor(t, n) for t, n in zip(carried, names)]
     names = list(names)
