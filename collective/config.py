@@ -41,6 +41,8 @@ ENV_HOROVOD_STALL_CHECK_DISABLE = "HOROVOD_STALL_CHECK_DISABLE"  # truthy: no wa
 ENV_BACKEND = "COLLECTIVE_BACKEND"
 ENV_NCCL_LIBRARY = "COLLECTIVE_NCCL_LIBRARY"
 ENV_NICS = "COLLECTIVE_NICS"  # comma-separated interface names
+# Horovod's switch for the hierarchical allreduce (within hosts, then across): 1 forces it on, 0 off.
+ENV_HOROVOD_HIERARCHICAL_ALLREDUCE = "HOROVOD_HIERARCHICAL_ALLREDUCE"
 # Where a rank started by collective.run writes its FailureReport when an exception ends it.
 ENV_FAILURE_REPORT = "COLLECTIVE_FAILURE_REPORT"
 # Horovod's variable for spark.run's start_timeout, honoured so ported jobs keep their setting.
@@ -85,6 +87,10 @@ class Config:
     nccl_library: str | None = None          # path to libnccl.so.2; None = the nvidia-nccl wheel, then the system
     # Network interfaces the mesh may use (Horovod's nics), e.g. ("eth0",); None = any.
     nics: tuple[str, ...] | None = None
+    # Allreduce within each host, then across hosts, then within again (native/algorithms/hierarchical_allreduce.cc):
+    # True forces it wherever there are several hosts, False never; None chooses per call (several hosts with
+    # several ranks, and a tensor past the one-round size). Every rank must pass the same value.
+    hierarchical_allreduce: bool | None = None
 
     def __post_init__(self) -> None:
         # Lists and sets are accepted (Horovod takes either) and kept as a tuple, so Config stays hashable.
@@ -387,6 +393,7 @@ _ENV_FIELDS: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "backend": (ENV_BACKEND, _parse_text),
     "nccl_library": (ENV_NCCL_LIBRARY, _parse_text),
     "nics": (ENV_NICS, _parse_nics),
+    "hierarchical_allreduce": (ENV_HOROVOD_HIERARCHICAL_ALLREDUCE, _parse_flag),
 }
 
 
@@ -448,6 +455,8 @@ def _validate(values: Mapping[str, Any], label: Callable[[str], str]) -> None:
             fail(name, "must be > 0")
     if not isinstance(values["enable_shm"], bool):
         fail("enable_shm", "must be a bool")
+    if values["hierarchical_allreduce"] is not None and not isinstance(values["hierarchical_allreduce"], bool):
+        fail("hierarchical_allreduce", "must be True, False or None (choose per call)")
     for name in ("fusion_threshold_bytes", "cache_capacity"):
         value = values[name]
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:

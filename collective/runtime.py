@@ -11,9 +11,16 @@ from typing import Any
 from collective import _native
 from collective.bootstrap import Bootstrap, bootstrap_from_config
 from collective.bootstrap.interfaces import mesh_host
-from collective.config import Config, config_from_env, default_host_key, failure_report_path, replace_unvalidated
+from collective.config import (
+    ENV_HOROVOD_HIERARCHICAL_ALLREDUCE,
+    Config,
+    config_from_env,
+    default_host_key,
+    failure_report_path,
+    replace_unvalidated,
+)
 from collective.engine import Engine
-from collective.errors import CollectiveError, NotInitializedError
+from collective.errors import CollectiveError, MismatchError, NotInitializedError
 from collective.failure_report import report_uncaught_exceptions
 from collective.topology import Topology, topology_from_host_keys
 
@@ -155,7 +162,8 @@ def _build_runtime(cfg: Config, bootstrap: Bootstrap) -> _Runtime:
 
 def mesh_record(cfg: Config, host: str, port: int, host_key: str) -> dict[str, Any]:
     """What a rank tells its peers so that they can reach it (see ``connect_mesh``)."""
-    return {"host": host, "port": port, "host_key": host_key, "shm": cfg.enable_shm}
+    return {"host": host, "port": port, "host_key": host_key, "shm": cfg.enable_shm,
+            "hierarchical_allreduce": cfg.hierarchical_allreduce}
 
 
 def connect_mesh(cfg: Config, listener: Any, rank: int, peers: list[dict[str, Any]]) -> Any:
@@ -167,7 +175,28 @@ def connect_mesh(cfg: Config, listener: Any, rank: int, peers: list[dict[str, An
     options.host_keys = [p["host_key"] for p in peers]
     # Shared memory only if every rank allows it, so both sides of each pair agree.
     options.enable_shm = all(p["shm"] for p in peers)
+    options.hierarchical_allreduce = agreed_hierarchical_allreduce(peers)
     return _native.Communicator(listener, options)
+
+
+def agreed_hierarchical_allreduce(peers: list[dict[str, Any]]) -> bool | None:
+    """Every member's ``hierarchical_allreduce``, which must be one value: each rank chooses the algorithm
+    of every allreduce from it, and ranks that chose differently would wait on each other forever.
+    Every member sees the same records, so a disagreement fails on all of them alike."""
+    choices: dict[bool | None, list[int]] = {}
+    for rank, record in enumerate(peers):
+        choices.setdefault(record.get("hierarchical_allreduce"), []).append(rank)
+    if len(choices) > 1:
+        detail = "; ".join(f"rank(s) {', '.join(map(str, ranks))}: {value}" for value, ranks in choices.items())
+        raise MismatchError(f"ranks disagree on hierarchical_allreduce ({ENV_HOROVOD_HIERARCHICAL_ALLREDUCE} or "
+                            f"Config.hierarchical_allreduce): {detail}")
+    return next(iter(choices))
+
+
+def bytes_sent() -> dict[str, int]:
+    """Bytes this rank has sent to its peers since init(), per transport ({'shm': n, 'tcp': n}): which
+    path the data took, for tests and benchmarks."""
+    return dict(communicator().bytes_sent())
 
 
 def shutdown() -> None:

@@ -14,8 +14,19 @@
 namespace shvd {
 
 // In place over `count` elements: pipelined ring reduce-scatter then allgather, 2(p-1)/p of the data
-// per rank. Average behaves as Sum here (the caller finishes it).
+// per rank, around the ranks host by host. Average behaves as Sum here (the caller finishes it).
 void ring_allreduce(Mesh& mesh, void* data, size_t count, DType dtype, ReduceOp op, const CollectiveOptions& opts);
+
+// Whether an allreduce of `bytes` per rank takes the hierarchy: the mesh's hierarchical_allreduce option
+// when set, else when several hosts hold several ranks and the tensor is past the one-round size. Every
+// rank derives the same answer (same options, host keys and size).
+bool use_hierarchical_allreduce(const Mesh& mesh, size_t bytes);
+
+// In place: reduce-scatter within each host, one allreduce across hosts per slice (a direct exchange
+// when the slice is small), allgather within each host. Any layout of ranks on hosts; `slots` holds
+// the copies of a direct exchange (reused across calls). Average behaves as Sum here.
+void hierarchical_allreduce(Mesh& mesh, void* data, size_t count, DType dtype, ReduceOp op,
+                            const CollectiveOptions& opts, ByteBuffer& slots);
 
 // In place, for small tensors: every rank sends its whole tensor to every peer and reduces all of them
 // locally in rank order, so all ranks get identical bits after one round instead of 2(p-1) steps.

@@ -13,8 +13,9 @@ void ring_allgatherv(Mesh& mesh, uint8_t* out, const std::vector<size_t>& byte_o
                      const std::vector<size_t>& byte_len, const CollectiveOptions& opts) {
   if (mesh.size() == 1) return;
   RingItems ring(mesh.size());
-  // Shift -1: the first block this rank sends is its own.
-  add_ring_allgather(ring.sends, ring.recvs, mesh.rank(), mesh.size(), out, byte_offset, byte_len, -1, nullptr);
+  // Shift -1: the first block this rank sends is its own. Blocks are numbered by ring position.
+  add_ring_allgather(ring.sends, ring.recvs, host_ordered_ring(mesh), out, in_ring_order(mesh, byte_offset),
+                     in_ring_order(mesh, byte_len), -1, nullptr);
   ring.run(mesh, opts);
 }
 

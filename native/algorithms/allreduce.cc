@@ -2,7 +2,8 @@
 //
 // Small tensors go to every peer at once and each rank reduces all of them locally in rank order, so
 // all ranks get identical bits after one round (for direct calls the tensors travel inside the
-// descriptor round itself); larger ones take the pipelined ring. Prescaling happens before anything
+// descriptor round itself); larger ones take the pipelined ring, ordered host by host, or across several
+// hosts the hierarchy (hierarchical_allreduce.cc). Prescaling happens before anything
 // is sent, Average's division and the postscale after.
 #include <algorithm>
 
@@ -14,21 +15,9 @@
 namespace shvd {
 
 void ring_allreduce(Mesh& mesh, void* data, size_t count, DType dtype, ReduceOp op, const CollectiveOptions& opts) {
-  const int size = mesh.size();
-  if (size == 1) return;
-  Partition parts = split_rows(count, size);
-  const size_t elem = dtype_size(dtype);
-  std::vector<size_t> byte_offset(size), byte_len(size);
-  for (int i = 0; i < size; ++i) {
-    byte_offset[i] = parts.offset[i] * elem;
-    byte_len[i] = parts.rows[i] * elem;
-  }
-  uint8_t* bytes = static_cast<uint8_t*>(data);
-  RingItems ring(2 * size);
-  add_ring_reduce_scatter(ring.sends, ring.recvs, mesh.rank(), size, bytes, parts.offset, parts.rows, dtype, op, 0);
-  // The allgather's first send is this rank's fully reduced chunk: it streams out as it is produced.
-  const size_t* last_reduced = &ring.recvs.back().done;
-  add_ring_allgather(ring.sends, ring.recvs, mesh.rank(), size, bytes, byte_offset, byte_len, 0, last_reduced);
+  if (mesh.size() == 1) return;
+  RingItems ring(2 * mesh.size());
+  add_ring_allreduce(ring.sends, ring.recvs, host_ordered_ring(mesh), static_cast<uint8_t*>(data), count, dtype, op);
   ring.run(mesh, opts);
 }
 
@@ -62,6 +51,8 @@ OwnedResult run_allreduce(OpContext& ctx, const CallInfo& call, void* data, cons
   const size_t bytes = call_bytes(call);
   if (size > 1 && all_inline(agreed, [&](int) { return bytes; })) {
     reduce_inline(agreed, ctx.mesh.rank(), static_cast<uint8_t*>(data), 0, count, call.dtype, call.op);
+  } else if (use_hierarchical_allreduce(ctx.mesh, bytes)) {
+    hierarchical_allreduce(ctx.mesh, data, count, call.dtype, call.op, ctx.options, ctx.slots);
   } else if (is_small_call(bytes, size)) {
     direct_allreduce(ctx.mesh, data, count, call.dtype, call.op, ctx.options, ctx.slots);
   } else {

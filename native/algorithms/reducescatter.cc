@@ -16,9 +16,9 @@ void ring_reducescatter(Mesh& mesh, void* data, const std::vector<size_t>& elem_
                         const CollectiveOptions& opts) {
   if (mesh.size() == 1) return;
   RingItems ring(mesh.size());
-  // Shift -1 so that rank r ends holding chunk r.
-  add_ring_reduce_scatter(ring.sends, ring.recvs, mesh.rank(), mesh.size(), static_cast<uint8_t*>(data), elem_offset,
-                          elem_count, dtype, op, -1);
+  // Shift -1 so that each ring position ends holding its own rank's chunk (chunks listed in ring order).
+  add_ring_reduce_scatter(ring.sends, ring.recvs, host_ordered_ring(mesh), static_cast<uint8_t*>(data),
+                          in_ring_order(mesh, elem_offset), in_ring_order(mesh, elem_count), dtype, op, -1);
   ring.run(mesh, opts);
 }
 

@@ -66,6 +66,17 @@ void register_communicator(nb::module_& m) {
       .def_prop_ro("rank", [](PyCommunicator& c) { return c.comm->rank(); })
       .def_prop_ro("size", [](PyCommunicator& c) { return c.comm->size(); })
       .def("uses_shm", [](PyCommunicator& c, int peer) { return c.comm->uses_shm(peer); })
+      .def(
+          "bytes_sent",
+          [](PyCommunicator& c) {
+            // Atomic counters: read without the call mutex, so this works while the engine runs.
+            const TrafficCounters& t = c.comm->mesh().traffic();
+            nb::dict out;
+            out["shm"] = t.shm_bytes.load(std::memory_order_relaxed);
+            out["tcp"] = t.tcp_bytes.load(std::memory_order_relaxed);
+            return out;
+          },
+          "Bytes this rank has sent to its peers since the mesh formed, per transport: {'shm': n, 'tcp': n}.")
       .def("run", &run, nb::arg("kind"), nb::arg("name"), nb::arg("tensor").none(), nb::arg("dtype").none() = nb::none(),
            nb::arg("shape").none() = nb::none(), nb::arg("op") = ReduceOp::kSum, nb::arg("root") = -1,
            nb::arg("prescale") = 1.0, nb::arg("postscale") = 1.0, nb::arg("splits").none() = nb::none(),

@@ -2,6 +2,7 @@
 // CollectiveKind enums (generated from native/common/types.h's tables), the option structs, the text
 // naming the supported dtypes, and each collective's rules (local validation and cross-rank agreement),
 // which the MPI backend applies to its own calls.
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -51,7 +52,8 @@ void register_options(nb::module_& m) {
       .def_rw("timeout_s", &MeshOptions::timeout_s)
       .def_rw("spin_us", &MeshOptions::spin_us)
       .def_rw("yield_us", &MeshOptions::yield_us)
-      .def_rw("job_tag", &MeshOptions::job_tag);
+      .def_rw("job_tag", &MeshOptions::job_tag)
+      .def_rw("hierarchical_allreduce", &MeshOptions::hierarchical_allreduce, nb::arg().none());
   nb::class_<EngineOptions>(m, "EngineOptions", "The background engine's knobs (native/engine/engine.h).")
       .def(nb::init<>())
       .def_rw("fusion_threshold_bytes", &EngineOptions::fusion_threshold_bytes)

@@ -150,8 +150,8 @@ Mesh::Mesh(MeshOptions options, Fd listener) : options_(std::move(options)), lis
     fail(ErrorKind::kInvalidArgument, "mesh needs one host, port and host key per rank");
   }
   peers_.resize(n);
-  int local_ranks = 0;
-  for (int r = 0; r < n; ++r) local_ranks += options_.host_keys[r] == options_.host_keys[options_.rank];
+  layout_ = layout_hosts(options_.host_keys);
+  const int local_ranks = int(layout_.hosts[layout_.host_of[options_.rank]].size());
   default_wait_.spin_us = options_.spin_us;
   if (default_wait_.spin_us < 0) {
     // Busy-waiting only pays when every local rank has a core; otherwise it steals the peer's time slice.
@@ -360,6 +360,7 @@ bool Mesh::progress_send(SendItem& item, Peer& peer) {
   if (peer.shm) {
     size_t n = peer.out.write_some(item.data + item.done, std::min(limit - item.done, kPieceBytes));
     item.done += n;
+    traffic_.shm_bytes.fetch_add(n, std::memory_order_relaxed);
     return n > 0;
   }
   size_t want = std::min(limit - item.done, options_.tcp_chunk_bytes);
@@ -369,6 +370,7 @@ bool Mesh::progress_send(SendItem& item, Peer& peer) {
     peer_lost(peer, "was sending to it (" + errno_text(errno) + ")");
   }
   item.done += size_t(n);
+  traffic_.tcp_bytes.fetch_add(size_t(n), std::memory_order_relaxed);
   return n > 0;
 }
 

@@ -7,14 +7,17 @@
 // and an abort can always be delivered, even in the middle of a transfer.
 #pragma once
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/byte_buffer.h"
 #include "common/deadline.h"
 #include "common/types.h"
+#include "transport/host_layout.h"
 #include "transport/shm_ring.h"
 #include "transport/socket.h"
 
@@ -38,6 +41,17 @@ struct MeshOptions {
   int spin_us = -1;     // busy-wait (pause) before yielding; -1 picks by cores vs local ranks
   int yield_us = 2000;  // then keep yielding the core this long before sleeping on a futex or poll()
   std::string job_tag;  // distinguishes shm names of concurrent jobs
+  // Allreduce in three steps (reduce-scatter within each host, allreduce across hosts, allgather within
+  // each host): true forces it wherever there are several hosts, false never, unset lets each call choose.
+  // Every rank must hold the same value (the caller checks it when the mesh forms).
+  std::optional<bool> hierarchical_allreduce;
+};
+
+// Bytes this rank has sent over each transport since the mesh formed, so tests and benchmarks can see
+// which path the data took. Atomic: the engine's thread counts while Python reads.
+struct TrafficCounters {
+  std::atomic<uint64_t> shm_bytes{0};
+  std::atomic<uint64_t> tcp_bytes{0};
 };
 
 // One send to a peer. Sends to the same peer go out in the order given.
@@ -89,6 +103,9 @@ class Mesh {
   int size() const { return options_.size; }
   bool uses_shm(int peer) const;
   const MeshOptions& options() const { return options_; }
+  // Which ranks share a host; rings and chains follow its order.
+  const HostLayout& layout() const { return layout_; }
+  const TrafficCounters& traffic() const { return traffic_; }
 
   // Moves all items to completion or throws (timeout, peer failure, size mismatch).
   // `what` names the operation for error messages.
@@ -133,6 +150,8 @@ class Mesh {
                              const Active& active, const std::string& what);
 
   MeshOptions options_;
+  HostLayout layout_;
+  TrafficCounters traffic_;
   Fd listener_;
   std::vector<std::unique_ptr<Peer>> peers_;
   WaitPolicy default_wait_;
