@@ -83,6 +83,27 @@ class Ours(Backend):
         self.hvd.shutdown()
 
 
+class OursOnLayout(Ours):
+    """Ours on emulated hosts: each rank takes its host key from ``layout`` (one host name per rank), so
+    same-host pairs use shared memory and the others TCP; the allreduce is forced flat or hierarchical."""
+
+    def __init__(self, layout: list[str], hierarchical: bool) -> None:
+        import collective as hvd
+        from collective.config import config_from_env
+
+        self.hvd = hvd
+        self.name = "ours-hier" if hierarchical else "ours-flat"
+        rank = config_from_env().rank
+        if rank is None or len(layout) <= rank:
+            raise RuntimeError(f"{self.name}: --layout names {len(layout)} hosts, not one for rank {rank}")
+        hvd.init(host_key=f"bench-{layout[rank]}", hierarchical_allreduce=hierarchical)
+        self.rank, self.size = hvd.rank(), hvd.size()
+        used = [hvd.uses_shared_memory(p) for p in range(self.size) if p != self.rank]
+        expected = [layout[p] == layout[rank] for p in range(self.size) if p != self.rank]
+        if used != expected:
+            raise RuntimeError(f"{self.name}: uses_shared_memory per peer is {used}, expected {expected}")
+
+
 class OursOverMpi(Ours):
     """Ours with MPI as the data path (collective.init(backend="mpi") under mpiexec): direct calls, or
     through the background engine (as collective.torch's calls go)."""
@@ -159,9 +180,11 @@ class Mpi(Backend):
         return {"mpi_library": version.splitlines()[0]}
 
 
-def make_backend(impl: str) -> Backend:
+def make_backend(impl: str, layout: list[str]) -> Backend:
     if impl in ("ours-shm", "ours-tcp"):
         return Ours(shm=impl == "ours-shm")
+    if impl in ("ours-flat", "ours-hier"):
+        return OursOnLayout(layout, hierarchical=impl == "ours-hier")
     if impl in ("ours-mpi", "ours-mpi-engine"):
         return OursOverMpi(engine=impl == "ours-mpi-engine")
     if impl == "gloo":
@@ -219,16 +242,18 @@ def measure(backend: Backend, nbytes: int, target_s: float, min_iters: int, max_
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--impl", required=True, choices=["ours-shm", "ours-tcp", "ours-mpi", "ours-mpi-engine", "gloo", "mpi"])
+    parser.add_argument("--impl", required=True, choices=["ours-shm", "ours-tcp", "ours-flat", "ours-hier", "ours-mpi",
+                                                            "ours-mpi-engine", "gloo", "mpi"])
     parser.add_argument("--sizes", type=int, nargs="+", required=True, help="message sizes in bytes")
     parser.add_argument("--target-s", type=float, default=1.0, help="aim for this much timed work per size")
     parser.add_argument("--min-iters", type=int, default=5)
     parser.add_argument("--max-iters", type=int, default=100_000)
     parser.add_argument("--label", default=None, help="name reported for this implementation")
     parser.add_argument("--pin", action="store_true", help="bind this rank to one CPU: rank mod the usable CPUs")
+    parser.add_argument("--layout", default="", help="ours-flat/ours-hier: host name of each rank, comma-separated")
     args = parser.parse_args(argv)
 
-    backend = make_backend(args.impl)
+    backend = make_backend(args.impl, args.layout.split(","))
     if args.pin:
         cpus = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cpus[backend.rank % len(cpus)]})

@@ -13,6 +13,9 @@ rank bounds what a training step would see), then the median over R interleaved 
 algbw = bytes / time; busbw = algbw * 2(p-1)/p, in GB/s = 1e9 bytes/s.
 Exit status is non-zero only if one of our own implementations fails.
 
+``--impls ours-flat ours-hier [--layout A,B,A,B]`` runs ours on emulated hosts (a host key per rank: shared
+memory within a host, TCP across) with the allreduce forced flat or hierarchical, and prints hier / flat.
+
 ``--pin`` binds rank r to CPU r, as mpirun does by default; without it the two ranks of a 2-core machine
 sometimes share a core for a whole job, which swings small-call latency by 2x in either direction.
 
@@ -57,12 +60,15 @@ WORKER = BENCH_DIR / "_allreduce_worker.py"
 MARKER = "@@allreduce "
 OURS = ("ours-shm", "ours-tcp")
 IMPLS = ("ours-shm", "ours-tcp", "ours-mpi", "ours-mpi-engine", "gloo", "mpi-shm", "mpi-tcp")
+# Ours on emulated hosts (--layout): the allreduce forced flat (host-ordered ring) or hierarchical.
+# Not run by default: they compare two of our algorithms, not ours against a peer.
+LAYOUT_IMPLS = ("ours-flat", "ours-hier")
 # Ours with MPI moving the data (backend="mpi"), directly and through the engine, started by mpiexec
 # on mpi-shm's transport.
 OURS_OVER_MPI = ("ours-mpi", "ours-mpi-engine")
 # (ours, peer) pairs shown as ratios; the first three are what the targets are about.
 RATIOS = (("ours-shm", "mpi-shm"), ("ours-tcp", "gloo"), ("ours-tcp", "mpi-tcp"), ("ours-shm", "gloo"),
-          ("ours-mpi", "mpi-shm"), ("ours-mpi-engine", "mpi-shm"))
+          ("ours-mpi", "mpi-shm"), ("ours-mpi-engine", "mpi-shm"), ("ours-hier", "ours-flat"))
 DEFAULT_SIZES = ("4K", "64K", "1M", "16M", "64M", "256M")
 QUICK_SIZES = ("4K", "64K", "1M", "16M")
 # Open MPI 5 renamed the vader BTL to sm. ob1 is forced in both cases so that neither UCX nor
@@ -121,8 +127,13 @@ def _mpiexec() -> str:
     return str(beside) if beside.exists() else "mpiexec"
 
 
+def interleaved_hosts(ranks: int) -> list[str]:
+    """Two emulated hosts, with rank r on host r % 2: how Spark places the partitions of a barrier stage."""
+    return ["A" if r % 2 == 0 else "B" for r in range(ranks)]
+
+
 def make_job(impl: str, ranks: int, sizes: list[int], worker_args: list[str], timeout_s: float,
-             baseline: Path | None = None) -> Job:
+             baseline: Path | None = None, layout: list[str] | None = None) -> Job:
     """Builds the command lines for one implementation at one world size."""
     py = sys.executable
     work = [str(WORKER), "--sizes", *map(str, sizes), *worker_args]
@@ -135,6 +146,10 @@ def make_job(impl: str, ranks: int, sizes: list[int], worker_args: list[str], ti
     if impl in OURS:
         argv = [py, "-m", "collective.run", "-np", str(ranks), "--timeout", str(int(timeout_s)),
                 *work, "--impl", impl]
+        return Job(impl, ranks, [argv], [env])
+    if impl in LAYOUT_IMPLS:
+        argv = [py, "-m", "collective.run", "-np", str(ranks), "--timeout", str(int(timeout_s)),
+                *work, "--impl", impl, "--layout", ",".join(layout or interleaved_hosts(ranks))]
         return Job(impl, ranks, [argv], [env])
     if impl == "gloo":
         # Our own spawning: one process per rank, rendezvous through env:// on loopback.
@@ -415,7 +430,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=parse_size, nargs="+", default=None,
                         help="message sizes, e.g. 4K 1M 256M (default: 4K 64K 1M 16M 64M 256M)")
     parser.add_argument("--ranks", type=int, nargs="+", default=None, help="world sizes (default: 2 4)")
-    parser.add_argument("--impls", nargs="+", choices=IMPLS, default=list(IMPLS))
+    parser.add_argument("--impls", nargs="+", choices=IMPLS + LAYOUT_IMPLS, default=list(IMPLS))
+    parser.add_argument("--layout", default=None,
+                        help="ours-flat/ours-hier: host name of each rank, comma-separated, e.g. A,B,A,B "
+                             "(default: two hosts, ranks interleaved as Spark places them)")
     parser.add_argument("--target-s", type=float, default=None,
                         help="timed seconds per cell (default 1.0; 0.2 with --quick)")
     parser.add_argument("--iters", type=int, default=None,
@@ -460,7 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     for round_no in range(1, repeat + 1):
         for ranks in ranks_list:
             for impl in args.impls:
-                job = make_job(impl, ranks, sizes, worker_args, args.job_timeout, args.baseline)
+                job = make_job(impl, ranks, sizes, worker_args, args.job_timeout, args.baseline,
+                               args.layout.split(",") if args.layout else None)
                 print(f"[bench] round {round_no}: {impl} x{ranks} (load {os.getloadavg()[0]:.2f}) ...",
                       end=" ", file=sys.stderr, flush=True)
                 run_job(job, args.job_timeout)
@@ -497,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
     }, indent=1))
     print(f"raw results: {path}")
 
-    failed = [f"{impl} x{ranks}" for (impl, ranks), r in results.items() if impl in (*OURS, *OURS_OVER_MPI) and
+    failed = [f"{impl} x{ranks}" for (impl, ranks), r in results.items() if impl in (*OURS, *OURS_OVER_MPI, *LAYOUT_IMPLS) and
               (r["exit_problem"] or any("error" in c for c in r["cells"].values()))]
     if failed:
         print(f"our implementation failed: {', '.join(failed)}", file=sys.stderr)
