@@ -13,7 +13,9 @@ from collective.runtime import agreed_hierarchical_allreduce
 from jobs import JobResult, run_job
 
 LAYOUTS = {"2x2": "A,B,A,B", "3+1": "A,A,A,B"}
-COUNTS = "0,7,30011"  # empty; inside the descriptor round; past it even for 1-byte types (4 ranks)
+# Empty; fewer elements than slices (through the engine); inside the descriptor round; past it even for
+# 1-byte types on 4 ranks.
+COUNTS = "0,1,7,30011"
 MIB = 1 << 20  # the worker's traffic tensor: 2^18 float32
 # Besides the tensor: each direct call's descriptor blocks.
 SLACK = 4096
@@ -51,8 +53,8 @@ def test_every_dtype_and_op_is_right_and_identical_on_every_rank(layout: str, mo
     cases = [record(result, rank, "cases") for rank in range(4)]
     for rank, found in enumerate(cases):
         assert found["failures"] == [], (rank, found["failures"][:10])
-        # Every dtype x 7 op variants x 3 counts, direct and through the engine.
-        assert len(found["digests"]) == 10 * 7 * 3 * 2
+        # Every dtype x 7 op variants x 4 counts, direct and through the engine.
+        assert len(found["digests"]) == 10 * 7 * 4 * 2
         assert found["digests"] == cases[0]["digests"], f"rank {rank} got other bits than rank 0"
 
 
@@ -62,7 +64,7 @@ def test_integer_results_are_bit_identical_to_the_flat_ring(layout: str) -> None
     hierarchical = record(job(layout, "on"), 0, "cases")["digests"]
     flat = record(job(layout, "off"), 0, "cases")["digests"]
     integer_cases = [key for key in flat if key.split()[1] in ("uint8", "int8", "int16", "uint16", "int32", "int64")]
-    assert len(integer_cases) == 6 * 7 * 3 * 2
+    assert len(integer_cases) == 6 * 7 * 4 * 2
     differing = [key for key in integer_cases if hierarchical[key] != flat[key]]
     assert differing == []
 
@@ -132,3 +134,9 @@ def test_config_field_and_horovod_variable() -> None:
         config_from_env(environ={"HOROVOD_HIERARCHICAL_ALLREDUCE": "maybe"})
     with pytest.raises(ValueError, match="Config.hierarchical_allreduce"):
         Config(hierarchical_allreduce=1)
+
+
+def test_config_reaches_the_native_options() -> None:
+    assert Config(hierarchical_allreduce=True).to_native().mesh.hierarchical_allreduce is True
+    assert Config(hierarchical_allreduce=False).to_native().mesh.hierarchical_allreduce is False
+    assert Config().to_native().mesh.hierarchical_allreduce is None
