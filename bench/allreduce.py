@@ -516,7 +516,8 @@ def main(argv: list[str] | None = None) -> int:
     }, indent=1))
     print(f"raw results: {path}")
 
-    failed = [f"{impl} x{ranks}" for (impl, ranks), r in results.items() if impl in (*OURS, *OURS_OVER_MPI, *LAYOUT_IMPLS) and
+    ours = (*OURS, *OURS_OVER_MPI, *LAYOUT_IMPLS)
+    failed = [f"{impl} x{ranks}" for (impl, ranks), r in results.items() if impl in ours and
               (r["exit_problem"] or any("error" in c for c in r["cells"].values()))]
     if failed:
         print(f"our implementation failed: {', '.join(failed)}", file=sys.stderr)

@@ -107,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
             gloo = results[PEER_LAYOUT]["cells"][str(nbytes)]
             same_ranks = impl != "gloo" and label.startswith(PEER_LAYOUT.split(",")[0])
             vs = f"{gloo['time_s'] / cell['time_s']:.2f}" if same_ranks and "time_s" in gloo else "-"
-            print(f"| {label} | {human_size(nbytes)} | {cell['time_s'] * 1e6:.0f} | {steps or '-'} | {per_step} | {vs} |")
+            print(f"| {label} | {human_size(nbytes)} | {cell['time_s'] * 1e6:.0f} | {steps or '-'} | {per_step} "
+                  f"| {vs} |")
     return 1 if failed else 0
 
 

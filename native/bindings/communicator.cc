@@ -53,6 +53,16 @@ void register_communicator(nb::module_& m) {
       },
       nb::arg("host"), nb::rv_policy::take_ownership, "Bind a listening socket for the mesh; publish .port to peers.");
 
+  m.def(
+      "host_layout",
+      [](const std::vector<std::string>& host_keys) {
+        HostLayout layout = layout_hosts(host_keys);
+        return nb::make_tuple(layout.hosts, layout.ring);
+      },
+      nb::arg("host_keys"),
+      "(ranks of each host, ring order) as every mesh derives them from its ranks' host keys: hosts in the "
+      "order of their lowest rank, and the ring that rings and chains follow, host by host.");
+
   nb::class_<PyCommunicator>(m, "Communicator")
       .def(
           "__init__",
