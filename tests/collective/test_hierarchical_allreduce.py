@@ -5,12 +5,15 @@ each rank sent per transport show which path the data took."""
 
 from __future__ import annotations
 
+import json
+import time
+
 import pytest
 
 from collective.errors import MismatchError
 from collective.config import Config, config_from_env
 from collective.runtime import agreed_hierarchical_allreduce
-from jobs import JobResult, run_job
+from jobs import RESULT_TAG, JobResult, ManualJob, run_job
 
 LAYOUTS = {"2x2": "A,B,A,B", "3+1": "A,A,A,B"}
 # Empty; fewer elements than slices (through the engine); inside the descriptor round; past it even for
@@ -140,3 +143,20 @@ def test_config_reaches_the_native_options() -> None:
     assert Config(hierarchical_allreduce=True).to_native().mesh.hierarchical_allreduce is True
     assert Config(hierarchical_allreduce=False).to_native().mesh.hierarchical_allreduce is False
     assert Config().to_native().mesh.hierarchical_allreduce is None
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("layout, victim", [("2x2", 1), ("3+1", 3)])
+def test_a_rank_killed_inside_the_hierarchy_is_named_by_every_survivor(layout: str, victim: int) -> None:
+    # 3 + 1: the victim is alone on its host, so it is in every segment's cross-host allreduce.
+    with ManualJob("kill_target.py", 4, "shm", "direct", LAYOUTS[layout]) as killed:
+        for rank in range(4):
+            killed.wait_for_line(rank, "looping")
+        killed_at = time.time()
+        killed.kill(victim)
+        for rank in (r for r in range(4) if r != victim):
+            code, out = killed.finish(rank, timeout_s=30)
+            lines = [json.loads(line[len(RESULT_TAG):]) for line in out.splitlines() if line.startswith(RESULT_TAG)]
+            assert lines, f"rank {rank} reported nothing (exit {code}):\n{out[-3000:]}"
+            assert lines[0]["kind"] == "peer-failure" and lines[0]["rank"] == victim, lines[0]
+            assert lines[0]["at"] - killed_at < 10.0, f"rank {rank} took {lines[0]['at'] - killed_at:.1f} s"

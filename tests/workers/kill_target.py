@@ -1,4 +1,7 @@
-"""Loops large allreduces until a peer is SIGKILLed by the test, then reports the error and when it came."""
+"""Loops large allreduces until a peer is SIGKILLed by the test, then reports the error and when it came.
+
+argv: transport (shm/tcp), mode (direct/engine), and optionally a host layout (one host name per rank,
+comma-separated): the ranks then take those host keys and the hierarchical allreduce."""
 
 from __future__ import annotations
 
@@ -8,13 +11,17 @@ import time
 import numpy as np
 
 import collective as hvd
+from collective.config import config_from_env
 from collective.runtime import start_engine
 from common import report
 
 
 def main() -> None:
-    hvd.init(enable_shm=(sys.argv[1] == "shm"), timeout_s=60)
-    if sys.argv[2:] == ["engine"]:
+    layout = sys.argv[3].split(",") if len(sys.argv) > 3 else None
+    hosts = {} if layout is None else {"host_key": f"emulated-{layout[config_from_env().rank]}",
+                                       "hierarchical_allreduce": True}
+    hvd.init(enable_shm=(sys.argv[1] == "shm"), timeout_s=60, **hosts)
+    if sys.argv[2:3] == ["engine"]:
         start_engine()
     data = np.ones(4_000_000, np.float32)
     print("looping", flush=True)
