@@ -88,7 +88,8 @@ class Config:
     # Network interfaces the mesh may use (Horovod's nics), e.g. ("eth0",); None = any.
     nics: tuple[str, ...] | None = None
     # Allreduce within each host, then across hosts, then within again (native/algorithms/hierarchical_allreduce.cc):
-    # True forces it wherever there are several hosts, False never; None chooses per call (several hosts with
+    # True forces it wherever there are several hosts (except direct calls small enough to travel inside their
+    # descriptor round: they are reduced already), False never; None chooses per call (several hosts with
     # several ranks, and a tensor past the one-round size). Every rank must pass the same value.
     hierarchical_allreduce: bool | None = None
 

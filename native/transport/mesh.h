@@ -42,7 +42,8 @@ struct MeshOptions {
   int yield_us = 2000;  // then keep yielding the core this long before sleeping on a futex or poll()
   std::string job_tag;  // distinguishes shm names of concurrent jobs
   // Allreduce in three steps (reduce-scatter within each host, allreduce across hosts, allgather within
-  // each host): true forces it wherever there are several hosts, false never, unset lets each call choose.
+  // each host): true forces it wherever there are several hosts (but a direct call whose tensors came inside
+  // the descriptor round is reduced from those), false never, unset lets each call choose.
   // Every rank must hold the same value (the caller checks it when the mesh forms).
   std::optional<bool> hierarchical_allreduce;
 };
