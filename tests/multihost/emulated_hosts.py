@@ -104,10 +104,12 @@ class Host:
     holder: subprocess.Popen | None = None
     processes: list[subprocess.Popen] = field(default_factory=list)
 
-    def enter_argv(self) -> list[str]:
-        """The prefix that runs a command inside this host (its network, hostname and /dev/shm)."""
+    def enter_argv(self, cwd: str | None = None) -> list[str]:
+        """The prefix that runs a command inside this host (its network, hostname and /dev/shm), in ``cwd``
+        (default: ours; entering a mount namespace would otherwise move it to /)."""
         assert self.holder is not None
-        return ["nsenter", f"--target={self.holder.pid}", "--net", "--uts", "--mount", "--"]
+        return ["nsenter", f"--target={self.holder.pid}", "--net", "--uts", "--mount",
+                f"--wd={cwd or os.getcwd()}", "--"]
 
 
 class EmulatedHosts:
@@ -203,8 +205,8 @@ class EmulatedHosts:
         with self._lock:
             if self._closed:
                 raise RuntimeError("these emulated hosts are closed")
-            proc = subprocess.Popen([*host.enter_argv(), *argv], env=None if env is None else dict(env),
-                                    stdout=stdout, stderr=stderr, stdin=stdin, cwd=cwd, start_new_session=True)
+            proc = subprocess.Popen([*host.enter_argv(cwd), *argv], env=None if env is None else dict(env),
+                                    stdout=stdout, stderr=stderr, stdin=stdin, start_new_session=True)
             host.processes.append(proc)
         return proc
 

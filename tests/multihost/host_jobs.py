@@ -11,9 +11,10 @@ import secrets
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from jobs import parse_results  # noqa: E402
@@ -48,25 +49,44 @@ def rank_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def run_on_hosts(hosts: EmulatedHosts, placement: Sequence[int], worker: str, *args: str,
-                 env: Mapping[str, str] | None = None, per_rank_env: Sequence[Mapping[str, str]] | None = None,
-                 timeout_s: float = 60.0) -> HostJob:
-    """Rank r runs ``workers/<worker>`` on host ``placement[r]``; everything is killed by ``timeout_s``."""
-    secret = secrets.token_bytes(16)
-    first = placement[0]
-    server = hosts.popen(first, [sys.executable, str(WORKERS / "rendezvous_host.py"), hosts[first].address,
+def serve_rendezvous(hosts: EmulatedHosts, index: int, secret: bytes) -> tuple[subprocess.Popen, str]:
+    """Starts a rendezvous server on host ``index``, at its address; returns the process and "address:port"."""
+    server = hosts.popen(index, [sys.executable, str(WORKERS / "rendezvous_host.py"), hosts[index].address,
                                  secret.hex()], env=rank_environment(), stdin=subprocess.PIPE,
                          stderr=subprocess.PIPE)
     line = server.stdout.readline().decode()
     if not line.startswith("port "):
-        raise RuntimeError(f"rendezvous on host {first} did not start: {line!r} {server.stderr.read()!r}")
-    rendezvous = format_host_port(hosts[first].address, int(line.split()[1]))
-    ranks = []
-    for rank, host in enumerate(placement):
+        raise RuntimeError(f"rendezvous on host {index} did not start: {line!r} {server.stderr.read()!r}")
+    return server, format_host_port(hosts[index].address, int(line.split()[1]))
+
+
+def run_on_hosts(hosts: EmulatedHosts, placement: Sequence[int], worker: str, *args: str,
+                 env: Mapping[str, str] | None = None, per_rank_env: Sequence[Mapping[str, str]] | None = None,
+                 timeout_s: float = 60.0) -> HostJob:
+    """Rank r runs ``workers/<worker>`` (or an absolute path) on host ``placement[r]``, bootstrapped by a
+    rendezvous on rank 0's host; everything is killed by ``timeout_s``."""
+    secret = secrets.token_bytes(16)
+    server, rendezvous = serve_rendezvous(hosts, placement[0], secret)
+
+    def rank_env(rank: int) -> dict[str, str]:
         child_env = rank_environment(env)
         child_env.update(env_for_rank(rank, len(placement), rendezvous, secret))
         child_env.update((per_rank_env or [{}] * len(placement))[rank])
-        ranks.append(hosts.popen(host, [sys.executable, str(WORKERS / worker), *args], env=child_env))
+        return child_env
+
+    try:
+        return run_ranks(hosts, placement, lambda rank: [sys.executable, str(WORKERS / worker), *args], rank_env,
+                         timeout_s)
+    finally:
+        server.kill()
+        server.wait()
+
+
+def run_ranks(hosts: EmulatedHosts, placement: Sequence[int], argv: Callable[[int], list[str]],
+              env: Callable[[int], dict[str, str]], timeout_s: float) -> HostJob:
+    """Starts ``argv(rank)`` with ``env(rank)`` on host ``placement[rank]`` for every rank, and waits for all
+    of them (any still running after ``timeout_s`` is killed and counts as -9)."""
+    ranks = [hosts.popen(host, argv(rank), env=env(rank)) for rank, host in enumerate(placement)]
     outputs: list[list[str]] = [[] for _ in ranks]
 
     def pump(rank: int) -> None:
@@ -76,15 +96,16 @@ def run_on_hosts(hosts: EmulatedHosts, placement: Sequence[int], worker: str, *a
     pumps = [threading.Thread(target=pump, args=(r,), daemon=True) for r in range(len(ranks))]
     for thread in pumps:
         thread.start()
+    deadline = time.monotonic() + timeout_s
     codes = []
     try:
         for proc in ranks:
             try:
-                codes.append(proc.wait(timeout=timeout_s))
+                codes.append(proc.wait(timeout=max(0.1, deadline - time.monotonic())))
             except subprocess.TimeoutExpired:
                 codes.append(-9)
     finally:
-        for proc in [*ranks, server]:
+        for proc in ranks:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
