@@ -120,7 +120,10 @@ def run_mpi(hosts: EmulatedHosts, placement: list[int], argv: list[str], agent: 
     mpirun = str(Path(sys.executable).parent / "mpirun")
     command = [mpirun, "-n", str(len(placement)), "--host", host_list, *MPI_COMMON,
                "--mca", "btl", "self,sm,tcp", "--mca", "btl_tcp_if_include", HOST_INTERFACE,
-               "--mca", "oob_tcp_if_include", HOST_INTERFACE, "--mca", "plm_rsh_agent", str(agent), *argv]
+               "--mca", "oob_tcp_if_include", HOST_INTERFACE, "--mca", "plm_rsh_agent", str(agent),
+               # Every emulated host shares this machine's few cores; MPI's busy polling would starve the
+               # other ranks (it yields by default only when it knows a node is oversubscribed).
+               "--mca", "mpi_yield_when_idle", "true", *argv]
     env = rank_environment({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
     # One process (mpirun) on rank 0's host; its output carries every rank's lines.
     return run_ranks(hosts, placement[:1], lambda rank: command, lambda rank: env, timeout_s)
