@@ -79,9 +79,7 @@ def parse_hostfile(path: str) -> list[HostSlots]:
 
 
 def _host_slots(item: str, where: str) -> HostSlots:
-    name, colon, slots = item.rpartition(":") if ":" in item else (item, "", "1")
-    if not colon:
-        name = item
+    name, _, slots = item.rpartition(":") if ":" in item else (item, "", "1")
     if not name or any(c.isspace() for c in name):
         raise ValueError(f"{where}: {item!r} is not HOST or HOST:SLOTS")
     try:
