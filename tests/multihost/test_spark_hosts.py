@@ -3,6 +3,7 @@ and a worker on host 0, a worker on host 1, the driver on host 2, the Store a di
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -46,16 +47,16 @@ def test_run_and_fit_with_the_driver_on_another_host(make_hosts, tmp_path: Path)
             out, _ = driver.communicate()
         text = out.decode(errors="replace")
         assert driver.returncode == 0, text[-5000:]
-    import json
     records = {r["check"]: r for r in (json.loads(line[line.index(RESULT_TAG) + len(RESULT_TAG):])
                                        for line in text.splitlines() if line.startswith(RESULT_TAG))}
-    ranks = records["run"]["ranks"]
-    # One rank per worker host, each with its host's address on its mesh; the driver's host runs none.
-    assert sorted(r["hostname"] for r in ranks) == [hosts[0].hostname, hosts[1].hostname]
-    for r in ranks:
-        host = next(h for h in hosts.hosts if h.hostname == r["hostname"])
-        assert r["mesh_host"] == host.address
-        assert (r["local_size"], r["cross_size"], r["total"]) == (1, 2, 3.0)
+    for check in ("run", "run-nics"):  # the default interface, and nics=["eth0"]
+        ranks = records[check]["ranks"]
+        # One rank per worker host, each with its host's address on its mesh; the driver's host runs none.
+        assert sorted(r["hostname"] for r in ranks) == [hosts[0].hostname, hosts[1].hostname]
+        for r in ranks:
+            host = next(h for h in hosts.hosts if h.hostname == r["hostname"])
+            assert r["mesh_host"] == host.address
+            assert (r["local_size"], r["cross_size"], r["total"]) == (1, 2, 3.0)
     fit = records["fit"]
     assert fit["epochs"] == 3 and fit["last"]["loss"] < fit["first"]["loss"]
     assert list((tmp_path / "store").iterdir())  # the Store, written by ranks on both hosts

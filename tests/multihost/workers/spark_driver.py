@@ -71,6 +71,8 @@ def main() -> None:
         spark.sparkContext.parallelize(range(num_proc), num_proc).count()
         ranks = spark_hvd.run(where_am_i, num_proc=num_proc, start_timeout=120, verbose=0)
         report(check="run", ranks=ranks)
+        report(check="run-nics", ranks=spark_hvd.run(where_am_i, num_proc=num_proc, start_timeout=120, verbose=0,
+                                                     nics=["eth0"]))
         import torch
         from torch import nn
 
