@@ -32,11 +32,20 @@ class ChildProcess:
     """
 
     def __init__(self, argv: Sequence[str], env: Mapping[str, str], on_line: Callable[[str, bytes], None],
-                 *, pass_fds: Sequence[int] = (), name: str = "child") -> None:
+                 *, pass_fds: Sequence[int] = (), name: str = "child", stdin_line: bytes | None = None) -> None:
+        # stdin_line: written to the child's stdin, which then stays open for the child's lifetime (a remote
+        # rank's ssh reads its request from it, and takes its closing as the signal to stop the rank).
         self.proc = subprocess.Popen(
-            list(argv), env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            list(argv), env=dict(env), stdin=subprocess.DEVNULL if stdin_line is None else subprocess.PIPE,
+            stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, pass_fds=tuple(pass_fds), preexec_fn=child_setup_for(os.getpid()),
             close_fds=True)
+        if stdin_line is not None and self.proc.stdin is not None:
+            try:
+                self.proc.stdin.write(stdin_line)
+                self.proc.stdin.flush()
+            except BrokenPipeError:
+                pass  # it died at once; its exit code and stderr tell why
         self._pumps = [
             threading.Thread(target=_pump_lines, args=(pipe, stream, on_line), name=f"{name}-{stream}",
                              daemon=True)

@@ -1,8 +1,10 @@
-"""Single-host launcher: ``python -m collective.run -np N [--timeout S] script.py args...``.
+"""Launcher: ``python -m collective.run -np N [-H host1:2,host2:2 | --hostfile F] [--timeout S] script.py args...``.
 
 Runs N copies of a Python script as ranks of one job: starts a rendezvous server, exports the
 rank's identity through environment variables (names owned by collective.config), prefixes
 every output line with ``[rank]: ``, and tears the whole job down as soon as one rank fails.
+Without hosts every rank runs here; with ``-H``/``--hostfile`` (as horovodrun) ranks fill the hosts
+in order, and those on other hosts are started over ssh (collective.hosts, collective.remote_rank).
 
 This module must stay importable without the C++ extension: it only starts processes.
 """
@@ -34,15 +36,34 @@ from collective.config import (
     default_host_key,
     env_for_rank,
     format_host_port,
+    normalize_nics,
     horovod_env_for_rank,
     inherited_environ,
 )
+from collective.hosts import (
+    HostSlots,
+    SshOptions,
+    assign_ranks,
+    check_hosts_reachable,
+    is_local,
+    rendezvous_address,
+    parse_hostfile,
+    parse_hosts,
+    remote_rank_command,
+    remote_rank_request,
+)
+from collective.bootstrap.interfaces import nic_addresses
 from collective.topology import topology_from_host_keys
 
 TIMEOUT_EXIT_CODE = 124
 # launch() ended early by Stopper.stop(): the ranks were stopped as SIGTERM would stop them.
 STOPPED_EXIT_CODE = 128 + signal.SIGTERM
 DEFAULT_TERM_GRACE_S = 5.0
+DEFAULT_START_TIMEOUT_S = 30.0
+# ssh's own exit code when the connection failed or dropped (a remote command's code is passed through).
+_SSH_FAILED = 255
+# Variables that describe this machine or shell, not the job: a remote rank gets its host's own.
+_LOCAL_ONLY_VARIABLES = frozenset({"HOSTNAME", "PWD", "OLDPWD", "SHLVL", "_"})
 LAUNCHER_TAG = "[collective.run]"
 # After every rank has exited, how long to keep draining its pipes. A grandchild that
 # inherited the pipe can hold it open forever; its output is not worth hanging the launcher.
@@ -64,6 +85,10 @@ def launch(
     stderr: IO | None = None,
     timeline: str | None = None,
     stopper: "Stopper | None" = None,
+    hosts: "list[HostSlots] | None" = None,
+    nics: tuple[str, ...] | None = None,
+    ssh: SshOptions = SshOptions(),
+    start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
 ) -> int:
     """Runs ``python script_args...`` as ``num_proc`` ranks and returns the job's exit code.
 
@@ -74,6 +99,9 @@ def launch(
     ``host_key_per_rank`` gives every rank its own host key, so same-host ranks are treated
     as remote (no shared memory) - useful to exercise the TCP path on one machine.
     ``timeline`` names the Chrome-trace JSON file that rank 0's engine writes.
+    ``hosts`` (horovodrun's ``-H``) places ranks on hosts in order; ranks on other hosts start over ``ssh``,
+    and a host that ssh cannot reach within ``start_timeout_s`` raises RuntimeError naming it before any
+    rank starts. ``nics`` (``--network-interface``) restricts the interfaces the ranks' mesh uses.
     Children are tied to the calling *thread* via PR_SET_PDEATHSIG, so call this from a thread
     that outlives the job (normally the main thread).
     """
@@ -83,12 +111,18 @@ def launch(
         raise ValueError(f"num_proc must be >= 1, got {num_proc}")
     if timeout_s is not None and not timeout_s > 0:
         raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+    placement = assign_ranks(hosts, num_proc) if hosts else None
+    remote = [h for h in dict.fromkeys(placement or []) if not is_local(h)]
+    if nics and not remote:
+        nic_addresses(nics)  # every rank runs here: a wrong name is an error before anything starts
+    check_hosts_reachable(remote, ssh, start_timeout_s)
     out = LineSink(stdout if stdout is not None else sys.stdout)
     err = LineSink(stderr if stderr is not None else sys.stderr)
     secret = secrets.token_bytes(32)
     # The ranks' own knobs (their env), so that COLLECTIVE_HANDSHAKE_TIMEOUT covers this listener too.
     knobs = config_from_env(environ=inherited_environ() if env is None else env)
-    server = RendezvousServer("127.0.0.1", 0, secret=secret, handshake_timeout_s=knobs.handshake_timeout_s)
+    server = RendezvousServer(rendezvous_address(remote, nics), 0, secret=secret,
+                              handshake_timeout_s=knobs.handshake_timeout_s)
     job = _Job(out, err, tempfile.mkdtemp(prefix="collective-run-reports-"))
     if stopper is not None:
         stopper._attach(job.events)
@@ -101,19 +135,29 @@ def launch(
             host_key = default_host_key() if host_key_per_rank else None
             # Which host each rank counts as, for its local and cross ranks.
             rank_hosts = [f"{host_key}/rank{rank}" if host_key else "one host" for rank in range(num_proc)]
-            hostname = socket.gethostname()
+            if placement:
+                rank_hosts = [f"{name}/rank{rank}" if host_key else name for rank, name in enumerate(placement)]
             for rank in range(num_proc):
                 child_env = inherited_environ() if env is None else dict(env)
                 child_env.update(env_for_rank(
                     rank, num_proc, rendezvous, secret,
                     host_key=f"{host_key}/rank{rank}" if host_key else None, timeline=timeline,
-                    failure_report=job.report_path(rank)))
+                    nics=nics, failure_report=job.report_path(rank)))
+                hostname = placement[rank] if placement else socket.gethostname()
                 child_env.update(horovod_env_for_rank(topology_from_host_keys(rank, rank_hosts), hostname))
                 child_env["PYTHONUNBUFFERED"] = "1"
                 pythonpath = _pythonpath_with_package(child_env.get("PYTHONPATH"))
                 if pythonpath:
                     child_env["PYTHONPATH"] = pythonpath
-                job.spawn(rank, [sys.executable, *script_args], child_env)
+                argv = [sys.executable, *script_args]
+                if placement and placement[rank] in remote:
+                    rank_env = {k: v for k, v in child_env.items() if k not in _LOCAL_ONLY_VARIABLES
+                                and not k.startswith("SSH_")}
+                    job.spawn(rank, remote_rank_command(placement[rank], ssh, start_timeout_s, pythonpath or None),
+                              inherited_environ(), stdin_line=remote_rank_request(argv, rank_env),
+                              remote_host=placement[rank])
+                else:
+                    job.spawn(rank, argv, child_env)
             return job.supervise(timeout_s, term_grace_s)
         finally:
             job.kill_all()
@@ -128,21 +172,44 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse exits on --help and usage errors; main() returns instead
         return e.code if isinstance(e.code, int) else 2
-    return launch(
-        [args.script, *args.script_args],
-        args.num_proc,
-        args.timeout,
-        host_key_per_rank=args.host_key_per_rank,
-        term_grace_s=args.term_grace,
-        timeline=os.path.abspath(args.timeline) if args.timeline else None,
-    )
+    try:
+        hosts = parse_hostfile(args.hostfile) if args.hostfile else parse_hosts(args.hosts) if args.hosts else None
+        return launch(
+            [args.script, *args.script_args],
+            args.num_proc,
+            args.timeout,
+            host_key_per_rank=args.host_key_per_rank,
+            term_grace_s=args.term_grace,
+            timeline=os.path.abspath(args.timeline) if args.timeline else None,
+            hosts=hosts,
+            nics=normalize_nics([n.strip() for n in args.network_interface.split(",") if n.strip()],
+                                "--network-interface") if args.network_interface else None,
+            ssh=SshOptions(port=args.ssh_port, identity_file=args.ssh_identity_file, config_file=args.ssh_config),
+            start_timeout_s=args.start_timeout,
+        )
+    except (OSError, ValueError, RuntimeError) as e:
+        print(f"{LAUNCHER_TAG} error: {e}", file=sys.stderr, flush=True)
+        return 2
 
 
 def _argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m collective.run",
-        description="Run a Python script as N ranks of a collective job on this host.",
+        description="Run a Python script as N ranks of a collective job, on this host or on the hosts given.",
     )
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("-H", "--hosts", default=None, metavar="HOST:SLOTS,...",
+                       help="hosts and their slots, e.g. host1:2,host2:2; ranks fill them in order, "
+                            "those on other hosts start over ssh")
+    where.add_argument("--hostfile", default=None, metavar="FILE",
+                       help="a file of hosts, one a line: 'HOST slots=N' (or HOST:N)")
+    parser.add_argument("--network-interface", default=None, metavar="NICS",
+                        help="comma-separated network interfaces the ranks may use, e.g. eth0")
+    parser.add_argument("-p", "--ssh-port", type=_positive_int, default=None, help="ssh port on the hosts")
+    parser.add_argument("-i", "--ssh-identity-file", default=None, metavar="FILE", help="ssh private key")
+    parser.add_argument("--ssh-config", default=None, metavar="FILE", help="ssh configuration file (ssh -F)")
+    parser.add_argument("--start-timeout", type=_positive_float, default=DEFAULT_START_TIMEOUT_S, metavar="S",
+                        help="seconds for every host to answer over ssh before any rank starts")
     parser.add_argument("-np", "--num-proc", dest="num_proc", type=_positive_int, required=True,
                         help="number of ranks to start")
     parser.add_argument("--timeout", type=_positive_float, default=None, metavar="S",
@@ -259,12 +326,16 @@ class _Job:
         self.events: queue.SimpleQueue[_Exited | _Signalled | _Stopped] = queue.SimpleQueue()
         self._children: dict[int, ChildProcess] = {}
         self._running: set[int] = set()
+        self._remote_hosts: dict[int, str] = {}  # rank -> the host its ssh reaches
 
-    def spawn(self, rank: int, argv: list[str], env: dict[str, str]) -> None:
+    def spawn(self, rank: int, argv: list[str], env: dict[str, str], *, stdin_line: bytes | None = None,
+              remote_host: str | None = None) -> None:
         prefix = f"[{rank}]: ".encode()
         sinks = {"stdout": self._out, "stderr": self._err}
         child = ChildProcess(argv, env, lambda stream, chunk: sinks[stream].write_line(prefix, chunk),
-                             name=f"rank{rank}")
+                             name=f"rank{rank}", stdin_line=stdin_line)
+        if remote_host is not None:
+            self._remote_hosts[rank] = remote_host
         self._children[rank] = child
         self._running.add(rank)
         # Daemon: it returns when the child exits, which kill_all() guarantees.
@@ -330,6 +401,10 @@ class _Job:
         first_report, own = reports.get(first.rank), reports.get(root)
         if root in exits:
             how = describe_exit(exits[root]) + (f": {own.summary}" if own is not None else "")
+            if root in self._remote_hosts:
+                how = f"on host {self._remote_hosts[root]}, {how}"
+                if exits[root] == _SSH_FAILED and own is None:
+                    how += " (ssh's code: the connection to that host failed or dropped)"
         else:
             how = own.summary if own is not None else "stopped responding"
         if root != first.rank and first_report is not None:

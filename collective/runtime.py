@@ -10,7 +10,7 @@ from typing import Any
 
 from collective import _native
 from collective.bootstrap import Bootstrap, bootstrap_from_config
-from collective.bootstrap.interfaces import mesh_host
+from collective.bootstrap.interfaces import check_reachable, mesh_host
 from collective.config import (
     ENV_HOROVOD_HIERARCHICAL_ALLREDUCE,
     Config,
@@ -152,6 +152,7 @@ def _build_runtime(cfg: Config, bootstrap: Bootstrap) -> _Runtime:
     try:
         record = json.dumps(mesh_record(cfg, host, listener.port, host_key)).encode()
         peers = [json.loads(raw) for raw in bootstrap.allgather(record, cfg.connect_timeout_s)]
+        check_reachable(peers)
         comm = connect_mesh(cfg, listener, rank, peers)
     finally:
         listener.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import ipaddress
 import socket
 import struct
 import sys
@@ -65,6 +66,32 @@ def mesh_host(advertise_host: str | None, nics: Sequence[str], local_address: st
     if local_address in allowed:
         return local_address
     return allowed[0]
+
+
+def check_reachable(peers: Sequence[dict]) -> None:
+    """Refuses a mesh where a rank advertises loopback while ranks on other hosts advertise a routable address.
+
+    ``peers`` are the ranks' mesh records (``host``, ``host_key``) in rank order. Every rank runs the same
+    check on the same records, so all of them fail at once with the same message, instead of timing out
+    one by one on a connection that can never succeed. All-loopback meshes (one machine, or
+    ``host_key_per_rank``) are fine.
+    """
+    loopback = [rank for rank, peer in enumerate(peers) if _is_loopback(peer["host"])]
+    for rank in loopback:
+        remote = [other for other, peer in enumerate(peers)
+                  if other not in loopback and peer["host_key"] != peers[rank]["host_key"]]
+        if remote:
+            raise ValueError(
+                f"rank {rank} advertises the loopback address {peers[rank]['host']}, but ranks {remote} run on "
+                f"other hosts (rank {remote[0]} advertises {peers[remote[0]]['host']}) and cannot reach it; "
+                f"name an interface that routes to them (nics, COLLECTIVE_NICS, --network-interface) on rank {rank}")
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def nic_addresses(nics: Sequence[str]) -> list[str]:

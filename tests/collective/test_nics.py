@@ -103,3 +103,13 @@ def test_spark_start_timeout_reads_horovods_variable() -> None:
     for raw in ("soon", "0", "-3", "inf"):
         with pytest.raises(ValueError, match=cfg.ENV_SPARK_START_TIMEOUT):
             cfg.spark_start_timeout_s({cfg.ENV_SPARK_START_TIMEOUT: raw})
+
+
+def test_a_loopback_rank_among_remote_ones_is_named() -> None:
+    from collective.bootstrap.interfaces import check_reachable
+    local = [{"host": "127.0.0.1", "host_key": f"a/rank{r}"} for r in range(3)]
+    check_reachable(local)  # one machine (or host_key_per_rank): loopback everywhere is fine
+    check_reachable([{"host": "127.0.0.1", "host_key": "a"}, {"host": "10.0.0.2", "host_key": "a"}])
+    mixed = [{"host": "10.0.0.1", "host_key": "a"}, {"host": "127.0.0.1", "host_key": "b"}]
+    with pytest.raises(ValueError, match=r"rank 1 advertises the loopback address 127.0.0.1, but ranks \[0\]"):
+        check_reachable(mixed)

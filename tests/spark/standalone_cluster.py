@@ -34,6 +34,8 @@ class WorkerSpec:
     memory: str = "1g"
     gpu_addresses: list[str] | None = None   # a fake GPU discovery script reports these
     env: dict[str, str] = field(default_factory=dict)  # extra environment (inherited by executors)
+    host: str = "127.0.0.1"  # the address it binds and advertises
+    launch_prefix: list[str] = field(default_factory=list)  # e.g. entering an emulated host (tests/multihost)
 
 
 class _Daemon:
@@ -91,13 +93,16 @@ class StandaloneCluster:
     """Use as a context manager; ``master_url`` is valid once it is entered."""
 
     def __init__(self, workdir: Path, workers: list[WorkerSpec], env: Mapping[str, str],
-                 start_timeout_s: float = 120.0) -> None:
+                 start_timeout_s: float = 120.0, master_host: str = "127.0.0.1",
+                 master_launch_prefix: list[str] | None = None) -> None:
         self.workdir = workdir
         self.workers = workers
         self.env = dict(env)
         self.env["SPARK_HOME"] = str(SPARK_HOME)
         self.start_timeout_s = start_timeout_s
         self.master_url = ""
+        self.master_host = master_host
+        self.master_launch_prefix = master_launch_prefix or []
         self._daemons: list[_Daemon] = []
 
     def __enter__(self) -> "StandaloneCluster":
@@ -120,8 +125,8 @@ class StandaloneCluster:
     def _start(self) -> None:
         spark_class = str(SPARK_HOME / "bin" / "spark-class")
         master = self._spawn("master", [
-            spark_class, "org.apache.spark.deploy.master.Master",
-            "--host", "127.0.0.1", "--port", "0", "--webui-port", "0"], self.env)
+            *self.master_launch_prefix, spark_class, "org.apache.spark.deploy.master.Master",
+            "--host", self.master_host, "--port", "0", "--webui-port", "0"], self.env)
         self.master_url = _MASTER_URL.search(master.wait_for(_MASTER_URL, self.start_timeout_s)).group(1)
         master.wait_for(_MASTER_READY, self.start_timeout_s)
         workers = [self._spawn_worker(i, spec, spark_class) for i, spec in enumerate(self.workers)]
@@ -138,8 +143,8 @@ class StandaloneCluster:
         work_dir = self.workdir / f"worker{index}"
         work_dir.mkdir(parents=True, exist_ok=True)
         return self._spawn(f"worker{index}", [
-            spark_class, "org.apache.spark.deploy.worker.Worker", self.master_url,
-            "--host", "127.0.0.1", "--port", "0", "--webui-port", "0",
+            *spec.launch_prefix, spark_class, "org.apache.spark.deploy.worker.Worker", self.master_url,
+            "--host", spec.host, "--port", "0", "--webui-port", "0",
             "--cores", str(spec.cores), "--memory", spec.memory, "--work-dir", str(work_dir)], env)
 
     def _discovery_script(self, index: int, addresses: list[str]) -> Path:
