@@ -6,7 +6,8 @@ batch not seen before, so a repeated step costs that one tiny exchange: unnamed 
 their position, not their numbered names), then every rank runs, in the same order, the requests
 all ranks have submitted. When every rank announced the same cached batch and nothing older waits
 (a training step repeating itself), that batch runs as it stands, without the per-name bookkeeping.
-Small allreduces that agree on dtype, op and scaling are fused.
+Small allreduces that agree on dtype, op and scaling are fused. Rank 0 writes the ring engine's timeline
+(collective.mpi.tracing) when asked.
 
 Cycles run under one lock, by whichever thread needs them: a caller that waits on its request runs
 them itself (no hand-off to another thread and back, the main cost of a small collective here), and
@@ -37,6 +38,7 @@ from collective.mpi import transfers
 from collective.mpi.buffers import ITEMSIZE, STORAGE, tensor_array
 from collective.mpi.calls import Call, check_agreement, kind_name, validate_call
 from collective.mpi.negotiation import Table
+from collective.mpi.tracing import MEMCPY_IN, MEMCPY_OUT, NEGOTIATE, QUEUE, EngineTimeline, now_ns, phase_of
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +58,7 @@ class _Request:
     data: np.ndarray | None
     # What is announced: the call's fields, with an unnamed call's number in place of its name.
     fields: tuple
+    enqueued_ns: int = 0  # when it was submitted, while a timeline runs
     done: bool = False  # set last, by the thread that ran the cycle; see MpiEngine._drive
     result: Any = None
     error: BaseException | None = None
@@ -105,6 +108,8 @@ class MpiEngine:
         self._call_number = 0
         self._templates: dict[tuple, Call] = {}
         self._warned: set[str] = set()
+        self._timeline = EngineTimeline(self._rank, config.timeline)
+        self._negotiated_ns = 0  # when the running cycle found its requests ready (timeline only)
         self._thread = threading.Thread(target=self._run, name="collective-mpi-engine", daemon=True)
         self._thread.start()
 
@@ -136,7 +141,7 @@ class MpiEngine:
             if kind != CollectiveKind.JOIN and name in self._in_flight:
                 raise InvalidArgumentError(f"{call.kind_name} '{name}' is already in flight on this rank; "
                                            "names must be unique among outstanding requests")
-            request = _Request(next(self._next_handle), call, data, fields)
+            request = _Request(next(self._next_handle), call, data, fields, now_ns() if self._timeline.on else 0)
             self._handles[request.handle] = request
             self._queue.append(request)
             if kind == CollectiveKind.JOIN:
@@ -215,11 +220,19 @@ class MpiEngine:
                         self._progress.wait(min(self._cycle_s, max(deadline - time.monotonic(), 0.0)))
                         self._pacing -= 1
 
+    def start_timeline(self, path: str, mark_cycles: bool) -> None:
+        """As ``collective.engine.Engine.start_timeline``: rank 0 writes, in the native engine's format."""
+        self._timeline.start(path, mark_cycles)
+
+    def stop_timeline(self) -> None:
+        self._timeline.stop()
+
     def shutdown(self) -> None:
         with self._cond:
             self._stopping = True
             self._cond.notify()
         self._thread.join(self._timeout_s)
+        self._timeline.stop()
 
     # ---- cycles ----------------------------------------------------------------------------------
 
@@ -394,9 +407,15 @@ class MpiEngine:
         """Runs ``ready`` in order: (name, every rank's call), or (name, None) for one of this rank's own
         requests that every rank made identically."""
         fused: list[tuple[_Request | None, Call]] = []
+        timeline = self._timeline if self._timeline.on and ready else None
+        self._negotiated_ns = now_ns() if timeline is not None else 0
+        if timeline is not None:
+            timeline.cycle_start()
         for name, by_rank in ready:
             with self._lock:
                 mine = self._in_flight.pop(name, None)
+            if timeline is not None and mine is not None and mine.enqueued_ns:
+                timeline.phase(name, NEGOTIATE, mine.enqueued_ns, self._negotiated_ns)
             number = self._call_number
             self._call_number += 1
             if by_rank is None:
@@ -443,20 +462,37 @@ class MpiEngine:
             mine, call = fused[0]
             self._run_one(mine, call, {})
             return
+        timeline = self._timeline if self._timeline.on else None
+        copy_in = now_ns() if timeline is not None else 0
         storage = STORAGE[fused[0][1].dtype]
         parts = [mine.data if mine is not None else np.zeros(call.count(), storage) for mine, call in fused]
         buffer = np.concatenate(parts)
         first = fused[0][1]
+        start = now_ns() if timeline is not None else 0
         transfers.allreduce(self._comm, buffer, first._replace(name="fused", shape=(buffer.size,)))
+        end = now_ns() if timeline is not None else 0
         offset = 0
         for (mine, call), part in zip(fused, parts):
             if mine is not None:
+                copy_out = now_ns() if timeline is not None else 0
                 mine.data[...] = buffer[offset:offset + part.size]
+                if timeline is not None:
+                    self._trace_fused(timeline, mine.call.name, copy_in, start, end, copy_out,
+                                      f"{len(fused)} tensors, {buffer.nbytes} bytes")
                 mine.finish()
             offset += part.size
 
+    def _trace_fused(self, timeline: EngineTimeline, name: str, copy_in: int, start: int, end: int, copy_out: int,
+                     detail: str) -> None:
+        """A fused allreduce's phases, as the native engine records them (one copy into the buffer for all)."""
+        timeline.phase(name, QUEUE, self._negotiated_ns or copy_in, copy_in)
+        timeline.phase(name, MEMCPY_IN, copy_in, start)
+        timeline.phase(name, "ALLREDUCE", start, end, detail)
+        timeline.phase(name, MEMCPY_OUT, copy_out, now_ns())
+
     def _run_one(self, mine: _Request | None, base: Call, by_rank: dict[int, Call] | None) -> None:
         """One collective; a rank that has joined (``mine`` None) takes part with an empty tensor."""
+        start = now_ns() if self._timeline.on else 0
         storage = STORAGE[base.dtype] if base.dtype >= 0 else np.uint8
         data = mine.data if mine is not None else None
         kind = base.kind
@@ -483,6 +519,9 @@ class MpiEngine:
         else:
             raise CollectiveError(f"unknown collective kind {kind}")
         if mine is not None:
+            if start and self._timeline.on:
+                self._timeline.phase(base.name, QUEUE, self._negotiated_ns or start, start)
+                self._timeline.phase(base.name, phase_of(kind), start, now_ns())
             mine.finish(result)
 
     def _finish_join(self) -> None:
