@@ -124,3 +124,33 @@ def test_the_min_of_the_agreement_words_equals_every_ranks_own_only_when_all_dig
         verdict = np.minimum.reduce(mixed).tobytes()
         assert not any(verdict == w.tobytes() for w in mixed)  # every rank sees the mismatch
         assert (agreement_words(odd)[:2] >= 0).all()  # 62-bit digests: their negation cannot overflow
+
+
+def _records(ranks_per_rank: list[list[int]], comm: bool | list[bool] = True) -> list[dict]:
+    kinds_given = comm if isinstance(comm, list) else [comm] * len(ranks_per_rank)
+    return [{"ranks": ranks, "comm": c} for ranks, c in zip(ranks_per_rank, kinds_given)]
+
+
+def test_communicator_sets_agree_into_one_set_per_communicator() -> None:
+    from collective.process_sets import _agreed_sets
+
+    # COMM_WORLD.Split by parity on four ranks, rank 3 passing COMM_NULL (no members) after a Split(UNDEFINED).
+    records = _records([[0, 2], [1], [0, 2], []])
+    assert _agreed_sets(records, 0, (0, 2), 5) == [(0, 2), (1,)]
+    assert _agreed_sets(records, 3, (), 5) == [(0, 2), (1,)]
+
+
+def test_members_passing_different_communicators_are_named() -> None:
+    from collective.process_sets import _agreed_sets
+
+    with pytest.raises(MismatchError, match=r"rank 0 passed has ranks \[0, 1\], but rank 1 passed one of ranks \[1\]"):
+        _agreed_sets(_records([[0, 1], [1], [2]]), 2, (2,), 1)
+
+
+def test_a_communicator_on_some_ranks_and_ranks_on_others_is_a_mismatch() -> None:
+    from collective.process_sets import _agreed_sets
+
+    with pytest.raises(MismatchError, match="rank 0 gave ranks, rank 1 gave a communicator"):
+        _agreed_sets(_records([[0, 1], [0, 1]], comm=[False, True]), 0, (0, 1), 1)
+    with pytest.raises(MismatchError, match=r"rank 1 added ranks \[0, 1\] as process set 4, but rank 0 added \[0\]"):
+        _agreed_sets(_records([[0], [0, 1]], comm=False), 1, (0, 1), 4)

@@ -9,14 +9,13 @@ sets still add). On the ring backend: the clear refusal.
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 from mpi4py import MPI
 
 import collective as hvd
 from collective.errors import MismatchError
 from common import Cases
+from process_sets import allreduce_from_threads, check as check_array
 
 WORLD = MPI.COMM_WORLD
 
@@ -28,8 +27,7 @@ def main() -> None:
     failures = case.failures
 
     def check(label: str, got: np.ndarray, want: np.ndarray) -> None:
-        if got.dtype != want.dtype or not np.array_equal(got, want):
-            failures.append(f"{label}: got {got.dtype} {got.ravel()[:6].tolist()} want {want.ravel()[:6].tolist()}")
+        check_array(failures, label, got, want)
 
     if not hvd.mpi_enabled():
         @case
@@ -85,28 +83,8 @@ def main() -> None:
     @case
     def with_an_overlapping_list_set_from_threads() -> None:
         low = hvd.add_process_set(range(size - 1))
-        results: dict[str, list[np.ndarray]] = {}
-
-        def work(label: str, ps: hvd.ProcessSet) -> None:
-            try:
-                results[label] = [hvd.allreduce(np.full(500 * (i % 3 + 1), rank + i, np.float64), op=hvd.Sum,
-                                                process_set=ps) for i in range(20)]
-            except Exception as exc:  # reported below
-                failures.append(f"{label} in a thread raised {type(exc).__name__}: {exc}")
-
         mine = [("parity", parity)] + ([("low", low)] if low.included() else [])
-        threads = [threading.Thread(target=work, args=item) for item in (mine if rank % 2 else mine[::-1])]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=120)
-            if thread.is_alive():
-                failures.append("a set's thread did not finish in 120 s")
-                return
-        for label, ps in mine:
-            for i, got in enumerate(results.get(label, [])):
-                check(f"{label} threaded allreduce {i}", got,
-                      np.full(500 * (i % 3 + 1), sum(r + i for r in ps.ranks), np.float64))
+        allreduce_from_threads(mine if rank % 2 else mine[::-1], rank, failures, rounds=20)
         hvd.remove_process_set(low)
 
     @case
