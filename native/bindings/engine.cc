@@ -55,7 +55,8 @@ nb::object run(PyEngine& e, CollectiveKind kind, const std::string& name, nb::ha
 }
 
 Timeline::Clock::time_point at(int64_t ns) {
-  return Timeline::Clock::time_point(std::chrono::duration_cast<Timeline::Clock::duration>(std::chrono::nanoseconds(ns)));
+  using std::chrono::duration_cast;
+  return Timeline::Clock::time_point(duration_cast<Timeline::Clock::duration>(std::chrono::nanoseconds(ns)));
 }
 
 int64_t now_ns() {
