@@ -487,7 +487,7 @@ class MpiEngine:
         """A fused allreduce's phases, as the native engine records them (one copy into the buffer for all)."""
         timeline.phase(name, QUEUE, self._negotiated_ns or copy_in, copy_in)
         timeline.phase(name, MEMCPY_IN, copy_in, start)
-        timeline.phase(name, "ALLREDUCE", start, end, detail)
+        timeline.phase(name, phase_of(CollectiveKind.ALLREDUCE), start, end, detail)
         timeline.phase(name, MEMCPY_OUT, copy_out, now_ns())
 
     def _run_one(self, mine: _Request | None, base: Call, by_rank: dict[int, Call] | None) -> None:

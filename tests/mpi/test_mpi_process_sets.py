@@ -8,7 +8,7 @@ import importlib.util
 
 import pytest
 
-from mpi_jobs import run_mpi_job
+from mpi_jobs import mpiexec, run_mpi_job
 
 
 
@@ -44,3 +44,18 @@ def test_sets_given_by_mpi_communicators(backend: str, num_proc: int) -> None:
         (record,) = job.records(rank)
         assert record["failures"] == [], record["failures"]
         assert len(record["ran"]) == (4 if backend == "mpi" else 1), record
+
+
+@pytest.mark.timeout(420)
+def test_tensorflow_ops_and_process_sets() -> None:
+    """tests/workers/tf_ops.py (every collective.tensorflow case, eager and graph, process sets included)
+    with MPI moving the data; the ring runs it in tests/tensorflow."""
+    if mpiexec() is None or any(importlib.util.find_spec(m) is None for m in ("tensorflow", "mpi4py")):
+        pytest.skip("mpiexec, tensorflow or mpi4py is not installed")
+    job = run_mpi_job("tf_ops.py", 3, backend="mpi", timeout_s=400)
+    assert job.returncode == 0, job.output[-4000:]
+    for rank in range(3):
+        reports = {(r["case"], r["mode"]): r["failures"] for r in job.records(rank)}
+        assert {("process_sets", "eager"), ("process_sets", "graph")} <= set(reports), sorted(reports)
+        failed = {key: f for key, f in reports.items() if f}
+        assert not failed, f"rank {rank}: {failed}"
