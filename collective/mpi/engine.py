@@ -1,13 +1,15 @@
 """The background engine for the MPI backend: ``collective.engine.Engine``'s interface over mpi4py.
 
 Work happens in cycles, collective on every rank: each announces the requests submitted since its
-last cycle (an Iallgather of a 4-int header; the pickled calls follow only when some rank has a
+last cycle (an Iallgather of a 5-int header; the pickled calls follow only when some rank has a
 batch not seen before, so a repeated step costs that one tiny exchange: unnamed calls are cached by
 their position, not their numbered names), then every rank runs, in the same order, the requests
 all ranks have submitted. When every rank announced the same cached batch and nothing older waits
 (a training step repeating itself), that batch runs as it stands, without the per-name bookkeeping.
 Small allreduces that agree on dtype, op and scaling are fused. Rank 0 writes the ring engine's timeline
-(collective.mpi.tracing) when asked.
+(collective.mpi.tracing) when asked. A request that some ranks never submit fails on every rank after
+``stall_shutdown_s``: ranks have no common clock, but they count rounds alike, so each header names the
+latest round whose stalled requests its own clock says to fail, and all ranks fail the same ones.
 
 Cycles run under one lock, by whichever thread needs them: a caller that waits on its request runs
 them itself (no hand-off to another thread and back, the main cost of a small collective here), and
@@ -43,7 +45,9 @@ from collective.mpi.tracing import MEMCPY_IN, MEMCPY_OUT, NEGOTIATE, QUEUE, Engi
 logger = logging.getLogger(__name__)
 
 _NOTHING, _CACHED, _FRESH = 0, 1, 2   # what a rank's header says about its announcement
-_KIND, _VALUE, _STOPPING = range(3)   # header fields; the 4th is the batch's first unnamed number
+# Header fields: what the rank announces, its cache number or pickle's length, whether it stops, the batch's
+# first unnamed number, and the latest round whose stalled requests it wants to fail (-1: none).
+_KIND, _VALUE, _STOPPING, _BASE, _EXPIRE = range(5)
 _SPIN_S = 20e-6                       # busy polling first: a peer already on its way arrives within this
 _YIELD_S = 2e-3                       # then yield the CPU between polls (a peer may need the core we hold)
 _LONGEST_PAUSE_S = 200e-6             # then sleeps of at most this, so a late peer costs little extra
@@ -76,12 +80,14 @@ class MpiEngine:
         from mpi4py import MPI
 
         self._byte = MPI.BYTE
-        self._header = np.empty(4, np.int64)
-        self._headers = np.empty((self._size, 4), np.int64)
+        self._header = np.empty(5, np.int64)
+        self._headers = np.empty((self._size, 5), np.int64)
         self._fusion_bytes = config.fusion_threshold_bytes
         self._cycle_s = config.cycle_time_ms / 1000.0
         self._timeout_s = config.timeout_s
         self._stall_check_s = config.stall_check_s
+        self._stall_shutdown_s = config.stall_shutdown_s
+        self._round = 0  # rounds so far: the same count on every rank, as each round is collective
         self._cache_capacity = config.cache_capacity
         # One lock guards the engine's state; plain ``with self._lock`` where nobody is woken, as a
         # Condition's own enter/exit run in Python and a small collective takes the lock several times.
@@ -283,6 +289,7 @@ class MpiEngine:
                 announced, self._queue = self._queue, []
                 stopping = self._stopping
             rows, payload = self._swap_headers([r.fields for r in announced], stopping)
+            self._round += 1
             self._last_cycle = time.monotonic()
             stopped = [r for r, row in enumerate(rows) if row[_STOPPING]]
             if self._same_cached_batch(rows, announced):
@@ -293,8 +300,9 @@ class MpiEngine:
             else:
                 gathered = self._gather_batches(rows, payload)
                 for rank, calls in enumerate(gathered):
-                    self._table.announce(rank, calls)
+                    self._table.announce(rank, calls, self._round)
                 self._run_ready(self._table.take_ready())
+                self._fail_stalled(max(row[_EXPIRE] for row in rows))
                 anything = any(gathered)
             if anything:
                 self._last_news = self._last_cycle
@@ -333,7 +341,8 @@ class MpiEngine:
         kind = _NOTHING if not batch else (_CACHED if cached is not None else _FRESH)
         payload = pickle.dumps(key) if kind == _FRESH else b""
         header, headers = self._header, self._headers  # reused: only the cycle lock's holder touches them
-        header[:] = (kind, cached if cached is not None else len(payload), int(stopping), base)
+        expire = self._table.stalled_since(self._stall_shutdown_s, time.monotonic()) if self._table.pending else -1
+        header[:] = (kind, cached if cached is not None else len(payload), int(stopping), base, expire)
         self._await(self._comm.Iallgather(header, headers))
         return headers.tolist(), payload
 
@@ -354,7 +363,7 @@ class MpiEngine:
             blob = received.tobytes()
         gathered: list[list[Call]] = []
         offset = 0
-        for (what, value, _, their_base), count in zip(rows, fresh_counts):
+        for (what, value, _, their_base, _), count in zip(rows, fresh_counts):
             if what == _NOTHING:
                 gathered.append([])
                 continue
@@ -540,8 +549,23 @@ class MpiEngine:
         for name, pending in list(self._table.pending.items()):
             if name not in self._warned and now - pending.first_seen > self._stall_check_s:
                 self._warned.add(name)
-                logger.warning("rank %d: '%s' has waited %.0fs for rank(s) %s to submit it", self._rank, name,
-                               now - pending.first_seen, self._table.missing(name))
+                # The native stall inspector's words, so logs read alike on both backends.
+                logger.warning("stall: %s '%s' was submitted by rank(s) %s but not by rank(s) %s for %d s",
+                               _kind_of(pending), name, _rank_list(pending.calls),
+                               _rank_list(self._table.missing(name)), int(now - pending.first_seen))
+
+    def _fail_stalled(self, last_round: int) -> None:
+        """The stall shutdown: once any rank has waited ``stall_shutdown_s`` for requests some ranks never
+        submitted, every rank drops the requests first announced by the round it names (the same ones on
+        every rank) and fails its own among them, naming the missing ranks as the native engine does."""
+        for name, pending, absent in self._table.take_stalled(last_round):
+            self._warned.discard(name)
+            with self._lock:
+                mine = self._in_flight.pop(name, None)
+            if mine is not None:
+                mine.finish(error=CollectiveTimeoutError(
+                    f"{_kind_of(pending)} '{name}' stalled: rank(s) {_rank_list(pending.calls)} submitted it but "
+                    f"rank(s) {_rank_list(absent)} did not within {int(self._stall_shutdown_s)} s"))
 
     def _fail_all(self, error: BaseException) -> None:
         with self._cond:
@@ -550,6 +574,14 @@ class MpiEngine:
             self._joins.clear()
         for request in waiting:
             request.finish(error=error)
+
+
+def _kind_of(pending: Any) -> str:
+    return next(iter(pending.calls.values())).kind_name
+
+
+def _rank_list(ranks: Any) -> str:
+    return ", ".join(str(r) for r in sorted(ranks))
 
 
 def _auto_name(kind: int, number: int) -> str:

@@ -154,3 +154,17 @@ def test_a_communicator_on_some_ranks_and_ranks_on_others_is_a_mismatch() -> Non
         _agreed_sets(_records([[0, 1], [0, 1]], comm=[False, True]), 0, (0, 1), 1)
     with pytest.raises(MismatchError, match=r"rank 1 added ranks \[0, 1\] as process set 4, but rank 0 added \[0\]"):
         _agreed_sets(_records([[0], [0, 1]], comm=False), 1, (0, 1), 4)
+
+
+def test_stalled_requests_expire_by_the_round_every_rank_agrees_on() -> None:
+    table = Table(3)
+    table.announce(0, [Call(kinds.ALLREDUCE, "early", 0, (2,))], round_number=4)
+    table.announce(1, [Call(kinds.ALLREDUCE, "late", 0, (2,))], round_number=7)
+    table.announce(2, [Call(kinds.ALLREDUCE, "early", 0, (2,))], round_number=7)
+    assert table.stalled_since(0.0, 1e9) == -1  # the stall shutdown is off
+    first_seen = table.pending["early"].first_seen
+    assert table.stalled_since(5.0, first_seen + 1.0) == -1  # nothing has waited 5 s yet
+    assert table.stalled_since(5.0, first_seen + 6.0) == 7
+    # A rank whose clock said round 4 fails only "early" (announced in round 4), still missing rank 1.
+    assert [(name, missing) for name, _, missing in table.take_stalled(4)] == [("early", [1])]
+    assert list(table.pending) == ["late"] and table.take_stalled(-1) == []

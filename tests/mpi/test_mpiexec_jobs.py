@@ -163,3 +163,19 @@ def test_engine_timeline_read_back(backend: str, tmp_path: Path) -> None:
     assert fused and all(n >= 2 and nbytes == 32 * n for n, nbytes in fused), second
     assert second["cycles"] >= 1 and second["process"] == ["rank 0"], second
     assert first["orphans"] == second["orphans"] == [] and first["bad_spans"] == second["bad_spans"] == []
+
+
+@pytest.mark.timeout(200)
+def test_engine_cases_stall_shutdown_and_warnings(backend: str, tmp_path: Path) -> None:
+    """tests/workers/engine_cases.py under mpiexec -n 3: ordering, fusion, groups, names in flight, join, and
+    the stall inspector: each rank withholds a tensor, the 60 s-style warning names the missing ranks in the
+    native engine's words, and the stall shutdown (1.5 s here) fails it on every rank naming them, not
+    after timeout_s x 4."""
+    job = run_mpi_job("engine_cases.py", 3, str(tmp_path / "timeline.json"), backend=backend, timeout_s=170)
+    assert_clean(job, 3)
+    for rank in range(3):
+        (record,) = job.records(rank)
+        assert len(record["ran"]) == 6 and record["failures"] == [], record
+        missing = ", ".join(str(r) for r in range(3) if r != rank)
+        warning = f"stall: allreduce 'withheld.{rank}' was submitted by rank(s) {rank} but not by rank(s) {missing}"
+        assert warning in job.output, job.output[-3000:]
