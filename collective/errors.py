@@ -13,7 +13,7 @@ from collective._native import (
 
 
 # The binding signatures this Python code calls; see ABI_VERSION in native/bindings/module.cc.
-EXPECTED_NATIVE_ABI = 8
+EXPECTED_NATIVE_ABI = 9
 if getattr(_native, "ABI_VERSION", None) != EXPECTED_NATIVE_ABI:
     raise ImportError(
         f"collective._native is a stale build (ABI {getattr(_native, 'ABI_VERSION', None)}, this code needs "

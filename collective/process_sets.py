@@ -155,61 +155,132 @@ def global_rank_of(runtime: _Runtime, set_rank: int) -> int:
 
 def add_process_set(process_set: ProcessSet | Sequence[int]) -> ProcessSet:
     """Adds a process set to the running job and returns it. Every rank must call it, with the same
-    ranks and in the same order as the other ranks' adds and removes, as in Horovod."""
+    ranks and in the same order as the other ranks' adds and removes, as in Horovod.
+
+    On the MPI backend a set may also be given by an mpi4py communicator, ``ProcessSet(comm)``: each rank
+    passes one it belongs to, and ranks may pass different ones (``COMM_WORLD.Split``), each becoming a set
+    of its members (who must all pass it). Set ranks follow the global ranks' order, as for a list."""
     if not isinstance(process_set, ProcessSet):
         process_set = ProcessSet(process_set)
     job = current()
-    if job.config.backend == "mpi":
-        raise NotImplementedError("process sets are not implemented on the MPI backend yet; use the default "
-                                  "ring backend")
-    if process_set.ranks is None:
-        raise NotImplementedError("a process set given by an MPI communicator is not implemented; give its ranks")
     if process_set.process_set_id is not None:
         raise ValueError(f"{process_set} has been added already")
-    ranks = tuple(process_set.ranks)
+    from_comm = process_set.ranks is None
+    ranks = _ranks_of_comm(job, process_set.mpi_comm) if from_comm else tuple(process_set.ranks)  # type: ignore
     size = job.topology.size
-    if not ranks or ranks[0] < 0 or ranks[-1] >= size:
+    if (ranks or not from_comm) and (not ranks or ranks[0] < 0 or ranks[-1] >= size):
         raise ValueError(f"process set ranks {list(ranks)} must be a non-empty list of ranks in [0, {size})")
     with _lock:
-        if ranks in job.process_set_ranks.values() or ranks == tuple(range(size)):
-            raise ValueError(f"a process set with ranks {list(ranks)} exists already")
-        set_id = max(job.process_set_ranks, default=0) + 1
-        job.process_set_ranks[set_id] = ranks
-        try:
-            job.process_sets[set_id] = _join_set(job, set_id, ranks)
-        except BaseException:
-            del job.process_set_ranks[set_id]
-            raise
+        if not from_comm:
+            _refuse_existing(job, [ranks])
+        set_id = _join_sets(job, ranks, from_comm)
+    if set_id is None:  # MPI.COMM_NULL: this rank takes part in adding the others' sets, and is in none
+        return process_set
+    process_set.ranks = list(ranks)  # a communicator's members, as Horovod fills them in
     process_set.process_set_id = set_id
     return process_set
 
 
-def _join_set(job: _Runtime, set_id: int, ranks: tuple[int, ...]) -> _Runtime | None:
-    """The one exchange over the job, then (on members) the set's own mesh."""
+def _ranks_of_comm(job: _Runtime, comm: Any) -> tuple[int, ...]:
+    if job.config.backend != "mpi":
+        raise NotImplementedError(
+            "ProcessSet(mpi_comm) needs the MPI backend (COLLECTIVE_BACKEND=mpi under mpiexec); on the ring "
+            "backend give the set's ranks instead, e.g. ProcessSet(comm.allgather(hvd.rank()))")
+    return tuple(sorted(job.comm.global_ranks_of(comm)))
+
+
+def _refuse_existing(job: _Runtime, sets: Sequence[tuple[int, ...]]) -> None:
+    for ranks in sets:
+        if ranks in job.process_set_ranks.values() or ranks == tuple(range(job.topology.size)):
+            raise ValueError(f"a process set with ranks {list(ranks)} exists already")
+
+
+def _join_sets(job: _Runtime, ranks: tuple[int, ...], from_comm: bool) -> int | None:
+    """The one exchange over the job, then the members' own mesh (ring) or communicator (MPI). Registers
+    every set the exchange names (one, or one per distinct communicator) and returns this rank's set id
+    (None for a rank that passed no communicator's members)."""
     me = job.topology.rank
-    member = me in ranks
-    listener = _native.listen(job.host) if member else None
+    on_mpi = job.config.backend == "mpi"
+    first_id = max(job.process_set_ranks, default=0) + 1
+    listener = _native.listen(job.host) if not on_mpi and me in ranks else None
+    registered: list[int] = []
     try:
-        record = {"ranks": list(ranks)}
+        record: dict[str, Any] = {"ranks": list(ranks), "comm": from_comm, "host_key": job.host_key}
         if listener is not None:
             record["peer"] = mesh_record(job.config, job.host, listener.port, job.host_key)
         raw = np.frombuffer(json.dumps(record).encode(), dtype=np.uint8).copy()
-        flat, _shape = job.collectives.run(CollectiveKind.ALLGATHER, f"process_set.add.{set_id}", raw, DType.uint8)
+        flat, _shape = job.collectives.run(CollectiveKind.ALLGATHER, f"process_set.add.{first_id}", raw, DType.uint8)
         records = _split_records(job, bytes(flat))
+        sets = _agreed_sets(records, me, ranks, first_id)
+        if from_comm:
+            _refuse_existing(job, sets)
+        for set_id, members in enumerate(sets, start=first_id):
+            job.process_set_ranks[set_id] = members
+            job.process_sets[set_id] = None
+            registered.append(set_id)
+        runtime = _connect(job, sets, records, listener)
+        mine = next((set_id for set_id, members in enumerate(sets, start=first_id) if members == ranks), None)
+        if mine is not None:
+            job.process_sets[mine] = runtime
+        return mine
+    except BaseException:
+        for set_id in registered:
+            del job.process_set_ranks[set_id]
+            del job.process_sets[set_id]
+        raise
+    finally:
+        if listener is not None:
+            listener.close()
+
+
+def _agreed_sets(records: list[dict[str, Any]], me: int, ranks: tuple[int, ...], set_id: int) -> list[tuple[int, ...]]:
+    """The sets every rank's record names, once they agree: the same ranks everywhere for a list, and for
+    communicators, the same members on every member of each. Raises MismatchError on every rank otherwise."""
+    kinds = {r: "a communicator" if rec["comm"] else "ranks" for r, rec in enumerate(records)}
+    if len(set(kinds.values())) > 1:
+        raise MismatchError("add_process_set: ranks disagree on how the set is given: "
+                            + ", ".join(f"rank {r} gave {kind}" for r, kind in kinds.items()))
+    if not records[me]["comm"]:
         disagree = {r: rec["ranks"] for r, rec in enumerate(records) if rec["ranks"] != list(ranks)}
         if disagree:
             raise MismatchError(f"add_process_set: rank {me} added ranks {list(ranks)} as process set {set_id}, but "
                                 + ", ".join(f"rank {r} added {other}" for r, other in disagree.items()))
-        if listener is None:
-            return None
-        peers = [records[r]["peer"] for r in ranks]
-        config = replace_unvalidated(job.config, timeline=None)  # the job's engine owns the timeline file
-        comm = connect_mesh(config, listener, ranks.index(me), peers)
-    finally:
-        if listener is not None:
-            listener.close()
-    runtime = _Runtime(config=config, topology=topology_from_host_keys(ranks.index(me), [p["host_key"] for p in peers]),
-                       comm=comm, host=job.host, host_key=job.host_key, members=ranks)
+        return [ranks]
+    sets: list[tuple[int, ...]] = []
+    for r, rec in enumerate(records):
+        members = tuple(rec["ranks"])
+        if not members:
+            continue
+        strangers = {m: records[m]["ranks"] for m in members if records[m]["ranks"] != list(members)}
+        if strangers:
+            raise MismatchError(
+                f"add_process_set: the communicator rank {r} passed has ranks {list(members)}, but "
+                + ", ".join(f"rank {m} passed one of ranks {other}" for m, other in strangers.items())
+                + "; every member of a ProcessSet(mpi_comm) must pass a communicator of the same ranks")
+        if members not in sets:
+            sets.append(members)
+    return sets
+
+
+def _connect(job: _Runtime, sets: list[tuple[int, ...]], records: list[dict[str, Any]],
+             listener: Any) -> _Runtime | None:
+    """This rank's runtime in the set it is a member of (None in none): its own communicator, and its own
+    engine once the job's engine runs."""
+    me = job.topology.rank
+    config = replace_unvalidated(job.config, timeline=None)  # the job's engine owns the timeline file
+    if job.config.backend == "mpi":
+        comm = job.comm.split(sets)  # collective over the job: before any rank may leave
+    elif listener is not None:
+        (ranks,) = sets
+        comm = connect_mesh(config, listener, ranks.index(me), [records[r]["peer"] for r in ranks])
+    else:
+        comm = None
+    mine = next((members for members in sets if me in members), None)
+    if comm is None or mine is None:
+        return None
+    topology = topology_from_host_keys(mine.index(me), [records[r]["host_key"] for r in mine])
+    runtime = _Runtime(config=config, topology=topology, comm=comm, host=job.host, host_key=job.host_key,
+                       members=mine)
     if job.engine is not None:
         start_engine(runtime)
     return runtime

@@ -38,7 +38,7 @@ class _Runtime:
     requested: Config | None = None
     # The address this rank's meshes listen on (a process set builds its own mesh there); None on MPI.
     host: str | None = None
-    host_key: str | None = None
+    host_key: str | None = None  # this rank's host, as its peers' topologies name it
     # A process set's runtime: the global ranks of its members, in set-rank order. None for the job's own.
     members: tuple[int, ...] | None = None
     # The job's runtime only, by process set id: each added set's members, and its runtime where this
@@ -146,7 +146,7 @@ def _build_runtime(cfg: Config, bootstrap: Bootstrap) -> _Runtime:
         from collective.mpi.setup import mpi_communicator  # imports mpi4py, so only when asked
 
         comm, host_keys = mpi_communicator(bootstrap, host_key, cfg.connect_timeout_s)
-        return _Runtime(config=cfg, topology=topology_from_host_keys(rank, host_keys), comm=comm)
+        return _Runtime(config=cfg, topology=topology_from_host_keys(rank, host_keys), comm=comm, host_key=host_key)
     host = mesh_host(cfg.advertise_host, cfg.nics or (), bootstrap.local_address())
     listener = _native.listen(host)
     try:

@@ -128,6 +128,42 @@ class MpiCommunicator:
             return transfers.allgather(self._comm, data, calls)
         return transfers.alltoall(self._comm, data, calls, self._rank)
 
+    def global_ranks_of(self, comm: Any) -> tuple[int, ...]:
+        """The ranks (in this communicator) of ``comm``'s members, in ``comm``'s rank order: what a
+        ``ProcessSet(mpi_comm)`` names; none for ``COMM_NULL``. Raises ValueError for a communicator
+        reaching outside the job."""
+        from mpi4py import MPI
+
+        if comm == MPI.COMM_NULL:  # MPI's "not in any": Split(MPI.UNDEFINED) on a rank left out
+            return ()
+        theirs, ours = comm.Get_group(), self._comm.Get_group()
+        try:
+            ranks = MPI.Group.Translate_ranks(theirs, list(range(theirs.Get_size())), ours)
+        finally:
+            theirs.Free()
+            ours.Free()
+        if any(r == MPI.UNDEFINED for r in ranks):
+            raise ValueError(f"rank {self._rank}: the communicator of ProcessSet(mpi_comm) has processes outside "
+                             "this job")
+        return tuple(int(r) for r in ranks)
+
+    def split(self, sets: Sequence[Sequence[int]]) -> "MpiCommunicator | None":
+        """The communicator of the set (of disjoint ``sets``, each in set-rank order) this rank is in, or
+        None on a rank in none of them. Collective over every rank of this communicator: one MPI Split,
+        whatever the number of sets, as adding process sets is collective over the job."""
+        from mpi4py import MPI
+
+        mine = next((members for members in sets if self._rank in members), None)
+        color = MPI.UNDEFINED if mine is None else next(i for i, members in enumerate(sets) if members is mine)
+        with self._lock:
+            part = self._comm.Split(color, 0 if mine is None else list(mine).index(self._rank))
+        if mine is None:
+            return None
+        try:
+            return MpiCommunicator(part, [self._host_keys[r] for r in mine])  # duplicates what it is given
+        finally:
+            part.Free()
+
     def shutdown(self) -> None:
         with self._lock:
             if not self._closed:

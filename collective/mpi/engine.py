@@ -1,12 +1,15 @@
 """The background engine for the MPI backend: ``collective.engine.Engine``'s interface over mpi4py.
 
 Work happens in cycles, collective on every rank: each announces the requests submitted since its
-last cycle (an Iallgather of a 4-int header; the pickled calls follow only when some rank has a
+last cycle (an Iallgather of a 5-int header; the pickled calls follow only when some rank has a
 batch not seen before, so a repeated step costs that one tiny exchange: unnamed calls are cached by
 their position, not their numbered names), then every rank runs, in the same order, the requests
 all ranks have submitted. When every rank announced the same cached batch and nothing older waits
 (a training step repeating itself), that batch runs as it stands, without the per-name bookkeeping.
-Small allreduces that agree on dtype, op and scaling are fused.
+Small allreduces that agree on dtype, op and scaling are fused. Rank 0 writes the ring engine's timeline
+(collective.mpi.tracing) when asked. A request that some ranks never submit fails on every rank after
+``stall_shutdown_s``: ranks have no common clock, but they count rounds alike, so each header names the
+latest round whose stalled requests its own clock says to fail, and all ranks fail the same ones.
 
 Cycles run under one lock, by whichever thread needs them: a caller that waits on its request runs
 them itself (no hand-off to another thread and back, the main cost of a small collective here), and
@@ -37,11 +40,14 @@ from collective.mpi import transfers
 from collective.mpi.buffers import ITEMSIZE, STORAGE, tensor_array
 from collective.mpi.calls import Call, check_agreement, kind_name, validate_call
 from collective.mpi.negotiation import Table
+from collective.mpi.tracing import MEMCPY_IN, MEMCPY_OUT, NEGOTIATE, QUEUE, EngineTimeline, now_ns, phase_of
 
 logger = logging.getLogger(__name__)
 
 _NOTHING, _CACHED, _FRESH = 0, 1, 2   # what a rank's header says about its announcement
-_KIND, _VALUE, _STOPPING = range(3)   # header fields; the 4th is the batch's first unnamed number
+# Header fields: what the rank announces, its cache number or pickle's length, whether it stops, the batch's
+# first unnamed number, and the latest round whose stalled requests it wants to fail (-1: none).
+_KIND, _VALUE, _STOPPING, _BASE, _EXPIRE = range(5)
 _SPIN_S = 20e-6                       # busy polling first: a peer already on its way arrives within this
 _YIELD_S = 2e-3                       # then yield the CPU between polls (a peer may need the core we hold)
 _LONGEST_PAUSE_S = 200e-6             # then sleeps of at most this, so a late peer costs little extra
@@ -56,6 +62,7 @@ class _Request:
     data: np.ndarray | None
     # What is announced: the call's fields, with an unnamed call's number in place of its name.
     fields: tuple
+    enqueued_ns: int = 0  # when it was submitted, while a timeline runs
     done: bool = False  # set last, by the thread that ran the cycle; see MpiEngine._drive
     result: Any = None
     error: BaseException | None = None
@@ -73,12 +80,14 @@ class MpiEngine:
         from mpi4py import MPI
 
         self._byte = MPI.BYTE
-        self._header = np.empty(4, np.int64)
-        self._headers = np.empty((self._size, 4), np.int64)
+        self._header = np.empty(5, np.int64)
+        self._headers = np.empty((self._size, 5), np.int64)
         self._fusion_bytes = config.fusion_threshold_bytes
         self._cycle_s = config.cycle_time_ms / 1000.0
         self._timeout_s = config.timeout_s
         self._stall_check_s = config.stall_check_s
+        self._stall_shutdown_s = config.stall_shutdown_s
+        self._round = 0  # rounds so far: the same count on every rank, as each round is collective
         self._cache_capacity = config.cache_capacity
         # One lock guards the engine's state; plain ``with self._lock`` where nobody is woken, as a
         # Condition's own enter/exit run in Python and a small collective takes the lock several times.
@@ -105,6 +114,8 @@ class MpiEngine:
         self._call_number = 0
         self._templates: dict[tuple, Call] = {}
         self._warned: set[str] = set()
+        self._timeline = EngineTimeline(self._rank, config.timeline)
+        self._negotiated_ns = 0  # when the running cycle found its requests ready (timeline only)
         self._thread = threading.Thread(target=self._run, name="collective-mpi-engine", daemon=True)
         self._thread.start()
 
@@ -136,7 +147,7 @@ class MpiEngine:
             if kind != CollectiveKind.JOIN and name in self._in_flight:
                 raise InvalidArgumentError(f"{call.kind_name} '{name}' is already in flight on this rank; "
                                            "names must be unique among outstanding requests")
-            request = _Request(next(self._next_handle), call, data, fields)
+            request = _Request(next(self._next_handle), call, data, fields, now_ns() if self._timeline.on else 0)
             self._handles[request.handle] = request
             self._queue.append(request)
             if kind == CollectiveKind.JOIN:
@@ -215,11 +226,19 @@ class MpiEngine:
                         self._progress.wait(min(self._cycle_s, max(deadline - time.monotonic(), 0.0)))
                         self._pacing -= 1
 
+    def start_timeline(self, path: str, mark_cycles: bool) -> None:
+        """As ``collective.engine.Engine.start_timeline``: rank 0 writes, in the native engine's format."""
+        self._timeline.start(path, mark_cycles)
+
+    def stop_timeline(self) -> None:
+        self._timeline.stop()
+
     def shutdown(self) -> None:
         with self._cond:
             self._stopping = True
             self._cond.notify()
         self._thread.join(self._timeout_s)
+        self._timeline.stop()
 
     # ---- cycles ----------------------------------------------------------------------------------
 
@@ -270,6 +289,7 @@ class MpiEngine:
                 announced, self._queue = self._queue, []
                 stopping = self._stopping
             rows, payload = self._swap_headers([r.fields for r in announced], stopping)
+            self._round += 1
             self._last_cycle = time.monotonic()
             stopped = [r for r, row in enumerate(rows) if row[_STOPPING]]
             if self._same_cached_batch(rows, announced):
@@ -280,8 +300,9 @@ class MpiEngine:
             else:
                 gathered = self._gather_batches(rows, payload)
                 for rank, calls in enumerate(gathered):
-                    self._table.announce(rank, calls)
+                    self._table.announce(rank, calls, self._round)
                 self._run_ready(self._table.take_ready())
+                self._fail_stalled(max(row[_EXPIRE] for row in rows))
                 anything = any(gathered)
             if anything:
                 self._last_news = self._last_cycle
@@ -320,7 +341,8 @@ class MpiEngine:
         kind = _NOTHING if not batch else (_CACHED if cached is not None else _FRESH)
         payload = pickle.dumps(key) if kind == _FRESH else b""
         header, headers = self._header, self._headers  # reused: only the cycle lock's holder touches them
-        header[:] = (kind, cached if cached is not None else len(payload), int(stopping), base)
+        expire = self._table.stalled_since(self._stall_shutdown_s, time.monotonic()) if self._table.pending else -1
+        header[:] = (kind, cached if cached is not None else len(payload), int(stopping), base, expire)
         self._await(self._comm.Iallgather(header, headers))
         return headers.tolist(), payload
 
@@ -341,7 +363,7 @@ class MpiEngine:
             blob = received.tobytes()
         gathered: list[list[Call]] = []
         offset = 0
-        for (what, value, _, their_base), count in zip(rows, fresh_counts):
+        for (what, value, _, their_base, _), count in zip(rows, fresh_counts):
             if what == _NOTHING:
                 gathered.append([])
                 continue
@@ -394,9 +416,15 @@ class MpiEngine:
         """Runs ``ready`` in order: (name, every rank's call), or (name, None) for one of this rank's own
         requests that every rank made identically."""
         fused: list[tuple[_Request | None, Call]] = []
+        timeline = self._timeline if self._timeline.on and ready else None
+        self._negotiated_ns = now_ns() if timeline is not None else 0
+        if timeline is not None:
+            timeline.cycle_start()
         for name, by_rank in ready:
             with self._lock:
                 mine = self._in_flight.pop(name, None)
+            if timeline is not None and mine is not None and mine.enqueued_ns:
+                timeline.phase(name, NEGOTIATE, mine.enqueued_ns, self._negotiated_ns)
             number = self._call_number
             self._call_number += 1
             if by_rank is None:
@@ -443,20 +471,37 @@ class MpiEngine:
             mine, call = fused[0]
             self._run_one(mine, call, {})
             return
+        timeline = self._timeline if self._timeline.on else None
+        copy_in = now_ns() if timeline is not None else 0
         storage = STORAGE[fused[0][1].dtype]
         parts = [mine.data if mine is not None else np.zeros(call.count(), storage) for mine, call in fused]
         buffer = np.concatenate(parts)
         first = fused[0][1]
+        start = now_ns() if timeline is not None else 0
         transfers.allreduce(self._comm, buffer, first._replace(name="fused", shape=(buffer.size,)))
+        end = now_ns() if timeline is not None else 0
         offset = 0
         for (mine, call), part in zip(fused, parts):
             if mine is not None:
+                copy_out = now_ns() if timeline is not None else 0
                 mine.data[...] = buffer[offset:offset + part.size]
+                if timeline is not None:
+                    self._trace_fused(timeline, mine.call.name, copy_in, start, end, copy_out,
+                                      f"{len(fused)} tensors, {buffer.nbytes} bytes")
                 mine.finish()
             offset += part.size
 
+    def _trace_fused(self, timeline: EngineTimeline, name: str, copy_in: int, start: int, end: int, copy_out: int,
+                     detail: str) -> None:
+        """A fused allreduce's phases, as the native engine records them (one copy into the buffer for all)."""
+        timeline.phase(name, QUEUE, self._negotiated_ns or copy_in, copy_in)
+        timeline.phase(name, MEMCPY_IN, copy_in, start)
+        timeline.phase(name, phase_of(CollectiveKind.ALLREDUCE), start, end, detail)
+        timeline.phase(name, MEMCPY_OUT, copy_out, now_ns())
+
     def _run_one(self, mine: _Request | None, base: Call, by_rank: dict[int, Call] | None) -> None:
         """One collective; a rank that has joined (``mine`` None) takes part with an empty tensor."""
+        start = now_ns() if self._timeline.on else 0
         storage = STORAGE[base.dtype] if base.dtype >= 0 else np.uint8
         data = mine.data if mine is not None else None
         kind = base.kind
@@ -483,6 +528,9 @@ class MpiEngine:
         else:
             raise CollectiveError(f"unknown collective kind {kind}")
         if mine is not None:
+            if start and self._timeline.on:
+                self._timeline.phase(base.name, QUEUE, self._negotiated_ns or start, start)
+                self._timeline.phase(base.name, phase_of(kind), start, now_ns())
             mine.finish(result)
 
     def _finish_join(self) -> None:
@@ -501,8 +549,23 @@ class MpiEngine:
         for name, pending in list(self._table.pending.items()):
             if name not in self._warned and now - pending.first_seen > self._stall_check_s:
                 self._warned.add(name)
-                logger.warning("rank %d: '%s' has waited %.0fs for rank(s) %s to submit it", self._rank, name,
-                               now - pending.first_seen, self._table.missing(name))
+                # The native stall inspector's words, so logs read alike on both backends.
+                logger.warning("stall: %s '%s' was submitted by rank(s) %s but not by rank(s) %s for %d s",
+                               _kind_of(pending), name, _rank_list(pending.calls),
+                               _rank_list(self._table.missing(name)), int(now - pending.first_seen))
+
+    def _fail_stalled(self, last_round: int) -> None:
+        """The stall shutdown: once any rank has waited ``stall_shutdown_s`` for requests some ranks never
+        submitted, every rank drops the requests first announced by the round it names (the same ones on
+        every rank) and fails its own among them, naming the missing ranks as the native engine does."""
+        for name, pending, absent in self._table.take_stalled(last_round):
+            self._warned.discard(name)
+            with self._lock:
+                mine = self._in_flight.pop(name, None)
+            if mine is not None:
+                mine.finish(error=CollectiveTimeoutError(
+                    f"{_kind_of(pending)} '{name}' stalled: rank(s) {_rank_list(pending.calls)} submitted it but "
+                    f"rank(s) {_rank_list(absent)} did not within {int(self._stall_shutdown_s)} s"))
 
     def _fail_all(self, error: BaseException) -> None:
         with self._cond:
@@ -511,6 +574,14 @@ class MpiEngine:
             self._joins.clear()
         for request in waiting:
             request.finish(error=error)
+
+
+def _kind_of(pending: Any) -> str:
+    return next(iter(pending.calls.values())).kind_name
+
+
+def _rank_list(ranks: Any) -> str:
+    return ", ".join(str(r) for r in sorted(ranks))
 
 
 def _auto_name(kind: int, number: int) -> str:

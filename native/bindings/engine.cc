@@ -5,6 +5,7 @@
 
 #include "bindings/bindings.h"
 #include "engine/engine.h"
+#include "engine/timeline.h"
 
 namespace shvd {
 namespace {
@@ -53,9 +54,40 @@ nb::object run(PyEngine& e, CollectiveKind kind, const std::string& name, nb::ha
   return outcome_to_python(out, result_dtype);
 }
 
+Timeline::Clock::time_point at(int64_t ns) {
+  using std::chrono::duration_cast;
+  return Timeline::Clock::time_point(duration_cast<Timeline::Clock::duration>(std::chrono::nanoseconds(ns)));
+}
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Timeline::Clock::now().time_since_epoch()).count();
+}
+
+// The native engine's Chrome-trace writer, for the MPI backend's Python engine: one definition of the
+// file format and of the phase names for both engines.
+void register_timeline(nb::module_& m) {
+  nb::class_<Timeline>(m, "Timeline")
+      .def(nb::init<>())
+      .def("open", &Timeline::open, nb::arg("path"), nb::arg("rank"), nb::arg("mark_cycles") = false,
+           "Starts writing to path (closing any file it was writing); raises InvalidArgumentError if it cannot.")
+      .def(
+          "phase",
+          [](Timeline& t, const std::string& tensor, const std::string& phase, int64_t start_ns, int64_t end_ns,
+             const std::string& detail) { t.phase(tensor, phase.c_str(), at(start_ns), at(end_ns), detail); },
+          nb::arg("tensor"), nb::arg("phase"), nb::arg("start_ns"), nb::arg("end_ns"), nb::arg("detail") = "",
+          "One finished phase of one tensor; times are now_ns() readings.")
+      .def("cycle_start", &Timeline::cycle_start, "Marks an engine cycle that runs collectives (if asked to).")
+      .def("close", &Timeline::close, "Closes the file, which is then valid JSON.")
+      .def_static("now_ns", &now_ns, "The timeline's clock, in nanoseconds.");
+  m.def(
+      "collective_phase", [](CollectiveKind kind) { return std::string(collective_phase(kind)); }, nb::arg("kind"),
+      "The timeline phase name of a collective kind (ALLREDUCE...).");
+}
+
 }  // namespace
 
 void register_engine(nb::module_& m) {
+  register_timeline(m);
   nb::class_<PyEngine>(m, "Engine")
       .def(
           "__init__",

@@ -124,3 +124,47 @@ def test_the_min_of_the_agreement_words_equals_every_ranks_own_only_when_all_dig
         verdict = np.minimum.reduce(mixed).tobytes()
         assert not any(verdict == w.tobytes() for w in mixed)  # every rank sees the mismatch
         assert (agreement_words(odd)[:2] >= 0).all()  # 62-bit digests: their negation cannot overflow
+
+
+def _records(ranks_per_rank: list[list[int]], comm: bool | list[bool] = True) -> list[dict]:
+    kinds_given = comm if isinstance(comm, list) else [comm] * len(ranks_per_rank)
+    return [{"ranks": ranks, "comm": c} for ranks, c in zip(ranks_per_rank, kinds_given)]
+
+
+def test_communicator_sets_agree_into_one_set_per_communicator() -> None:
+    from collective.process_sets import _agreed_sets
+
+    # COMM_WORLD.Split by parity on four ranks, rank 3 passing COMM_NULL (no members) after a Split(UNDEFINED).
+    records = _records([[0, 2], [1], [0, 2], []])
+    assert _agreed_sets(records, 0, (0, 2), 5) == [(0, 2), (1,)]
+    assert _agreed_sets(records, 3, (), 5) == [(0, 2), (1,)]
+
+
+def test_members_passing_different_communicators_are_named() -> None:
+    from collective.process_sets import _agreed_sets
+
+    with pytest.raises(MismatchError, match=r"rank 0 passed has ranks \[0, 1\], but rank 1 passed one of ranks \[1\]"):
+        _agreed_sets(_records([[0, 1], [1], [2]]), 2, (2,), 1)
+
+
+def test_a_communicator_on_some_ranks_and_ranks_on_others_is_a_mismatch() -> None:
+    from collective.process_sets import _agreed_sets
+
+    with pytest.raises(MismatchError, match="rank 0 gave ranks, rank 1 gave a communicator"):
+        _agreed_sets(_records([[0, 1], [0, 1]], comm=[False, True]), 0, (0, 1), 1)
+    with pytest.raises(MismatchError, match=r"rank 1 added ranks \[0, 1\] as process set 4, but rank 0 added \[0\]"):
+        _agreed_sets(_records([[0], [0, 1]], comm=False), 1, (0, 1), 4)
+
+
+def test_stalled_requests_expire_by_the_round_every_rank_agrees_on() -> None:
+    table = Table(3)
+    table.announce(0, [Call(kinds.ALLREDUCE, "early", 0, (2,))], round_number=4)
+    table.announce(1, [Call(kinds.ALLREDUCE, "late", 0, (2,))], round_number=7)
+    table.announce(2, [Call(kinds.ALLREDUCE, "early", 0, (2,))], round_number=7)
+    assert table.stalled_since(0.0, 1e9) == -1  # the stall shutdown is off
+    first_seen = table.pending["early"].first_seen
+    assert table.stalled_since(5.0, first_seen + 1.0) == -1  # nothing has waited 5 s yet
+    assert table.stalled_since(5.0, first_seen + 6.0) == 7
+    # A rank whose clock said round 4 fails only "early" (announced in round 4), still missing rank 1.
+    assert [(name, missing) for name, _, missing in table.take_stalled(4)] == [("early", [1])]
+    assert list(table.pending) == ["late"] and table.take_stalled(-1) == []

@@ -140,3 +140,42 @@ def test_repeated_steps_are_announced_from_the_engine_cache() -> None:
         (record,) = job.records(rank)
         assert record["wrong"] == [], record["wrong"]
         assert 1 <= record["cached_batches"] <= 6, record  # a step's batches, far fewer than 12 steps' worth
+
+
+@pytest.mark.timeout(150)
+def test_engine_timeline_read_back(backend: str, tmp_path: Path) -> None:
+    """The MPI engine writes the ring engine's timeline (same format, same phase names): from init and
+    between start_timeline/stop_timeline, on rank 0 only."""
+    at_init, at_run = tmp_path / "init.json", tmp_path / "run.json"
+    job = run_mpi_job("engine_timeline.py", 3, str(at_init), str(at_run), backend=backend, timeout_s=120)
+    assert_clean(job, 3)
+    for rank in (1, 2):
+        assert job.records(rank) == [{"kind": "timeline", "rank": rank, "files": [True, True], "right": True}]
+    (record,) = job.records(0)
+    assert record["right"] is True
+    first, second = record["at_init"], record["at_run"]
+    assert first["rows"] == ["from.init"] and {"NEGOTIATE", "QUEUE", "ALLREDUCE"} <= set(first["phases"]), first
+    assert second["rows"] == [*(f"fused.{i}" for i in range(8)), "traced.allgather", "traced.broadcast"], second
+    assert {"NEGOTIATE", "QUEUE", "MEMCPY_IN_FUSION_BUFFER", "ALLREDUCE", "MEMCPY_OUT_FUSION_BUFFER", "BROADCAST",
+            "ALLGATHER"} <= set(second["phases"]), second
+    # Submitted together, some of the eight were fused (how many per cycle is up to timing): "N tensors, B bytes".
+    fused = [[int(word) for word in detail.split()[::2]] for detail in second["fused"]]
+    assert fused and all(n >= 2 and nbytes == 32 * n for n, nbytes in fused), second
+    assert second["cycles"] >= 1 and second["process"] == ["rank 0"], second
+    assert first["orphans"] == second["orphans"] == [] and first["bad_spans"] == second["bad_spans"] == []
+
+
+@pytest.mark.timeout(200)
+def test_engine_cases_stall_shutdown_and_warnings(backend: str, tmp_path: Path) -> None:
+    """tests/workers/engine_cases.py under mpiexec -n 3: ordering, fusion, groups, names in flight, join, and
+    the stall inspector: each rank withholds a tensor, the 60 s-style warning names the missing ranks in the
+    native engine's words, and the stall shutdown (1.5 s here) fails it on every rank naming them, not
+    after timeout_s x 4."""
+    job = run_mpi_job("engine_cases.py", 3, str(tmp_path / "timeline.json"), backend=backend, timeout_s=170)
+    assert_clean(job, 3)
+    for rank in range(3):
+        (record,) = job.records(rank)
+        assert len(record["ran"]) == 6 and record["failures"] == [], record
+        missing = ", ".join(str(r) for r in range(3) if r != rank)
+        warning = f"stall: allreduce 'withheld.{rank}' was submitted by rank(s) {rank} but not by rank(s) {missing}"
+        assert warning in job.output, job.output[-3000:]

@@ -19,6 +19,32 @@ def check(failures: list[str], label: str, got: np.ndarray, want: np.ndarray) ->
                         f"want {want.dtype}{want.shape} {want.ravel()[:6].tolist()}")
 
 
+def allreduce_from_threads(sets: list[tuple[str, hvd.ProcessSet]], rank: int, failures: list[str],
+                           rounds: int = 30) -> None:
+    """Allreduces on each of ``sets`` in a thread of its own, all at once, then checks every result."""
+    results: dict[str, list[np.ndarray]] = {}
+
+    def work(label: str, ps: hvd.ProcessSet) -> None:
+        try:
+            results[label] = [hvd.allreduce(np.full(1000 * (i % 3 + 1), rank + i, np.float64), op=hvd.Sum,
+                                            process_set=ps) for i in range(rounds)]
+        except Exception as exc:  # reported below
+            failures.append(f"{label} in a thread raised {type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=work, args=item) for item in sets]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+        if thread.is_alive():
+            failures.append("a set's thread did not finish in 120 s")
+            return
+    for label, ps in sets:
+        for i, got in enumerate(results.get(label, [])):
+            want = np.full(1000 * (i % 3 + 1), sum(r + i for r in ps.ranks), np.float64)
+            check(failures, f"{label} threaded allreduce {i}", got, want)
+
+
 def main() -> None:
     hvd.init()
     if sys.argv[1] == "engine":
@@ -75,29 +101,7 @@ def main() -> None:
         """Each set in its own thread, ranks starting them in different orders: one shared mesh or engine
         thread would cross the calls of two sets and hang or mix them up."""
         mine = [(label, ps) for label, ps in sets.items() if ps.included()]
-        if rank % 2:
-            mine.reverse()
-        results: dict[str, list[np.ndarray]] = {}
-
-        def work(label: str, ps: hvd.ProcessSet) -> None:
-            try:
-                results[label] = [hvd.allreduce(np.full(1000 * (i % 3 + 1), rank + i, np.float64), op=hvd.Sum,
-                                                process_set=ps) for i in range(30)]
-            except Exception as exc:  # reported below
-                failures.append(f"{label} in a thread raised {type(exc).__name__}: {exc}")
-
-        threads = [threading.Thread(target=work, args=item) for item in mine]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=120)
-            if thread.is_alive():
-                failures.append("a set's thread did not finish in 120 s")
-                return
-        for label, ps in mine:
-            for i, got in enumerate(results.get(label, [])):
-                want = np.full(1000 * (i % 3 + 1), sum(r + i for r in ps.ranks), np.float64)
-                check(failures, f"{label} threaded allreduce {i}", got, want)
+        allreduce_from_threads(mine if rank % 2 == 0 else mine[::-1], rank, failures)
 
     @case
     def a_non_member_call_names_the_set_and_the_rank() -> None:

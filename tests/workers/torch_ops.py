@@ -482,15 +482,6 @@ def join(c: Cases) -> None:
 def timeline(c: Cases) -> None:
     # Every rank starts and stops it, as in Horovod; rank 0 writes the file.
     path = os.path.join(tempfile.mkdtemp(prefix="timeline"), "trace.json")
-    if hvd.mpi_enabled():
-        # The MPI backend has no timeline yet (docs/migrating.md): it says so rather than writing nothing.
-        try:
-            hvd.start_timeline(path)
-        except NotImplementedError as e:
-            c.check("MPI backend" in str(e), f"unclear refusal: {e}")
-        else:
-            c.check(False, "start_timeline on the MPI backend neither traced nor refused")
-        return
     hvd.start_timeline(path, mark_cycles=True)
     hvd.allreduce(torch.ones(3), name="traced.allreduce")
     hvd.broadcast(torch.ones(2), root_rank=0, name="traced.broadcast")
