@@ -43,6 +43,9 @@ ENV_NCCL_LIBRARY = "COLLECTIVE_NCCL_LIBRARY"
 ENV_NICS = "COLLECTIVE_NICS"  # comma-separated interface names
 # Where a rank started by collective.run writes its FailureReport when an exception ends it.
 ENV_FAILURE_REPORT = "COLLECTIVE_FAILURE_REPORT"
+# Set by the elastic launcher instead of a rank: the worker's slot ("host:slot"); its rank comes from each round.
+ENV_ELASTIC_WORKER = "COLLECTIVE_ELASTIC_WORKER"
+ENV_ELASTIC_TIMEOUT = "COLLECTIVE_ELASTIC_TIMEOUT"
 # Horovod's variable for spark.run's start_timeout, honoured so ported jobs keep their setting.
 ENV_SPARK_START_TIMEOUT = "HOROVOD_SPARK_START_TIMEOUT"
 DEFAULT_SPARK_START_TIMEOUT_S = 600.0
@@ -85,6 +88,9 @@ class Config:
     nccl_library: str | None = None          # path to libnccl.so.2; None = the nvidia-nccl wheel, then the system
     # Network interfaces the mesh may use (Horovod's nics), e.g. ("eth0",); None = any.
     nics: tuple[str, ...] | None = None
+    # Elastic mode (collective.elastic): this worker's slot id, and how long it waits for a round that includes it.
+    elastic_worker: str | None = None
+    elastic_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
         # Lists and sets are accepted (Horovod takes either) and kept as a tuple, so Config stays hashable.
@@ -297,6 +303,23 @@ def env_for_rank(
     return env
 
 
+def env_for_elastic_worker(worker: str, rendezvous: str, secret: bytes, host_key: str, elastic_timeout_s: float,
+                           failure_report: str | None = None) -> dict[str, str]:
+    """What the elastic launcher exports to a worker: no rank or size (each round assigns them), its slot id."""
+    env = {
+        ENV_ELASTIC_WORKER: worker,
+        ENV_RENDEZVOUS: rendezvous,
+        ENV_SECRET: secret.hex(),
+        ENV_HOST_KEY: host_key,
+        ENV_ELASTIC_TIMEOUT: repr(float(elastic_timeout_s)),
+    }
+    if failure_report is not None:
+        env[ENV_FAILURE_REPORT] = failure_report
+    _validate({**_DEFAULTS, "rendezvous": rendezvous, "secret": secret, "host_key": host_key,
+               "elastic_worker": worker, "elastic_timeout_s": elastic_timeout_s}, _field_label)
+    return env
+
+
 def horovod_env_for_rank(topology: Topology, hostname: str) -> dict[str, str]:
     """What horovodrun exports to each rank, for scripts that read their place in the job from it.
     Written by the launcher beside env_for_rank's variables; never read by this package."""
@@ -387,6 +410,8 @@ _ENV_FIELDS: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "backend": (ENV_BACKEND, _parse_text),
     "nccl_library": (ENV_NCCL_LIBRARY, _parse_text),
     "nics": (ENV_NICS, _parse_nics),
+    "elastic_worker": (ENV_ELASTIC_WORKER, _parse_text),
+    "elastic_timeout_s": (ENV_ELASTIC_TIMEOUT, _parse_seconds),
 }
 
 
@@ -433,11 +458,11 @@ def _validate(values: Mapping[str, Any], label: Callable[[str], str]) -> None:
     secret = values["secret"]
     if secret is not None and (not isinstance(secret, bytes) or len(secret) == 0):
         fail("secret", "must be non-empty bytes")
-    for name in ("advertise_host", "host_key"):
+    for name in ("advertise_host", "host_key", "elastic_worker"):
         value = values[name]
         if value is not None and (not isinstance(value, str) or not value):
             fail(name, "must be a non-empty string")
-    for name in ("timeout_s", "connect_timeout_s", "handshake_timeout_s"):
+    for name in ("timeout_s", "connect_timeout_s", "handshake_timeout_s", "elastic_timeout_s"):
         value = values[name]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             fail(name, "must be a number of seconds")
