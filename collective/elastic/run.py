@@ -4,6 +4,7 @@ re-forms the job and calls the function again from the last commit."""
 from __future__ import annotations
 
 import functools
+import gc
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
@@ -60,6 +61,9 @@ def reform(lifecycle: Lifecycle) -> None:
     config = runtime.job_config() if runtime.is_initialized() else None
     while True:
         lifecycle.shutdown()
+        # The failed collective's exception and traceback form reference cycles that keep the broken mesh
+        # (its sockets and shared-memory mappings) alive until the next collection: release them now.
+        gc.collect()
         try:
             runtime.init(config)
             lifecycle.init()
