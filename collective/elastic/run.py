@@ -18,10 +18,12 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class Lifecycle:
     """How a framework leaves and rejoins the job: its ``shutdown`` (drops pending handles, then the
-    runtime) and its ``init`` (joins, starts the engine)."""
+    runtime) and its ``init`` (joins, starts the engine); ``peer_loss`` recognises a lost peer in errors the
+    framework rebuilt without a cause (TensorFlow's graph errors)."""
 
     shutdown: Callable[[], None]
     init: Callable[[], None]
+    peer_loss: Callable[[BaseException], bool] = is_peer_loss
 
 
 def elastic_run(lifecycle: Lifecycle) -> Callable[[Callable[..., T]], Callable[..., T]]:
@@ -42,7 +44,7 @@ def elastic_run(lifecycle: Lifecycle) -> Callable[[Callable[..., T]], Callable[.
                     # Raised at a commit: the state is what was just committed, on every rank.
                     skip_sync = interrupt.skip_sync
                 except Exception as error:
-                    if not is_peer_loss(error):
+                    if not lifecycle.peer_loss(error):
                         raise  # the caller's bug: every retry would raise it again
                     state.restore()
                     skip_sync = False
@@ -72,5 +74,5 @@ def reform(lifecycle: Lifecycle) -> None:
             raise  # no round formed for this worker at all: the driver gave up or is gone
         except Exception as error:
             # A TimeoutError here is a member that never joined this round: try the next one.
-            if not is_peer_loss(error) and not isinstance(error, TimeoutError):
+            if not lifecycle.peer_loss(error) and not isinstance(error, TimeoutError):
                 raise

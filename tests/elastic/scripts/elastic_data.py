@@ -22,13 +22,15 @@ def shard(step: int, rank: int, size: int) -> tuple[np.ndarray, np.ndarray]:
     return x[rank::size], y[rank::size]
 
 
-def reference_weights(sizes: list[int]) -> tuple[np.ndarray, float]:
+def reference_weights(sizes: list[int], lr_dtype: type = np.float64) -> tuple[np.ndarray, float]:
     """The weights after ``len(sizes)`` SGD steps from zero, step ``s`` taken at world size ``sizes[s]`` with
-    the learning rate scaled by it (Horovod's rule), on the mean squared error of the global batch."""
+    the learning rate scaled by it (Horovod's rule), on the mean squared error of the global batch.
+    ``lr_dtype``: the precision the framework keeps the learning rate in (Keras: float32)."""
     w, b = np.zeros(FEATURES), 0.0
     for step, size in enumerate(sizes):
         x, y = global_batch(step)
         err = x @ w + b - y[:, 0]
-        w = w - BASE_LR * size * (2.0 / len(err)) * (x.T @ err)
-        b = b - BASE_LR * size * (2.0 / len(err)) * err.sum()
+        lr = float(lr_dtype(BASE_LR * size))
+        w = w - lr * (2.0 / len(err)) * (x.T @ err)
+        b = b - lr * (2.0 / len(err)) * err.sum()
     return w, b
