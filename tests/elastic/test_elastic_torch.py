@@ -72,3 +72,13 @@ def test_below_min_np_for_longer_than_the_elastic_timeout_fails_by_name(tmp_path
     assert code == 3, output
     assert "ElasticTimeoutError: fewer than --min-np 2 workers (1 running) for longer than --elastic-timeout 3s" \
         in output
+
+
+def test_an_error_in_the_workers_own_code_is_not_retried(tmp_path):
+    discovery, _ = write_discovery(tmp_path, ["hostA:2"])
+    with ElasticJob("torch_elastic_train.py", discovery, "--fail-rank", "1", min_np=2, max_np=2) as job:
+        code, output = job.finish()
+    assert code == 1, output
+    assert "worker hostA:1 (rank 1 of round 1) failed in its own code: exited with code 1: " \
+           "ValueError: bad batch at step 2; not retried" in output
+    assert "round 2" not in output

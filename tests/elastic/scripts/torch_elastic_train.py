@@ -3,7 +3,7 @@
 Rank 0 reports each (re)start of the training function (``RESUMED step=S size=N``) and the final weights.
 ``--victim-rank R --victim-step S``: in the first formation, rank R reports ``VICTIM pid=P`` after step S and
 then blocks until the test kills it. ``--until-size N``: keeps stepping until the job has reached N ranks and
-then ``--steps`` more (the add-a-slot test).
+then ``--steps`` more (the add-a-slot test). ``--fail-rank R``: rank R raises a ValueError at step 2.
 """
 
 import argparse
@@ -22,6 +22,7 @@ parser.add_argument("--commit-every", type=int, default=3)
 parser.add_argument("--victim-rank", type=int, default=-1)
 parser.add_argument("--victim-step", type=int, default=-1)
 parser.add_argument("--until-size", type=int, default=0)
+parser.add_argument("--fail-rank", type=int, default=-1, help="raise a ValueError of its own on this rank")
 args = parser.parse_args()
 
 hvd.init()
@@ -56,6 +57,8 @@ def train(state):
                 break
         elif state.step >= args.steps:
             break
+        if hvd.rank() == args.fail_rank and state.step == 2:
+            raise ValueError("bad batch at step 2")
         x, y = (torch.from_numpy(a) for a in shard(state.step, hvd.rank(), hvd.size()))
         optimizer.zero_grad()
         loss = ((model(x) - y) ** 2).mean()
