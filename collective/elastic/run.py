@@ -32,6 +32,8 @@ def elastic_run(lifecycle: Lifecycle) -> Callable[[Callable[..., T]], Callable[.
     def decorate(func: Callable[..., T]) -> Callable[..., T]:
         @functools.wraps(func)
         def wrapper(state: State, *args: Any, **kwargs: Any) -> T:
+            """``func`` re-run from the last ``state.commit()`` each time the job re-forms (a lost or added
+            worker)."""
             if not isinstance(state, State):
                 raise TypeError(f"an elastic.run function takes a State first, got {type(state).__name__}")
             skip_sync = False

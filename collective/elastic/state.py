@@ -11,7 +11,23 @@ from collective.elastic.membership import hosts_updated, joined_round
 BroadcastObject = Callable[[Any, int], Any]
 
 
-class State:
+class _Committable:
+    """What a state, and each framework object inside one, does: keep a copy, put it back, take rank 0's."""
+
+    def save(self) -> None:
+        raise NotImplementedError
+
+    def restore(self) -> None:
+        raise NotImplementedError
+
+    def sync(self) -> None:
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        """After a re-form, before the reset callbacks (a sampler re-partitions for the new size); none by default."""
+
+
+class State(_Committable):
     """The base of every elastic state. ``bcast_object(obj, root_rank)`` broadcasts a picklable object (each
     framework gives its own); subclasses define ``save``, ``restore`` and ``sync``."""
 
@@ -49,18 +65,6 @@ class State:
         if self._bcast_object(updated, 0):
             raise HostsUpdatedInterrupt(skip_sync=False)
 
-    def save(self) -> None:
-        raise NotImplementedError
-
-    def restore(self) -> None:
-        raise NotImplementedError
-
-    def sync(self) -> None:
-        raise NotImplementedError
-
-    def reset(self) -> None:
-        """Horovod's hook for what a state rebuilds after a re-form (samplers re-partition); none by default."""
-
 
 class ObjectState(State):
     """Picklable attributes given as keyword arguments (``epoch=0, batch=0``), readable and assignable as
@@ -88,23 +92,11 @@ class ObjectState(State):
 
 
 
-class StateHandler:
+class StateHandler(_Committable):
     """Commits, restores and syncs one framework object (a model, an optimizer, a sampler) for a state."""
 
     def __init__(self, value: Any) -> None:
         self.value = value
-
-    def save(self) -> None:
-        raise NotImplementedError
-
-    def restore(self) -> None:
-        raise NotImplementedError
-
-    def sync(self) -> None:
-        raise NotImplementedError
-
-    def reset(self) -> None:
-        """After a re-form, before the reset callbacks (a sampler re-partitions for the new size)."""
 
 
 class HandlerState(ObjectState):

@@ -30,27 +30,20 @@ def _peer_loss(error: BaseException) -> bool:
 
 
 run = elastic_run(Lifecycle(shutdown=lifecycle.shutdown, init=lifecycle.init, peer_loss=_peer_loss))
-run.__doc__ = """Decorator: ``@hvd.elastic.run def train(state, ...)`` re-forms the job after a lost or added
-worker and calls ``train`` again from the last ``state.commit()``."""
-
-
-def _bcast_object(obj: Any, root_rank: int) -> Any:
-    return broadcast_object(obj, root_rank)
 
 
 class ObjectState(_state.ObjectState):
     """Picklable attributes (``hvd.elastic.ObjectState(epoch=0, batch=0)``) committed, restored and synced."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(_bcast_object, runtime.rank, **kwargs)
+        super().__init__(broadcast_object, runtime.rank, **kwargs)
 
 
 class _VariablesHandler(StateHandler):
-    """A list of variables (tf.Variable or Keras), or a callable giving it (an optimizer builds its slots
-    on its first step, so the list is read again at each save)."""
+    """A list of variables (tf.Variable or Keras)."""
 
     def _variables(self) -> list[Any]:
-        return list(self.value() if callable(self.value) else self.value)
+        return list(self.value)
 
     def save(self) -> None:
         self._saved = [np.array(v.numpy(), copy=True) for v in self._variables()]
@@ -73,7 +66,7 @@ class TensorFlowState(_state.HandlerState):
 
     def __init__(self, variables: Iterable[Any] | None = None, **kwargs: Any) -> None:
         handlers = {"variables": _VariablesHandler(list(variables or []))}
-        super().__init__(_bcast_object, runtime.rank, handlers, **kwargs)
+        super().__init__(broadcast_object, runtime.rank, handlers, **kwargs)
 
 
 class TensorFlowKerasState(_state.HandlerState):
@@ -84,18 +77,16 @@ class TensorFlowKerasState(_state.HandlerState):
         if model is None or not hasattr(model, "variables"):
             raise TypeError(f"TensorFlowKerasState(model=) takes a Keras model, got {type(model).__name__}")
         optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
-        handlers: dict[str, StateHandler] = {"model": _ModelHandler(model)}
+        handlers: dict[str, StateHandler] = {"model": _KerasVariablesHandler(model)}
         if optimizer is not None:
-            handlers["optimizer"] = _OptimizerHandler(optimizer)
-        super().__init__(_bcast_object, runtime.rank, handlers, **kwargs)
+            handlers["optimizer"] = _KerasVariablesHandler(optimizer)
+        super().__init__(broadcast_object, runtime.rank, handlers, **kwargs)
 
 
-class _ModelHandler(_VariablesHandler):
-    def _variables(self) -> list[Any]:
-        return list(self.value.variables)
+class _KerasVariablesHandler(_VariablesHandler):
+    """A Keras model's or optimizer's variables, read at each save (an optimizer adds its slots on its first
+    step)."""
 
-
-class _OptimizerHandler(_VariablesHandler):
     def _variables(self) -> list[Any]:
         return list(self.value.variables)
 

@@ -25,19 +25,13 @@ from collective.torch.functions import (
 )
 
 run = elastic_run(Lifecycle(shutdown=lifecycle.shutdown, init=lifecycle.init))
-run.__doc__ = """Decorator: ``@hvd.elastic.run def train(state, ...)`` re-forms the job after a lost or added
-worker and calls ``train`` again from the last ``state.commit()``."""
-
-
-def _bcast_object(obj: Any, root_rank: int) -> Any:
-    return broadcast_object(obj, root_rank)
 
 
 class ObjectState(_state.ObjectState):
     """Picklable attributes (``hvd.elastic.ObjectState(epoch=0, batch=0)``) committed, restored and synced."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(_bcast_object, runtime.rank, **kwargs)
+        super().__init__(broadcast_object, runtime.rank, **kwargs)
 
 
 class ElasticSampler(torch.utils.data.Sampler):
@@ -94,35 +88,28 @@ class ElasticSampler(torch.utils.data.Sampler):
         return self._partition.num_samples
 
 
-class _ModelHandler(StateHandler):
+class _StateDictHandler(StateHandler):
+    """A torch object committed through its ``state_dict`` (a model, an optimizer, an ElasticSampler)."""
+
     def save(self) -> None:
         self._saved = copy.deepcopy(self.value.state_dict())
 
     def restore(self) -> None:
-        self.value.load_state_dict(self._saved)
+        # A copy again, so that a second restore from the same commit finds it untouched.
+        self.value.load_state_dict(copy.deepcopy(self._saved))
 
+
+class _ModelHandler(_StateDictHandler):
     def sync(self) -> None:
         broadcast_parameters(self.value.state_dict(), root_rank=0)
 
 
-class _OptimizerHandler(StateHandler):
-    def save(self) -> None:
-        self._saved = copy.deepcopy(self.value.state_dict())
-
-    def restore(self) -> None:
-        self.value.load_state_dict(copy.deepcopy(self._saved))
-
+class _OptimizerHandler(_StateDictHandler):
     def sync(self) -> None:
         broadcast_optimizer_state(self.value, root_rank=0)
 
 
-class _SamplerHandler(StateHandler):
-    def save(self) -> None:
-        self._saved = copy.deepcopy(self.value.state_dict())
-
-    def restore(self) -> None:
-        self.value.load_state_dict(copy.deepcopy(self._saved))
-
+class _SamplerHandler(_StateDictHandler):
     def sync(self) -> None:
         # Every rank processed its own share: the epoch's processed samples are their union; the epoch is rank 0's.
         mine = self.value.state_dict()
@@ -165,7 +152,7 @@ class TorchState(_state.HandlerState):
             raise TypeError(f"TorchState(model=) takes a torch.nn.Module, got {type(model).__name__}")
         if optimizer is not None and "optimizer" not in handlers:
             raise TypeError(f"TorchState(optimizer=) takes a torch.optim.Optimizer, got {type(optimizer).__name__}")
-        super().__init__(_bcast_object, runtime.rank, handlers, **attrs)
+        super().__init__(broadcast_object, runtime.rank, handlers, **attrs)
 
 
 __all__ = ["ElasticSampler", "HostsUpdatedInterrupt", "ObjectState", "State", "TorchState", "run"]
