@@ -30,13 +30,21 @@ model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.n
 optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
                                      named_parameters=model.named_parameters())
 x, y = torch.randn(32, 512), torch.randint(0, 10, (32,))
-state = hvd.elastic.TorchState(model=model, optimizer=optimizer, step=0, resets=0)
-state.register_reset_callbacks([lambda: setattr(state, "resets", state.resets + 1)])
+state = hvd.elastic.TorchState(model=model, optimizer=optimizer, step=0)
+resets = 0  # this process's own count, not state: sync() would take rank 0's
+
+
+def count_reset():
+    global resets
+    resets += 1
+
+
+state.register_reset_callbacks([count_reset])
 
 
 @hvd.elastic.run
 def train(state):
-    if hvd.rank() == 0 and state.resets:
+    if hvd.rank() == 0 and resets:
         print(f"@@elastic resumed {time.time()!r} step={state.step} size={hvd.size()}", flush=True)
     times = []
     while state.step < args.steps:
@@ -48,9 +56,9 @@ def train(state):
         if args.commit_every and state.step % args.commit_every == 0:
             state.commit()
         times.append(time.perf_counter() - start)
-        if hvd.rank() == 0 and state.resets and len(times) == 1:
+        if hvd.rank() == 0 and resets and len(times) == 1:
             print(f"@@elastic first-step {time.time()!r}", flush=True)
-        if state.resets == 0 and state.step == args.victim_step and hvd.rank() == hvd.size() - 1:
+        if resets == 0 and state.step == args.victim_step and hvd.rank() == hvd.size() - 1:
             print(f"@@elastic victim {os.getpid()} {time.time()!r}", flush=True)
             threading.Event().wait()  # until bench/elastic.py kills this process
     return times

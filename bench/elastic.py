@@ -1,6 +1,6 @@
 """Elastic training benchmark, under the local elastic launcher (python -m collective.run --min-np ...):
 
-    .venv/bin/python bench/elastic.py [--rounds 3] [--steps 40] [--ranks 2] [--recoveries 3]
+    .venv/bin/python bench/elastic.py [--rounds 3] [--steps 40] [--ranks 2] [--recoveries 3] [--part all]
 
 1. Commit overhead: the same job (bench/_elastic_script.py, an MLP of 1.6M parameters, batch 32 per rank)
    without commits, committing every 10 steps and every step; step time = rank 0's median after warm-up,
@@ -67,12 +67,14 @@ def recovery(args: argparse.Namespace, directory: str) -> None:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"})
         lines: queue.SimpleQueue = queue.SimpleQueue()
-        threading.Thread(target=lambda: [lines.put((time.time(), line)) for line in proc.stdout], daemon=True).start()
+        threading.Thread(target=_pump, args=(proc, lines), daemon=True).start()
         marks: dict[str, float] = {}
         try:
             deadline = time.monotonic() + 300
             while "first step" not in marks:
                 seen_at, line = lines.get(timeout=max(1.0, deadline - time.monotonic()))
+                if line is None:
+                    raise RuntimeError(f"the recovery run ended early (exit {proc.wait()}) after {sorted(marks)}")
                 if "@@elastic victim" in line:
                     os.kill(int(line.split()[3]), signal.SIGKILL)
                     marks["kill"] = time.time()
@@ -102,16 +104,25 @@ def recovery(args: argparse.Namespace, directory: str) -> None:
         print(f"| {phase} | {statistics.median(values):.3f} |")
 
 
+def _pump(proc: subprocess.Popen, lines: queue.SimpleQueue) -> None:
+    for line in proc.stdout:
+        lines.put((time.time(), line))
+    lines.put((time.time(), None))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--recoveries", type=int, default=3)
+    parser.add_argument("--part", choices=("all", "overhead", "recovery"), default="all")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
-        commit_overhead(args, directory)
-        recovery(args, directory)
+        if args.part in ("all", "overhead"):
+            commit_overhead(args, directory)
+        if args.part in ("all", "recovery"):
+            recovery(args, directory)
 
 
 if __name__ == "__main__":

@@ -30,11 +30,15 @@ model = keras.Sequential([keras.Input((FEATURES,), dtype="float64"),
                           keras.layers.Dense(1, dtype="float64", kernel_initializer="zeros", bias_initializer="zeros")])
 optimizer = hvd.DistributedOptimizer(keras.optimizers.SGD(learning_rate=BASE_LR * hvd.size()))
 model.compile(optimizer=optimizer, loss="mse")
-state = hvd.elastic.KerasState(model, optimizer, epoch=0, batch=0, sizes=[], resets=0)
+state = hvd.elastic.KerasState(model, optimizer, epoch=0, batch=0, sizes=[])
+
+
+resets = 0  # this process's own count, not state: sync() would take rank 0's
 
 
 def on_reset():
-    state.resets += 1
+    global resets
+    resets += 1
     optimizer.learning_rate.assign(BASE_LR * hvd.size())
 
 
@@ -46,7 +50,7 @@ class RecordSteps(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         state.sizes.append(hvd.size())
-        if state.resets == 0 and hvd.rank() == args.victim_rank and len(state.sizes) == args.victim_step:
+        if resets == 0 and hvd.rank() == args.victim_rank and len(state.sizes) == args.victim_step:
             print(f"VICTIM pid={os.getpid()} step={len(state.sizes)}", flush=True)
             threading.Event().wait()  # until the test kills this process
 

@@ -32,11 +32,15 @@ with torch.no_grad():
     model.bias.zero_()
 optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=BASE_LR * hvd.size()),
                                      named_parameters=model.named_parameters())
-state = hvd.elastic.TorchState(model=model, optimizer=optimizer, step=0, sizes=[], resets=0)
+state = hvd.elastic.TorchState(model=model, optimizer=optimizer, step=0, sizes=[])
+
+
+resets = 0  # this process's own count, not state: sync() would take rank 0's
 
 
 def on_reset():
-    state.resets += 1
+    global resets
+    resets += 1
     for group in optimizer.param_groups:
         group["lr"] = BASE_LR * hvd.size()
 
@@ -66,7 +70,7 @@ def train(state):
         optimizer.step()
         state.sizes.append(hvd.size())
         state.step += 1
-        if state.resets == 0 and hvd.rank() == args.victim_rank and state.step == args.victim_step:
+        if resets == 0 and hvd.rank() == args.victim_rank and state.step == args.victim_step:
             print(f"VICTIM pid={os.getpid()} step={state.step}", flush=True)
             threading.Event().wait()  # until the test kills this process
         if state.step % args.commit_every == 0:
