@@ -8,8 +8,12 @@ import torch
 
 import collective
 import collective.torch as hvd
+from collective.bootstrap import RendezvousClient, RendezvousServer
+from collective.config import Config, config_from_env, env_for_elastic_worker, format_host_port
 from collective.elastic.discovery import DiscoveryError, discover_hosts, parse_hosts
-from collective.elastic.errors import HostsUpdatedInterrupt, is_peer_loss
+from collective.elastic.errors import ElasticTimeoutError, HostsUpdatedInterrupt, RoundSupersededError, is_peer_loss
+from collective.elastic.membership import forget_client, joined_round, round_bootstrap
+from collective.elastic.protocol import ROUND_COUNTER_KEY, Round, round_key
 from collective.elastic.sampler import ElasticPartition
 from collective.elastic_launcher import is_elastic_command
 from collective.errors import InvalidArgumentError, MismatchError, PeerFailureError
@@ -177,3 +181,49 @@ def test_hosts_updated_interrupt_reruns_without_restoring(single_rank):
 
     assert train(state) == 2
     assert calls == [0, 1]
+
+
+@pytest.fixture
+def store():
+    secret = b"s" * 32
+    with RendezvousServer("127.0.0.1", 0, secret=secret) as server:
+        with RendezvousClient("127.0.0.1", server.address[1], 10.0, secret=secret) as driver:
+            yield format_host_port(*server.address), secret, driver
+    forget_client()
+
+
+def _worker_config(rendezvous: str, secret: bytes, worker: str, timeout_s: float) -> Config:
+    env = env_for_elastic_worker(worker, rendezvous, secret, "hostA", timeout_s)
+    return config_from_env(environ=env)
+
+
+def test_elastic_settings_come_from_the_launchers_variables_and_bad_ones_are_named():
+    env = env_for_elastic_worker("hostA:0", "127.0.0.1:1", b"k" * 32, "hostA", 7.5)
+    config = config_from_env(environ=env)
+    assert (config.elastic_worker, config.elastic_timeout_s, config.rank) == ("hostA:0", 7.5, None)
+    with pytest.raises(ValueError, match="COLLECTIVE_ELASTIC_TIMEOUT=-1.0 must be a positive"):
+        config_from_env(environ={**env, "COLLECTIVE_ELASTIC_TIMEOUT": "-1"})
+
+
+def test_a_worker_no_round_lists_times_out_by_name(store):
+    rendezvous, secret, driver = store
+    driver.set(round_key(1), Round(1, ("hostA:0",)).encode())
+    driver.add(ROUND_COUNTER_KEY, 1)
+    with pytest.raises(ElasticTimeoutError, match="'hostB:0': no round including it was formed within 0.5s"):
+        round_bootstrap(_worker_config(rendezvous, secret, "hostB:0", 0.5))
+
+
+def test_joining_a_round_that_is_re_formed_meanwhile_gives_up_at_once(store):
+    rendezvous, secret, driver = store
+    driver.set(round_key(1), Round(1, ("hostA:0", "hostA:1")).encode())
+    driver.add(ROUND_COUNTER_KEY, 1)
+    bootstrap = round_bootstrap(_worker_config(rendezvous, secret, "hostA:0", 30.0))
+    assert (bootstrap.rank, bootstrap.size) == (0, 2)
+    # hostA:1 never contributes: the driver re-forms without it, and the waiting member learns it.
+    driver.set(round_key(2), Round(2, ("hostA:0",)).encode())
+    driver.add(ROUND_COUNTER_KEY, 1)
+    with pytest.raises(RoundSupersededError, match="round 1 was re-formed as round 2 while worker 'hostA:1'"):
+        bootstrap.allgather(b"me", 30.0)
+    assert is_peer_loss(RoundSupersededError("x"))
+    again = round_bootstrap(_worker_config(rendezvous, secret, "hostA:0", 30.0))
+    assert (again.size, joined_round()) == (1, 2)
