@@ -45,6 +45,9 @@ ENV_NICS = "COLLECTIVE_NICS"  # comma-separated interface names
 ENV_HOROVOD_HIERARCHICAL_ALLREDUCE = "HOROVOD_HIERARCHICAL_ALLREDUCE"
 # Where a rank started by collective.run writes its FailureReport when an exception ends it.
 ENV_FAILURE_REPORT = "COLLECTIVE_FAILURE_REPORT"
+# Set by the elastic launcher instead of a rank: the worker's slot ("host:slot"); its rank comes from each round.
+ENV_ELASTIC_WORKER = "COLLECTIVE_ELASTIC_WORKER"
+ENV_ELASTIC_TIMEOUT = "COLLECTIVE_ELASTIC_TIMEOUT"
 # Horovod's variable for spark.run's start_timeout, honoured so ported jobs keep their setting.
 ENV_SPARK_START_TIMEOUT = "HOROVOD_SPARK_START_TIMEOUT"
 DEFAULT_SPARK_START_TIMEOUT_S = 600.0
@@ -92,6 +95,9 @@ class Config:
     # descriptor round: they are reduced already), False never; None chooses per call (several hosts with
     # several ranks, and a tensor past the one-round size). Every rank must pass the same value.
     hierarchical_allreduce: bool | None = None
+    # Elastic mode (collective.elastic): this worker's slot id, and how long it waits for a round that includes it.
+    elastic_worker: str | None = None
+    elastic_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
         # Lists and sets are accepted (Horovod takes either) and kept as a tuple, so Config stays hashable.
@@ -304,6 +310,23 @@ def env_for_rank(
     return env
 
 
+def env_for_elastic_worker(worker: str, rendezvous: str, secret: bytes, host_key: str, elastic_timeout_s: float,
+                           failure_report: str | None = None) -> dict[str, str]:
+    """What the elastic launcher exports to a worker: no rank or size (each round assigns them), its slot id."""
+    env = {
+        ENV_ELASTIC_WORKER: worker,
+        ENV_RENDEZVOUS: rendezvous,
+        ENV_SECRET: secret.hex(),
+        ENV_HOST_KEY: host_key,
+        ENV_ELASTIC_TIMEOUT: repr(float(elastic_timeout_s)),
+    }
+    if failure_report is not None:
+        env[ENV_FAILURE_REPORT] = failure_report
+    _validate({**_DEFAULTS, "rendezvous": rendezvous, "secret": secret, "host_key": host_key,
+               "elastic_worker": worker, "elastic_timeout_s": elastic_timeout_s}, _field_label)
+    return env
+
+
 def horovod_env_for_rank(topology: Topology, hostname: str) -> dict[str, str]:
     """What horovodrun exports to each rank, for scripts that read their place in the job from it.
     Written by the launcher beside env_for_rank's variables; never read by this package."""
@@ -395,6 +418,8 @@ _ENV_FIELDS: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "nccl_library": (ENV_NCCL_LIBRARY, _parse_text),
     "nics": (ENV_NICS, _parse_nics),
     "hierarchical_allreduce": (ENV_HOROVOD_HIERARCHICAL_ALLREDUCE, _parse_flag),
+    "elastic_worker": (ENV_ELASTIC_WORKER, _parse_text),
+    "elastic_timeout_s": (ENV_ELASTIC_TIMEOUT, _parse_seconds),
 }
 
 
@@ -441,11 +466,11 @@ def _validate(values: Mapping[str, Any], label: Callable[[str], str]) -> None:
     secret = values["secret"]
     if secret is not None and (not isinstance(secret, bytes) or len(secret) == 0):
         fail("secret", "must be non-empty bytes")
-    for name in ("advertise_host", "host_key"):
+    for name in ("advertise_host", "host_key", "elastic_worker"):
         value = values[name]
         if value is not None and (not isinstance(value, str) or not value):
             fail(name, "must be a non-empty string")
-    for name in ("timeout_s", "connect_timeout_s", "handshake_timeout_s"):
+    for name in ("timeout_s", "connect_timeout_s", "handshake_timeout_s", "elastic_timeout_s"):
         value = values[name]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             fail(name, "must be a number of seconds")

@@ -167,6 +167,11 @@ def launch(
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    from collective import elastic_launcher  # elastic mode (--min-np, --max-np, --host-discovery-script)
+
+    if elastic_launcher.is_elastic_command(argv):
+        return elastic_launcher.main(argv)
     parser = _argument_parser()
     try:
         args = parser.parse_args(argv)

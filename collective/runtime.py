@@ -102,7 +102,11 @@ def _join(config: Config | None, bootstrap: Bootstrap | None, overrides: dict[st
         _generation += 1
         cfg = replace_unvalidated(cfg, scope=f"{cfg.scope}/init{_generation}")
         own_bootstrap = bootstrap is None
-        if bootstrap is None:
+        if bootstrap is None and cfg.elastic_worker is not None:
+            from collective.elastic.membership import round_bootstrap  # the elastic launcher's rounds
+
+            bootstrap = round_bootstrap(cfg)
+        elif bootstrap is None:
             bootstrap = bootstrap_from_config(cfg)
         try:
             _runtime = _build_runtime(cfg, bootstrap)

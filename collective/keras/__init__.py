@@ -61,9 +61,12 @@ from collective.tensorflow import (
     stop_timeline,
 )
 
+from collective.keras import elastic  # noqa: E402  (hvd.elastic, which builds on the names above)
+from collective.elastic.errors import HostsUpdatedInterrupt  # noqa: E402
+
 __all__ = [
     "Average", "BestModelCheckpoint", "BroadcastGlobalVariablesCallback", "CollectiveError", "CollectiveTimeoutError", "Compression",
-    "DistributedOptimizer", "HorovodInternalError", "InvalidArgumentError", "LearningRateScheduleCallback",
+    "DistributedOptimizer", "HorovodInternalError", "HostsUpdatedInterrupt", "InvalidArgumentError", "LearningRateScheduleCallback",
     "LearningRateWarmupCallback", "Max", "MetricAverageCallback", "Min", "MismatchError", "NotInitializedError",
     "PartialDistributedOptimizer", "PeerFailureError", "Product", "ReduceOp", "Sum", "SyncBatchNormalization",
     "allgather", "allgather_object", "allreduce", "alltoall", "barrier", "broadcast", "broadcast_global_variables",

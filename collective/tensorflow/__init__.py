@@ -55,10 +55,13 @@ from collective.tensorflow.sync_batch_norm import SyncBatchNormalization
 # Scripts that catch Horovod's error type keep working.
 HorovodInternalError = CollectiveError
 
+from collective.tensorflow import elastic  # noqa: E402  (hvd.elastic, which builds on the names above)
+from collective.elastic.errors import HostsUpdatedInterrupt  # noqa: E402
+
 __all__ = [
     "Average", "CollectiveError", "CollectiveTimeoutError", "Compression", "DistributedGradientTape",
     "DistributedOptimizer",
-    "HorovodInternalError", "InvalidArgumentError", "Max", "Min", "MismatchError", "NotInitializedError",
+    "HorovodInternalError", "HostsUpdatedInterrupt", "InvalidArgumentError", "Max", "Min", "MismatchError", "NotInitializedError",
     "PartialDistributedGradientTape", "PeerFailureError", "ProcessSet", "Product", "ReduceOp", "Sum",
     "SyncBatchNormalization", "add_process_set", "allgather", "allgather_object", "allreduce", "alltoall",
     "barrier", "broadcast", "broadcast_", "broadcast_global_variables", "broadcast_object", "broadcast_variables",

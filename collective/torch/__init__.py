@@ -63,9 +63,12 @@ from collective.timeline import start_timeline, stop_timeline
 # Scripts that catch Horovod's error type keep working.
 HorovodInternalError = CollectiveError
 
+from collective.torch import elastic  # noqa: E402  (hvd.elastic, which builds on the names above)
+from collective.elastic.errors import HostsUpdatedInterrupt  # noqa: E402
+
 __all__ = [
     "Average", "CollectiveError", "CollectiveTimeoutError", "Compression", "DistributedOptimizer",
-    "HorovodInternalError", "InvalidArgumentError", "Max", "Min", "MismatchError", "NotInitializedError",
+    "HorovodInternalError", "HostsUpdatedInterrupt", "InvalidArgumentError", "Max", "Min", "MismatchError", "NotInitializedError",
     "PeerFailureError", "ProcessSet", "Product", "ReduceOp", "Sum", "SyncBatchNorm", "add_process_set", "allgather", "allgather_async",
     "allgather_object", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "alltoall",
     "alltoall_async", "barrier", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",

@@ -1,0 +1,80 @@
+"""The ``@hvd.elastic.run`` wrapper: runs a training function and, when the job loses or gains a worker,
+re-forms the job and calls the function again from the last commit."""
+
+from __future__ import annotations
+
+import functools
+import gc
+from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
+
+from collective import runtime
+from collective.elastic.errors import ElasticTimeoutError, HostsUpdatedInterrupt, is_peer_loss
+from collective.elastic.state import State
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Lifecycle:
+    """How a framework leaves and rejoins the job: its ``shutdown`` (drops pending handles, then the
+    runtime) and its ``init`` (joins, starts the engine); ``peer_loss`` recognises a lost peer in errors the
+    framework rebuilt without a cause (TensorFlow's graph errors)."""
+
+    shutdown: Callable[[], None]
+    init: Callable[[], None]
+    peer_loss: Callable[[BaseException], bool] = is_peer_loss
+
+
+def elastic_run(lifecycle: Lifecycle) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """The framework's ``run`` decorator: ``@hvd.elastic.run`` over ``func(state, *args, **kwargs)``."""
+
+    def decorate(func: Callable[..., T]) -> Callable[..., T]:
+        @functools.wraps(func)
+        def wrapper(state: State, *args: Any, **kwargs: Any) -> T:
+            """``func`` re-run from the last ``state.commit()`` each time the job re-forms (a lost or added
+            worker)."""
+            if not isinstance(state, State):
+                raise TypeError(f"an elastic.run function takes a State first, got {type(state).__name__}")
+            skip_sync = False
+            while True:
+                if not skip_sync:
+                    state.sync()
+                try:
+                    return func(state, *args, **kwargs)
+                except HostsUpdatedInterrupt as interrupt:
+                    # Raised at a commit: the state is what was just committed, on every rank.
+                    skip_sync = interrupt.skip_sync
+                except Exception as error:
+                    if not lifecycle.peer_loss(error):
+                        raise  # the caller's bug: every retry would raise it again
+                    state.restore()
+                    skip_sync = False
+                reform(lifecycle)
+                state.reset()
+                state.on_reset()
+
+        return wrapper
+
+    return decorate
+
+
+def reform(lifecycle: Lifecycle) -> None:
+    """Leaves the broken formation and joins the next one the driver forms, retrying while that one breaks
+    too (a member lost before its mesh was built)."""
+    config = runtime.job_config() if runtime.is_initialized() else None
+    while True:
+        lifecycle.shutdown()
+        # The failed collective's exception and traceback form reference cycles that keep the broken mesh
+        # (its sockets and shared-memory mappings) alive until the next collection: release them now.
+        gc.collect()
+        try:
+            runtime.init(config)
+            lifecycle.init()
+            return
+        except ElasticTimeoutError:
+            raise  # no round formed for this worker at all: the driver gave up or is gone
+        except Exception as error:
+            # A TimeoutError here is a member that never joined this round: try the next one.
+            if not lifecycle.peer_loss(error) and not isinstance(error, TimeoutError):
+                raise
