@@ -30,10 +30,10 @@ def rank_data(rank: int, rows: int = BATCH * STEPS) -> tuple[np.ndarray, np.ndar
     return x, y
 
 
-def combined(block: int) -> tuple[np.ndarray, np.ndarray]:
-    """Every rank's data interleaved so that single-process batch k (``block`` rows from each rank, in
-    rank order) is the union of the ranks' batch k."""
-    parts = [rank_data(r) for r in range(hvd.size())]
+def combined(block: int, ranks: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The data of ``ranks`` (default every rank) interleaved so that single-process batch k (``block``
+    rows from each rank, in rank order) is the union of the ranks' batch k."""
+    parts = [rank_data(r) for r in (range(hvd.size()) if ranks is None else ranks)]
     rows = parts[0][0].shape[0]
     xs, ys = [], []
     for start in range(0, rows, block):
