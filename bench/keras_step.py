@@ -13,9 +13,13 @@ random data. Configurations, each started as its own set of processes from here:
             (Keras 3.15's model.fit fails under MultiWorkerMirroredStrategy while building the model,
             so the strategy is measured with its documented custom-loop form.)
   single    one process, plain optimizer, the custom step at the per-rank batch (compute only)
+  bare      the allreduce alone (Average) of the same bytes: one float32 array per model variable, all
+            submitted to the same engine at once and waited for, on 2 ranks from collective.run; no
+            TensorFlow, no copies (the engine reduces the arrays in place)
 Each process times every step after a warm-up; a configuration's time is the max over ranks of that
 rank's median step, and the reported figure the median over --rounds rounds, whose order of
-configurations rotates. Target: ours / mwms <= 1.0.
+configurations rotates. Targets: ours / mwms <= 1.0; the step overhead (ours or ours-fit minus single)
+at most 3x the bare allreduce.
 """
 
 from __future__ import annotations
@@ -33,8 +37,10 @@ from typing import Any
 from _step_runs import free_port, interleaved_medians, print_step_table, run_processes
 
 MARKER = "@@keras_step "
-CONFIGS = ("ours", "ours-fit", "mwms", "single")
+STEP_CONFIGS = ("ours", "ours-fit", "mwms", "single")
+CONFIGS = STEP_CONFIGS + ("bare",)
 ROLES = CONFIGS + ("latency",)
+OVERHEAD_TARGET = 3.0  # step overhead / bare allreduce of the same bytes
 LAYERS = (1024, 1024, 1024, 512, 10)
 WARMUP_STEPS = 10
 
@@ -160,6 +166,36 @@ def run_single(batch: int, steps: int) -> None:
     emit("single", 0, custom_loop(build_model(), keras.optimizers.SGD(0.01), 0, batch, steps))
 
 
+def gradient_shapes() -> list[tuple[int, ...]]:
+    """The shapes of the model's variables (so of its gradients), in order: each Dense's kernel, then bias."""
+    shapes: list[tuple[int, ...]] = []
+    for fan_in, fan_out in zip(LAYERS[:-1], LAYERS[1:]):
+        shapes += [(fan_in, fan_out), (fan_out,)]
+    return shapes
+
+
+def run_bare(steps: int) -> None:
+    """The allreduce a step needs and nothing else: every gradient's bytes, submitted together to the
+    job's engine (as the gradient reducer submits them), averaged in place."""
+    import numpy as np
+
+    import collective
+    from collective.reduce_ops import Average
+    from collective.tensorflow import engine_calls
+    collective.init()
+    rng = np.random.default_rng(collective.rank())
+    arrays = [rng.normal(size=shape).astype(np.float32) for shape in gradient_shapes()]
+    names = [f"bare.{i}" for i in range(len(arrays))]
+    times = []
+    for i in range(WARMUP_STEPS + steps):
+        start = time.perf_counter()
+        engine_calls.allreduce(arrays, names, Average)
+        if i >= WARMUP_STEPS:
+            times.append(time.perf_counter() - start)
+    emit("bare", collective.rank(), times)
+    collective.shutdown()
+
+
 def run_latency(repeats: int) -> None:
     """Per-call cost of the bridge: one allreduce through numpy (the engine directly), torch, TF eager
     and a tf.function, each on 2 ranks, for a tiny and a 1 MiB float32 tensor."""
@@ -219,7 +255,7 @@ def commands(config: str, args: argparse.Namespace) -> list[tuple[list[str], dic
     me = [sys.executable, str(Path(__file__).resolve())]
     role = ["--role", config, "--batch", str(args.batch), "--steps", str(args.steps), "--ranks", str(args.ranks)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
-    if config.startswith("ours"):
+    if config.startswith("ours") or config == "bare":
         launcher = [sys.executable, "-m", "collective.run", "-np", str(args.ranks), "--timeout", "600"]
         return [(launcher + me[1:] + role, env)]
     if config == "mwms":
@@ -241,10 +277,20 @@ def drive(args: argparse.Namespace) -> None:
     print(f"MLP {LAYERS}, {params / 1e6:.2f}M parameters (float32), batch {args.batch} per rank, {args.ranks} ranks, "
           f"1 intra-op thread each, {args.steps} timed steps after {WARMUP_STEPS} warm-up, {args.rounds} "
           "interleaved rounds", flush=True)
-    step = interleaved_medians(CONFIGS, args.rounds, lambda config: run_config(config, args))
-    print_step_table(CONFIGS, step)
-    print(f"ours / mwms step-time ratio: {step['ours'] / step['mwms']:.3f} (target <= 1.0)")
-    print(f"ours-fit / mwms step-time ratio: {step['ours-fit'] / step['mwms']:.3f}")
+    configs = [c for c in CONFIGS if c in args.configs]
+    step = interleaved_medians(configs, args.rounds, lambda config: run_config(config, args))
+    print_step_table([c for c in STEP_CONFIGS if c in step], step)
+    if "mwms" in step:
+        for config in ("ours", "ours-fit"):
+            if config in step:
+                print(f"{config} / mwms step-time ratio: {step[config] / step['mwms']:.3f} (target <= 1.0)")
+    if "bare" in step and "single" in step:
+        print(f"\nbare allreduce of the same {params * 4 / 1e6:.1f} MB (float32): {step['bare'] * 1e3:.2f} ms")
+        for config in ("ours", "ours-fit"):
+            if config in step:
+                overhead = step[config] - step["single"]
+                print(f"{config} step overhead {overhead * 1e3:.1f} ms = {overhead / step['bare']:.2f} x the bare "
+                      f"allreduce (target <= {OVERHEAD_TARGET:g})")
 
 
 def main() -> None:
@@ -253,6 +299,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--batch", type=int, default=32, help="samples per rank per step")
     parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--configs", nargs="+", choices=CONFIGS, default=list(CONFIGS),
+                        help="which configurations to run (default all)")
     parser.add_argument("--latency", action="store_true",
                         help="instead: per-call cost of one allreduce through numpy, torch, TF eager and tf.function "
                              "(--steps calls each)")
@@ -264,6 +312,8 @@ def main() -> None:
         run_latency(args.steps)
     elif args.role.startswith("ours"):
         run_ours(args.role, args.batch, args.steps)
+    elif args.role == "bare":
+        run_bare(args.steps)
     elif args.role == "mwms":
         run_mwms(args.batch, args.steps, args.ranks)
     else:

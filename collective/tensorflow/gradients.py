@@ -6,21 +6,20 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-import numpy as np
 import tensorflow as tf
 
 from collective.process_sets import ProcessSet, global_process_set
 from collective.reduce_ops import Average, ReduceOp, Sum
-from collective.tensorflow import engine_calls
-from collective.tensorflow.bridge import as_tensor, not_converted, op_name, run
+from collective.tensorflow.bridge import as_tensor, not_converted, op_name
 from collective.tensorflow.compression import Compression, Compressor
 from collective.tensorflow.ops import allreduce
+from collective.tensorflow.overlap import allreduce_overlapped
 
 
 def check_groups(num_groups: int, groups: Any) -> None:
-    """Horovod's ``num_groups``/``groups`` choose how gradient allreduces are grouped. Here every step's
-    gradients already reach the engine in one call (negotiated together, small ones fused), so the
-    arguments are checked as Horovod checks them and change nothing else."""
+    """Horovod's ``num_groups``/``groups`` choose how gradient allreduces are grouped. Here a step's
+    gradients go to the engine in a few size-based buckets that overlap backward, and the engine fuses
+    what arrives together, so the arguments are checked as Horovod checks them and change nothing else."""
     if num_groups:
         warnings.warn("num_groups is deprecated; use groups", DeprecationWarning, stacklevel=3)
         groups = num_groups if groups is None else groups
@@ -32,8 +31,8 @@ def check_groups(num_groups: int, groups: Any) -> None:
 class GradientReducer:
     """Reduces a list of gradients (tensors, IndexedSlices or None) across ranks.
 
-    Dense gradients go to the engine together, in one bridge call, so the engine negotiates them in
-    one cycle and fuses the small ones; sparse ones are gathered (or densified with ``sparse_as_dense``).
+    Dense gradients go to the engine in a few buckets that overlap backward (``collective.tensorflow.overlap``);
+    the engine fuses what arrives in one cycle. Sparse ones are gathered (or densified with ``sparse_as_dense``).
     """
 
     kind: str                                  # names the requests: "<kind>.<index>"
@@ -91,11 +90,7 @@ class GradientReducer:
         op, prescale, postscale = self._scaling()
         compressed, contexts = zip(*[self.compression.compress(out[i]) for i in dense_index])
         names = [f"{base}.{i}" for i in dense_index]
-
-        def reduce(*arrays: np.ndarray) -> list[np.ndarray]:
-            return engine_calls.allreduce(arrays, names, op, prescale, postscale, process_set=self.process_set)
-
-        reduced = run(reduce, compressed, [t.dtype for t in compressed], [t.shape for t in compressed])
+        reduced = allreduce_overlapped(compressed, names, op, prescale, postscale, self.process_set)
         for i, tensor, ctx in zip(dense_index, reduced, contexts):
             out[i] = self.compression.decompress(tensor, ctx)
         return out
