@@ -69,6 +69,18 @@ def tape_options_per_set(c: Checks, mode: str) -> None:
     c.close(run(gradient_predivide_factor=2.0), mean_grad, "gradient_predivide_factor=2 on the set")
     c.close(run(op=hvd.Sum), mean_grad * len(members), "op=Sum on the set")
 
+    table = tf.Variable(np.zeros((4, 2)))
+
+    def sparse() -> tf.Tensor:
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.nn.embedding_lookup(table, [rank % 4]) * (rank + 1.0))
+        grad = hvd_tf.DistributedGradientTape(tape, process_set=SETS["mine"]).gradient(loss, [table])[0]
+        return tf.convert_to_tensor(grad)  # the members' IndexedSlices rows, gathered and averaged
+    want = np.zeros((4, 2))
+    for member in members:
+        want[member % 4] += (member + 1.0) / len(members)
+    c.close((tf.function(sparse) if mode == "graph" else sparse)(), want, "sparse gradient on the set")
+
     model = build_model(seed=0)
     shared, local = model.layers
     x, y = (tf.constant(a[:BATCH]) for a in rank_data(rank))
