@@ -3,6 +3,7 @@ MultiWorkerMirroredStrategy, on the same Keras 3 model and optimizer.
 
     .venv/bin/python bench/keras_step.py [--rounds 3] [--steps 40] [--batch 32] [--ranks 2]
     .venv/bin/python bench/keras_step.py --latency [--steps 500]   # the bridge's per-call cost
+    .venv/bin/python bench/keras_step.py --profile [--rounds 3]    # where ours' step overhead goes
 
 An MLP of about 2.6M float32 parameters trains on CPU (one intra-op thread per process) on fixed
 random data. Configurations, each started as its own set of processes from here:
@@ -39,7 +40,7 @@ from _step_runs import free_port, interleaved_medians, print_step_table, run_pro
 MARKER = "@@keras_step "
 STEP_CONFIGS = ("ours", "ours-fit", "mwms", "single")
 CONFIGS = STEP_CONFIGS + ("bare",)
-ROLES = CONFIGS + ("latency",)
+ROLES = CONFIGS + ("latency", "profile")
 OVERHEAD_TARGET = 3.0  # step overhead / bare allreduce of the same bytes
 LAYERS = (1024, 1024, 1024, 512, 10)
 WARMUP_STEPS = 10
@@ -232,6 +233,79 @@ def run_latency(repeats: int) -> None:
     hvd_tf.shutdown()
 
 
+def run_profile(steps: int, rounds: int) -> None:
+    """In one 2-rank job, a round at a time: the plain step (both ranks computing, no communication),
+    ours with the time spent in its submit ops (copies, submits) and its wait op (communication left
+    exposed after backward), and the bare allreduce; the engine calls are wrapped with timers."""
+    limit_threads()
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    import collective.keras as hvd
+    from collective.reduce_ops import Average
+    from collective.tensorflow import engine_calls, overlap
+    hvd.init()
+    spent = {"submit": 0.0, "wait": 0.0}
+
+    def timed(key: str, fn: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[key] += time.perf_counter() - start
+        return call
+    engine_calls.start_allreduce = timed("submit", engine_calls.start_allreduce)
+    overlap._wait = timed("wait", overlap._wait)
+
+    model = build_model()
+    variables = model.trainable_variables
+    x, y = (tf.constant(a) for a in data(hvd.rank(), 32))
+
+    def make_step(optimizer: Any) -> Any:
+        def step(x: Any, y: Any) -> None:
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x, training=True))
+            optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        return tf.function(step)
+    calls = {"plain": make_step(keras.optimizers.SGD(0.01)),
+             "ours": make_step(hvd.DistributedOptimizer(keras.optimizers.SGD(0.01)))}
+    arrays = [np.ones(v.shape, np.float32) for v in variables]
+    names = [f"bare.{i}" for i in range(len(arrays))]
+
+    def timeit(fn: Any) -> float:
+        for _ in range(WARMUP_STEPS):
+            fn()
+        spent.update(submit=0.0, wait=0.0)
+        times = []
+        for _ in range(steps):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+    for round_index in range(rounds):
+        row = {}
+        for kind, call in calls.items():
+            hvd.barrier()
+            row[kind] = timeit(lambda: call(x, y)) * 1e3
+        row["submit"], row["wait"] = spent["submit"] / steps * 1e3, spent["wait"] / steps * 1e3
+        hvd.barrier()
+        row["bare"] = timeit(lambda: engine_calls.allreduce(arrays, names, Average)) * 1e3
+        print(f"rank {hvd.rank()} round {round_index + 1} (ms a step): plain {row['plain']:.1f}, ours {row['ours']:.1f} "
+              f"(in submit ops {row['submit']:.2f}, in the wait op {row['wait']:.2f}), bare {row['bare']:.2f}",
+              flush=True)
+    hvd.shutdown()
+
+
+def profile(args: argparse.Namespace) -> None:
+    cmd = [sys.executable, "-m", "collective.run", "-np", "2", "--timeout", "600", str(Path(__file__).resolve()),
+           "--role", "profile", "--steps", str(args.steps), "--rounds", str(args.rounds)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=True).stdout
+    print("\n".join(line for line in out.splitlines() if "round" in line))
+
+
 def latency(args: argparse.Namespace) -> None:
     cmd = [sys.executable, "-m", "collective.run", "-np", "2", "--timeout", "600", str(Path(__file__).resolve()),
            "--role", "latency", "--steps", str(args.steps)]
@@ -304,10 +378,15 @@ def main() -> None:
     parser.add_argument("--latency", action="store_true",
                         help="instead: per-call cost of one allreduce through numpy, torch, TF eager and tf.function "
                              "(--steps calls each)")
+    parser.add_argument("--profile", action="store_true",
+                        help="instead: where ours' step overhead goes (submit ops, wait op) against the plain step "
+                             "and the bare allreduce, in one 2-rank job")
     parser.add_argument("--role", choices=ROLES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role is None:
-        latency(args) if args.latency else drive(args)
+        latency(args) if args.latency else profile(args) if args.profile else drive(args)
+    elif args.role == "profile":
+        run_profile(args.steps, args.rounds)
     elif args.role == "latency":
         run_latency(args.steps)
     elif args.role.startswith("ours"):
