@@ -292,8 +292,8 @@ def run_profile(steps: int, rounds: int) -> None:
         row["submit"], row["wait"] = spent["submit"] / steps * 1e3, spent["wait"] / steps * 1e3
         hvd.barrier()
         row["bare"] = timeit(lambda: engine_calls.allreduce(arrays, names, Average)) * 1e3
-        print(f"rank {hvd.rank()} round {round_index + 1} (ms a step): plain {row['plain']:.1f}, ours {row['ours']:.1f} "
-              f"(in submit ops {row['submit']:.2f}, in the wait op {row['wait']:.2f}), bare {row['bare']:.2f}",
+        print(f"rank {hvd.rank()} round {round_index + 1} (ms a step): plain {row['plain']:.1f}, "
+              f"ours {row['ours']:.1f} (in submit ops {row['submit']:.2f}, in the wait op {row['wait']:.2f}), bare {row['bare']:.2f}",
               flush=True)
     hvd.shutdown()
 
