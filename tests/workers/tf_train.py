@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tf_checks import Checks, run_cases  # first: it quiets TensorFlow's import
+from tf_checks import Checks, in_mode, run_cases  # first: it quiets TensorFlow's import
 
 import keras
 import numpy as np
@@ -131,6 +131,24 @@ def tape_overlaps_backward(c: Checks, mode: str) -> None:
                     "the last variable's submit waits for the first layer's gradient")
     finally:
         overlap.BUCKET_BYTES = saved
+
+
+def tape_shape_mismatch(c: Checks, mode: str) -> None:
+    """Ranks whose gradients disagree on a shape get the same clear error from gradient(), with the
+    other gradients' buckets waited for, and the next step trains as usual."""
+    rank, size = hvd.rank(), hvd.size()
+    ragged = tf.Variable(np.ones(2 + rank))
+    agreed = tf.Variable(np.ones((600, 600)))  # a bucket of its own, reduced beside the bad one
+
+    def grads(variables: list[tf.Variable]) -> Any:
+        with tf.GradientTape() as tape:
+            loss = tf.add_n([tf.reduce_sum(v) * (rank + 1.0) for v in variables])
+        return hvd_tf.DistributedGradientTape(tape).gradient(loss, variables)
+    error = tf.errors.FailedPreconditionError if mode == "eager" else tf.errors.InvalidArgumentError
+    c.raises(error, "ranks disagree on the shape", lambda: in_mode(mode, grads, [agreed, ragged]),
+             "gradients of different shapes")
+    (got,) = in_mode(mode, grads, [agreed])
+    c.close(got, np.full((600, 600), (size + 1) / 2), "a step after the mismatch")
 
 
 def tape_sparse_gradients(c: Checks, mode: str) -> None:
@@ -412,7 +430,8 @@ def bad_input(c: Checks, mode: str) -> None:
 def main() -> None:
     SCRATCH.append(Path(sys.argv[1]))
     hvd.init()
-    run_cases([tape_matches_single_process, tape_overlaps_backward, tape_sparse_gradients, tape_options,
+    run_cases([tape_matches_single_process, tape_overlaps_backward, tape_shape_mismatch, tape_sparse_gradients,
+               tape_options,
                fit_matches_single_process,
                fit_backward_passes_per_step, learning_rate_warmup, learning_rate_schedule,
                load_model_round_trip, local_layers, sync_batch_norm, keras_value_ops])
