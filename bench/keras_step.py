@@ -3,6 +3,7 @@ MultiWorkerMirroredStrategy, on the same Keras 3 model and optimizer.
 
     .venv/bin/python bench/keras_step.py [--rounds 3] [--steps 40] [--batch 32] [--ranks 2]
     .venv/bin/python bench/keras_step.py --latency [--steps 500]   # the bridge's per-call cost
+    .venv/bin/python bench/keras_step.py --profile [--rounds 3]    # where ours' step overhead goes
 
 An MLP of about 2.6M float32 parameters trains on CPU (one intra-op thread per process) on fixed
 random data. Configurations, each started as its own set of processes from here:
@@ -13,9 +14,13 @@ random data. Configurations, each started as its own set of processes from here:
             (Keras 3.15's model.fit fails under MultiWorkerMirroredStrategy while building the model,
             so the strategy is measured with its documented custom-loop form.)
   single    one process, plain optimizer, the custom step at the per-rank batch (compute only)
+  bare      the allreduce alone (Average) of the same bytes: one float32 array per model variable, all
+            submitted to the same engine at once and waited for, on 2 ranks from collective.run; no
+            TensorFlow, no copies (the engine reduces the arrays in place)
 Each process times every step after a warm-up; a configuration's time is the max over ranks of that
 rank's median step, and the reported figure the median over --rounds rounds, whose order of
-configurations rotates. Target: ours / mwms <= 1.0.
+configurations rotates. Targets: ours / mwms <= 1.0; the step overhead (ours or ours-fit minus single)
+at most 3x the bare allreduce.
 """
 
 from __future__ import annotations
@@ -33,8 +38,10 @@ from typing import Any
 from _step_runs import free_port, interleaved_medians, print_step_table, run_processes
 
 MARKER = "@@keras_step "
-CONFIGS = ("ours", "ours-fit", "mwms", "single")
-ROLES = CONFIGS + ("latency",)
+STEP_CONFIGS = ("ours", "ours-fit", "mwms", "single")
+CONFIGS = STEP_CONFIGS + ("bare",)
+ROLES = CONFIGS + ("latency", "profile")
+OVERHEAD_TARGET = 3.0  # step overhead / bare allreduce of the same bytes
 LAYERS = (1024, 1024, 1024, 512, 10)
 WARMUP_STEPS = 10
 
@@ -160,6 +167,36 @@ def run_single(batch: int, steps: int) -> None:
     emit("single", 0, custom_loop(build_model(), keras.optimizers.SGD(0.01), 0, batch, steps))
 
 
+def gradient_shapes() -> list[tuple[int, ...]]:
+    """The shapes of the model's variables (so of its gradients), in order: each Dense's kernel, then bias."""
+    shapes: list[tuple[int, ...]] = []
+    for fan_in, fan_out in zip(LAYERS[:-1], LAYERS[1:]):
+        shapes += [(fan_in, fan_out), (fan_out,)]
+    return shapes
+
+
+def run_bare(steps: int) -> None:
+    """The allreduce a step needs and nothing else: every gradient's bytes, submitted together to the
+    job's engine (as the gradient reducer submits them), averaged in place."""
+    import numpy as np
+
+    import collective
+    from collective.reduce_ops import Average
+    from collective.tensorflow import engine_calls
+    collective.init()
+    rng = np.random.default_rng(collective.rank())
+    arrays = [rng.normal(size=shape).astype(np.float32) for shape in gradient_shapes()]
+    names = [f"bare.{i}" for i in range(len(arrays))]
+    times = []
+    for i in range(WARMUP_STEPS + steps):
+        start = time.perf_counter()
+        engine_calls.allreduce(arrays, names, Average)
+        if i >= WARMUP_STEPS:
+            times.append(time.perf_counter() - start)
+    emit("bare", collective.rank(), times)
+    collective.shutdown()
+
+
 def run_latency(repeats: int) -> None:
     """Per-call cost of the bridge: one allreduce through numpy (the engine directly), torch, TF eager
     and a tf.function, each on 2 ranks, for a tiny and a 1 MiB float32 tensor."""
@@ -196,6 +233,79 @@ def run_latency(repeats: int) -> None:
     hvd_tf.shutdown()
 
 
+def run_profile(steps: int, rounds: int) -> None:
+    """In one 2-rank job, a round at a time: the plain step (both ranks computing, no communication),
+    ours with the time spent in its submit ops (copies, submits) and its wait op (communication left
+    exposed after backward), and the bare allreduce; the engine calls are wrapped with timers."""
+    limit_threads()
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    import collective.keras as hvd
+    from collective.reduce_ops import Average
+    from collective.tensorflow import engine_calls, overlap
+    hvd.init()
+    spent = {"submit": 0.0, "wait": 0.0}
+
+    def timed(key: str, fn: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[key] += time.perf_counter() - start
+        return call
+    engine_calls.start_allreduce = timed("submit", engine_calls.start_allreduce)
+    overlap._wait = timed("wait", overlap._wait)
+
+    model = build_model()
+    variables = model.trainable_variables
+    x, y = (tf.constant(a) for a in data(hvd.rank(), 32))
+
+    def make_step(optimizer: Any) -> Any:
+        def step(x: Any, y: Any) -> None:
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x, training=True))
+            optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        return tf.function(step)
+    calls = {"plain": make_step(keras.optimizers.SGD(0.01)),
+             "ours": make_step(hvd.DistributedOptimizer(keras.optimizers.SGD(0.01)))}
+    arrays = [np.ones(v.shape, np.float32) for v in variables]
+    names = [f"bare.{i}" for i in range(len(arrays))]
+
+    def timeit(fn: Any) -> float:
+        for _ in range(WARMUP_STEPS):
+            fn()
+        spent.update(submit=0.0, wait=0.0)
+        times = []
+        for _ in range(steps):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+    for round_index in range(rounds):
+        row = {}
+        for kind, call in calls.items():
+            hvd.barrier()
+            row[kind] = timeit(lambda: call(x, y)) * 1e3
+        row["submit"], row["wait"] = spent["submit"] / steps * 1e3, spent["wait"] / steps * 1e3
+        hvd.barrier()
+        row["bare"] = timeit(lambda: engine_calls.allreduce(arrays, names, Average)) * 1e3
+        print(f"rank {hvd.rank()} round {round_index + 1} (ms a step): plain {row['plain']:.1f}, "
+              f"ours {row['ours']:.1f} (in submit ops {row['submit']:.2f}, in the wait op {row['wait']:.2f}), bare {row['bare']:.2f}",
+              flush=True)
+    hvd.shutdown()
+
+
+def profile(args: argparse.Namespace) -> None:
+    cmd = [sys.executable, "-m", "collective.run", "-np", "2", "--timeout", "600", str(Path(__file__).resolve()),
+           "--role", "profile", "--steps", str(args.steps), "--rounds", str(args.rounds)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=True).stdout
+    print("\n".join(line for line in out.splitlines() if "round" in line))
+
+
 def latency(args: argparse.Namespace) -> None:
     cmd = [sys.executable, "-m", "collective.run", "-np", "2", "--timeout", "600", str(Path(__file__).resolve()),
            "--role", "latency", "--steps", str(args.steps)]
@@ -219,7 +329,7 @@ def commands(config: str, args: argparse.Namespace) -> list[tuple[list[str], dic
     me = [sys.executable, str(Path(__file__).resolve())]
     role = ["--role", config, "--batch", str(args.batch), "--steps", str(args.steps), "--ranks", str(args.ranks)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
-    if config.startswith("ours"):
+    if config.startswith("ours") or config == "bare":
         launcher = [sys.executable, "-m", "collective.run", "-np", str(args.ranks), "--timeout", "600"]
         return [(launcher + me[1:] + role, env)]
     if config == "mwms":
@@ -241,10 +351,20 @@ def drive(args: argparse.Namespace) -> None:
     print(f"MLP {LAYERS}, {params / 1e6:.2f}M parameters (float32), batch {args.batch} per rank, {args.ranks} ranks, "
           f"1 intra-op thread each, {args.steps} timed steps after {WARMUP_STEPS} warm-up, {args.rounds} "
           "interleaved rounds", flush=True)
-    step = interleaved_medians(CONFIGS, args.rounds, lambda config: run_config(config, args))
-    print_step_table(CONFIGS, step)
-    print(f"ours / mwms step-time ratio: {step['ours'] / step['mwms']:.3f} (target <= 1.0)")
-    print(f"ours-fit / mwms step-time ratio: {step['ours-fit'] / step['mwms']:.3f}")
+    configs = [c for c in CONFIGS if c in args.configs]
+    step = interleaved_medians(configs, args.rounds, lambda config: run_config(config, args))
+    print_step_table([c for c in STEP_CONFIGS if c in step], step)
+    if "mwms" in step:
+        for config in ("ours", "ours-fit"):
+            if config in step:
+                print(f"{config} / mwms step-time ratio: {step[config] / step['mwms']:.3f} (target <= 1.0)")
+    if "bare" in step and "single" in step:
+        print(f"\nbare allreduce of the same {params * 4 / 1e6:.1f} MB (float32): {step['bare'] * 1e3:.2f} ms")
+        for config in ("ours", "ours-fit"):
+            if config in step:
+                overhead = step[config] - step["single"]
+                print(f"{config} step overhead {overhead * 1e3:.1f} ms = {overhead / step['bare']:.2f} x the bare "
+                      f"allreduce (target <= {OVERHEAD_TARGET:g})")
 
 
 def main() -> None:
@@ -253,17 +373,26 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--batch", type=int, default=32, help="samples per rank per step")
     parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--configs", nargs="+", choices=CONFIGS, default=list(CONFIGS),
+                        help="which configurations to run (default all)")
     parser.add_argument("--latency", action="store_true",
                         help="instead: per-call cost of one allreduce through numpy, torch, TF eager and tf.function "
                              "(--steps calls each)")
+    parser.add_argument("--profile", action="store_true",
+                        help="instead: where ours' step overhead goes (submit ops, wait op) against the plain step "
+                             "and the bare allreduce, in one 2-rank job")
     parser.add_argument("--role", choices=ROLES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role is None:
-        latency(args) if args.latency else drive(args)
+        latency(args) if args.latency else profile(args) if args.profile else drive(args)
+    elif args.role == "profile":
+        run_profile(args.steps, args.rounds)
     elif args.role == "latency":
         run_latency(args.steps)
     elif args.role.startswith("ours"):
         run_ours(args.role, args.batch, args.steps)
+    elif args.role == "bare":
+        run_bare(args.steps)
     elif args.role == "mwms":
         run_mwms(args.batch, args.steps, args.ranks)
     else:

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 import keras
 import tensorflow as tf
 
+from collective.process_sets import ProcessSet, global_process_set
 from collective.reduce_ops import Average, ReduceOp
 from collective.tensorflow.bridge import not_converted
 from collective.tensorflow.compression import Compression, Compressor
@@ -55,8 +56,8 @@ class _Distributed:
         return [self._collective_accumulators[id(v)] for v in variables]
 
     def register_local_var(self, var: Any) -> None:
-        """Keeps ``var``'s gradient local: it is not reduced across ranks (it is divided by size()
-        with ``scale_local_gradients``, as Horovod does)."""
+        """Keeps ``var``'s gradient local: it is not reduced across ranks (it is divided by the set's
+        size with ``scale_local_gradients``, as Horovod does)."""
         if getattr(self, "_collective_local_vars", None) is None:
             # Past Keras's attribute tracking, which would count these variables as the optimizer's own.
             object.__setattr__(self, "_collective_local_vars", {})
@@ -72,7 +73,8 @@ class _Distributed:
             variables = self._trainable_variables
         local = [id(v) in local_vars for v in variables]
         reduced = iter(settings.reducer([g for g, is_local in zip(grads, local) if not is_local]))
-        return [(scale_local(g) if settings.scale_local_gradients else g) if is_local else next(reduced)
+        return [(scale_local(g, settings.reducer.process_set) if settings.scale_local_gradients else g)
+                if is_local else next(reduced)
                 for g, is_local in zip(grads, local)]
 
     @not_converted
@@ -130,9 +132,9 @@ def distributed_class(base: type, settings: Settings) -> type:
 
 def make_settings(compression: type[Compressor], sparse_as_dense: bool, gradient_predivide_factor: float,
                   op: ReduceOp, backward_passes_per_step: int, average_aggregated_gradients: bool,
-                  scale_local_gradients: bool = True) -> Settings:
+                  scale_local_gradients: bool = True, process_set: ProcessSet = global_process_set) -> Settings:
     reducer = GradientReducer("DistributedOptimizer", op=op, compression=compression, sparse_as_dense=sparse_as_dense,
-                              gradient_predivide_factor=gradient_predivide_factor)
+                              gradient_predivide_factor=gradient_predivide_factor, process_set=process_set)
     return Settings(reducer, int(backward_passes_per_step), bool(average_aggregated_gradients),
                     bool(scale_local_gradients))
 
@@ -141,10 +143,11 @@ def DistributedOptimizer(optimizer: keras.optimizers.Optimizer, name: str | None
                          device_sparse: str = "", compression: type[Compressor] = Compression.none,
                          sparse_as_dense: bool = False, gradient_predivide_factor: float = 1.0, op: ReduceOp = Average,
                          backward_passes_per_step: int = 1, average_aggregated_gradients: bool = False,
-                         num_groups: int = 0, groups: Any = None,
+                         num_groups: int = 0, groups: Any = None, process_set: ProcessSet = global_process_set,
                          scale_local_gradients: bool = True) -> keras.optimizers.Optimizer:
     """Returns a new optimizer of ``optimizer``'s class and configuration whose gradients are reduced
-    across ranks (``op`` Average or Sum) before they are applied, as Horovod's does.
+    across the ranks of ``process_set`` (``op`` Average or Sum) before they are applied, as Horovod's
+    does; a rank outside the set applies its local gradients.
 
     ``backward_passes_per_step`` > 1 sums gradients locally and reduces them once every that many
     passes (averaged over the passes with ``average_aggregated_gradients``); ``sparse_as_dense`` turns
@@ -160,7 +163,7 @@ def DistributedOptimizer(optimizer: keras.optimizers.Optimizer, name: str | None
         raise ValueError(f"DistributedOptimizer needs a Keras 3 optimizer, got {type(optimizer).__name__}")
     check_groups(num_groups, groups)
     settings = make_settings(compression, sparse_as_dense, gradient_predivide_factor, op, backward_passes_per_step,
-                             average_aggregated_gradients, scale_local_gradients)
+                             average_aggregated_gradients, scale_local_gradients, process_set)
     config = optimizer.get_config()
     if name is not None:
         config["name"] = name
@@ -172,14 +175,15 @@ def PartialDistributedOptimizer(optimizer: keras.optimizers.Optimizer, name: str
                                 compression: type[Compressor] = Compression.none, sparse_as_dense: bool = False,
                                 gradient_predivide_factor: float = 1.0, op: ReduceOp = Average,
                                 backward_passes_per_step: int = 1, average_aggregated_gradients: bool = False,
-                                groups: Any = None, local_layers: Any = None,
+                                groups: Any = None, process_set: ProcessSet = global_process_set,
+                                local_layers: Any = None,
                                 scale_local_gradients: bool = True) -> keras.optimizers.Optimizer:
     """A DistributedOptimizer that keeps the gradients of ``local_layers`` (a Keras layer or a list of
     them) local: they are not reduced across ranks, and with ``scale_local_gradients`` they are
     divided by size(), as Horovod does."""
     distributed = DistributedOptimizer(optimizer, name, device_dense, device_sparse, compression, sparse_as_dense,
                                        gradient_predivide_factor, op, backward_passes_per_step,
-                                       average_aggregated_gradients, groups=groups,
+                                       average_aggregated_gradients, groups=groups, process_set=process_set,
                                        scale_local_gradients=scale_local_gradients)
     for variable in local_layer_variables(local_layers):
         distributed.register_local_var(variable)

@@ -10,8 +10,9 @@ directly when eager, and inside ``tf.function`` from a ``tf.py_function`` op, wh
 in traced order (see ``collective.tensorflow.bridge``). It needs no TensorFlow headers and no custom
 kernels, so one build serves every TensorFlow version. Its cost: the one copy an out-of-place
 allreduce or broadcast needs anyway, plus some tens of microseconds of Python per call
-(bench/RESULTS.md has the figures against collective.torch). Gradient reduction makes one call for
-all of a step's gradients, so that cost is paid once per step. CPU only; not inside XLA.
+(bench/RESULTS.md has the figures against collective.torch). Gradient reduction sends a step's
+gradients in a few buckets that overlap backward (``collective.tensorflow.overlap``), so that cost is
+paid a few times a step, not once per gradient. CPU only; not inside XLA.
 """
 
 from collective.errors import (

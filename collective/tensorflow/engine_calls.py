@@ -8,6 +8,7 @@ call per array would prevent.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -40,9 +41,21 @@ def _engine(process_set: ProcessSet | None) -> Engine:
     return start_engine(runtime_for(process_set))
 
 
-def _run(arrays: Sequence[np.ndarray], names: Sequence[str | None], submit: Submit,
-         process_set: ProcessSet | None) -> list[Any]:
-    """Submits a request for every array, then waits for all of them; returns the engine's results."""
+@dataclass
+class InFlight:
+    """Requests submitted and not yet waited for, with the arrays the engine reads and writes."""
+    engine: Engine
+    requests: list[tuple[int, int]]
+    arrays: Sequence[np.ndarray]
+
+    def wait(self) -> list[Any]:
+        """Waits for every request; returns the engine's results in order."""
+        return wait_all(self.engine, self.requests)
+
+
+def _submit_all(arrays: Sequence[np.ndarray], names: Sequence[str | None], submit: Submit,
+                process_set: ProcessSet | None) -> InFlight:
+    """Submits a request for every array without waiting."""
     codes = [dtype_code(a.dtype, _label(n)) for a, n in zip(arrays, names)]  # all checked before any submit
     engine = _engine(process_set)
     requests: list[tuple[int, int]] = []
@@ -52,7 +65,13 @@ def _run(arrays: Sequence[np.ndarray], names: Sequence[str | None], submit: Subm
     except Exception:
         _stranded.append(arrays)
         raise
-    return wait_all(engine, requests)
+    return InFlight(engine, requests, arrays)
+
+
+def _run(arrays: Sequence[np.ndarray], names: Sequence[str | None], submit: Submit,
+         process_set: ProcessSet | None) -> list[Any]:
+    """Submits a request for every array, then waits for all of them; returns the engine's results."""
+    return _submit_all(arrays, names, submit, process_set).wait()
 
 
 def aligned_copy(array: np.ndarray) -> np.ndarray:
@@ -91,6 +110,15 @@ def allreduce(arrays: Sequence[np.ndarray], names: Sequence[str | None], op: Red
               ) -> list[np.ndarray]:
     """Returns every array reduced across ranks. ``grouped`` negotiates and fuses each dtype's arrays
     as one unit (Horovod's grouped_allreduce); otherwise the engine fuses as it sees fit."""
+    in_flight = start_allreduce(arrays, names, op, prescale, postscale, grouped, process_set)
+    in_flight.wait()
+    return list(in_flight.arrays)
+
+
+def start_allreduce(arrays: Sequence[np.ndarray], names: Sequence[str | None], op: ReduceOp, prescale: float = 1.0,
+                    postscale: float = 1.0, grouped: bool = False, process_set: ProcessSet | None = None
+                    ) -> InFlight:
+    """``allreduce`` without the wait: the reduced values are in ``.arrays`` once ``.wait()`` returns."""
     works = _writable_copies(arrays)
     group_of: list[tuple[int, int]] = [(-1, 0)] * len(works)
     if grouped:
@@ -103,8 +131,7 @@ def allreduce(arrays: Sequence[np.ndarray], names: Sequence[str | None], op: Red
         group, group_size = group_of[index]
         return engine.submit(CollectiveKind.ALLREDUCE, name, buffer, code, op=op, prescale=prescale, postscale=postscale,
                              group=group, group_size=group_size)
-    _run(works, names, submit, process_set)
-    return works
+    return _submit_all(works, names, submit, process_set)
 
 
 def broadcast(arrays: Sequence[np.ndarray], names: Sequence[str | None], root_rank: int,

@@ -8,6 +8,7 @@ from typing import Any, Iterable
 import keras
 import tensorflow as tf
 
+from collective.process_sets import ProcessSet, global_process_set
 from collective.reduce_ops import Average, ReduceOp
 from collective.tensorflow.bridge import not_converted
 from collective.tensorflow.compression import Compression, Compressor
@@ -22,13 +23,14 @@ def _gradient(self: Any, target: Any, sources: Any, output_gradients: Any = None
     flat_sources = tf.nest.flatten(sources, expand_composites=False)
     local = [id(s) in self._collective_local_sources for s in flat_sources]
     reduced = iter(self._collective_reducer([g for g, is_local in zip(flat_grads, local) if not is_local]))
-    out = [(scale_local(g) if self._collective_scale_local else g) if is_local else next(reduced)
+    process_set = self._collective_reducer.process_set
+    out = [(scale_local(g, process_set) if self._collective_scale_local else g) if is_local else next(reduced)
            for g, is_local in zip(flat_grads, local)]
     return tf.nest.pack_sequence_as(grads, out)
 
 
 def _register_local_source(self: Any, source: Any) -> None:
-    """Keeps ``source``'s gradient local: it is not reduced across ranks (it is divided by size()
+    """Keeps ``source``'s gradient local: it is not reduced across ranks (it is divided by the set's size
     when the tape was made with ``scale_local_gradients``, as Horovod does)."""
     self._collective_local_sources[id(source)] = source
 
@@ -36,9 +38,11 @@ def _register_local_source(self: Any, source: Any) -> None:
 def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "", device_sparse: str = "",
                             compression: type[Compressor] = Compression.none, sparse_as_dense: bool = False,
                             op: ReduceOp = Average, gradient_predivide_factor: float = 1.0, num_groups: int = 0,
-                            groups: Any = None, scale_local_gradients: bool = True) -> tf.GradientTape:
+                            groups: Any = None, process_set: ProcessSet = global_process_set,
+                            scale_local_gradients: bool = True) -> tf.GradientTape:
     """Wraps a tape (after its ``with`` block) so that ``gradient()`` returns gradients reduced across
-    ranks with ``op`` (Average or Sum). Sparse gradients (IndexedSlices) are gathered from every rank,
+    ranks with ``op`` (Average or Sum), among the ranks of ``process_set`` (a rank outside it keeps its
+    local gradients, as in Horovod). Sparse gradients (IndexedSlices) are gathered from every rank,
     or densified first with ``sparse_as_dense``. ``device_*`` are accepted for Horovod compatibility.
     ``register_local_source(variable)`` keeps a variable's gradient local. ``num_groups``/``groups`` are
     checked and need nothing more: a step's gradients go to the engine together.
@@ -48,7 +52,8 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "", d
     """
     check_groups(num_groups, groups)
     reducer = GradientReducer("DistributedGradientTape", op=op, compression=compression,
-                              sparse_as_dense=sparse_as_dense, gradient_predivide_factor=gradient_predivide_factor)
+                              sparse_as_dense=sparse_as_dense, gradient_predivide_factor=gradient_predivide_factor,
+                              process_set=process_set)
     base = type(gradtape)
     cls = type(base.__name__, (base,), {"gradient": _gradient, "register_local_source": _register_local_source,
                                         "__module__": __name__})
@@ -63,13 +68,14 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "", d
 def PartialDistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "", device_sparse: str = "",
                                    compression: type[Compressor] = Compression.none, sparse_as_dense: bool = False,
                                    op: ReduceOp = Average, gradient_predivide_factor: float = 1.0,
-                                   num_groups: int = 0, groups: Any = None, local_layers: Any = None,
+                                   num_groups: int = 0, groups: Any = None,
+                                   process_set: ProcessSet = global_process_set, local_layers: Any = None,
                                    scale_local_gradients: bool = True) -> tf.GradientTape:
     """A DistributedGradientTape that keeps the gradients of ``local_layers`` (a Keras layer or a list
     of them) local: they are not reduced across ranks, and with ``scale_local_gradients`` they are
     divided by size(), as Horovod does."""
     tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression, sparse_as_dense, op,
-                                   gradient_predivide_factor, num_groups, groups,
+                                   gradient_predivide_factor, num_groups, groups, process_set=process_set,
                                    scale_local_gradients=scale_local_gradients)
     for variable in local_layer_variables(local_layers):
         tape.register_local_source(variable)

@@ -6,21 +6,20 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-import numpy as np
 import tensorflow as tf
 
+from collective.process_sets import ProcessSet, global_process_set
 from collective.reduce_ops import Average, ReduceOp, Sum
-from collective.runtime import size
-from collective.tensorflow import engine_calls
-from collective.tensorflow.bridge import as_tensor, not_converted, op_name, run
+from collective.tensorflow.bridge import as_tensor, not_converted, op_name
 from collective.tensorflow.compression import Compression, Compressor
 from collective.tensorflow.ops import allreduce
+from collective.tensorflow.overlap import allreduce_overlapped
 
 
 def check_groups(num_groups: int, groups: Any) -> None:
-    """Horovod's ``num_groups``/``groups`` choose how gradient allreduces are grouped. Here every step's
-    gradients already reach the engine in one call (negotiated together, small ones fused), so the
-    arguments are checked as Horovod checks them and change nothing else."""
+    """Horovod's ``num_groups``/``groups`` choose how gradient allreduces are grouped. Here a step's
+    gradients go to the engine in a few size-based buckets that overlap backward, and the engine fuses
+    what arrives together, so the arguments are checked as Horovod checks them and change nothing else."""
     if num_groups:
         warnings.warn("num_groups is deprecated; use groups", DeprecationWarning, stacklevel=3)
         groups = num_groups if groups is None else groups
@@ -32,8 +31,8 @@ def check_groups(num_groups: int, groups: Any) -> None:
 class GradientReducer:
     """Reduces a list of gradients (tensors, IndexedSlices or None) across ranks.
 
-    Dense gradients go to the engine together, in one bridge call, so the engine negotiates them in
-    one cycle and fuses the small ones; sparse ones are gathered (or densified with ``sparse_as_dense``).
+    Dense gradients go to the engine in a few buckets that overlap backward (``collective.tensorflow.overlap``);
+    the engine fuses what arrives in one cycle. Sparse ones are gathered (or densified with ``sparse_as_dense``).
     """
 
     kind: str                                  # names the requests: "<kind>.<index>"
@@ -41,8 +40,11 @@ class GradientReducer:
     compression: type[Compressor] = Compression.none
     sparse_as_dense: bool = False
     gradient_predivide_factor: float = 1.0
+    process_set: ProcessSet = global_process_set
 
     def __post_init__(self) -> None:
+        if not isinstance(self.process_set, ProcessSet):
+            raise ValueError(f"process_set must be a ProcessSet, got {type(self.process_set).__name__}")
         if self.op not in (Sum, Average):
             raise ValueError(f"gradients can be reduced with op=Average or op=Sum, not {ReduceOp(self.op).name}")
         if self.gradient_predivide_factor != 1.0 and self.op != Average:
@@ -53,19 +55,32 @@ class GradientReducer:
             return self.op, 1.0, 1.0
         # Divide part of the average before the sum (keeps 16-bit sums in range) and the rest after.
         factor = self.gradient_predivide_factor
-        return Sum, 1.0 / factor, factor / size()
+        return Sum, 1.0 / factor, factor / int(self.process_set.size())
+
+    def reduces_here(self) -> bool:
+        """Whether this rank reduces with its set's peers. As in Horovod, a rank outside the set (or
+        in a set of one) keeps its local gradients; a set that was never added is an error."""
+        process_set = self.process_set
+        if process_set is global_process_set or process_set.process_set_id == 0:
+            return True
+        if process_set.process_set_id is None:
+            raise ValueError(f"{process_set} has not been added: call add_process_set() on every rank before "
+                             "building a distributed optimizer or tape on it")
+        return bool(process_set.included()) and int(process_set.size()) > 1
 
     @not_converted
     def __call__(self, grads: Sequence[Any]) -> list[Any]:
-        base = op_name(self.kind, None) or self.kind
         out: list[Any] = list(grads)
+        if not self.reduces_here():
+            return out
+        base = op_name(self.kind, None) or self.kind
         dense_index: list[int] = []
         for i, grad in enumerate(grads):
             if grad is None:
                 continue
             if isinstance(grad, tf.IndexedSlices):
                 if not self.sparse_as_dense:
-                    out[i] = allreduce(grad, op=self.op, name=f"{base}.{i}")
+                    out[i] = allreduce(grad, op=self.op, name=f"{base}.{i}", process_set=self.process_set)
                     continue
                 grad = tf.convert_to_tensor(grad)
             out[i] = as_tensor(grad, f"{base}.{i}")
@@ -75,20 +90,17 @@ class GradientReducer:
         op, prescale, postscale = self._scaling()
         compressed, contexts = zip(*[self.compression.compress(out[i]) for i in dense_index])
         names = [f"{base}.{i}" for i in dense_index]
-
-        def reduce(*arrays: np.ndarray) -> list[np.ndarray]:
-            return engine_calls.allreduce(arrays, names, op, prescale, postscale)
-
-        reduced = run(reduce, compressed, [t.dtype for t in compressed], [t.shape for t in compressed])
+        reduced = allreduce_overlapped(compressed, names, op, prescale, postscale, self.process_set)
         for i, tensor, ctx in zip(dense_index, reduced, contexts):
             out[i] = self.compression.decompress(tensor, ctx)
         return out
 
 
-def scale_local(grad: Any) -> Any:
-    """A local (not reduced) gradient divided by size(), Horovod's ``scale_local_gradients``."""
+def scale_local(grad: Any, process_set: ProcessSet = global_process_set) -> Any:
+    """A local (not reduced) gradient divided by the set's size, Horovod's ``scale_local_gradients``."""
     if grad is None:
         return None
+    ranks = int(process_set.size())
     if isinstance(grad, tf.IndexedSlices):
-        return tf.IndexedSlices(grad.values / tf.cast(size(), grad.values.dtype), grad.indices, grad.dense_shape)
-    return grad / tf.cast(size(), grad.dtype)
+        return tf.IndexedSlices(grad.values / tf.cast(ranks, grad.values.dtype), grad.indices, grad.dense_shape)
+    return grad / tf.cast(ranks, grad.dtype)

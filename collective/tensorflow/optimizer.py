@@ -8,6 +8,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from collective.process_sets import ProcessSet, global_process_set
 from collective.reduce_ops import Average, ReduceOp
 from collective.tensorflow.compression import Compression, Compressor
 from collective.tensorflow.gradients import GradientReducer, check_groups
@@ -84,9 +85,10 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, use_locking: b
                          device_sparse: str = "", compression: type[Compressor] = Compression.none,
                          sparse_as_dense: bool = False, backward_passes_per_step: int = 1, op: ReduceOp = Average,
                          gradient_predivide_factor: float = 1.0, average_aggregated_gradients: bool = False,
-                         num_groups: int = 0, groups: Any = None, scale_local_gradients: bool = True) -> Any:
-    """An optimizer whose gradients are reduced across ranks (``op`` Average or Sum) before they are
-    applied. A TF1 ``tf.compat.v1.train.Optimizer`` is wrapped for graphs run in a ``Session``; a Keras
+                         num_groups: int = 0, groups: Any = None, process_set: ProcessSet = global_process_set,
+                         scale_local_gradients: bool = True) -> Any:
+    """An optimizer whose gradients are reduced across the ranks of ``process_set`` (``op`` Average or
+    Sum) before they are applied; a rank outside the set applies its local gradients, as in Horovod. A TF1 ``tf.compat.v1.train.Optimizer`` is wrapped for graphs run in a ``Session``; a Keras
     optimizer gets ``collective.keras.DistributedOptimizer``. ``device_*`` are accepted for Horovod
     compatibility."""
     if isinstance(optimizer, keras.optimizers.Optimizer):
@@ -94,7 +96,7 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, use_locking: b
 
         return keras_distributed(optimizer, name, device_dense, device_sparse, compression, sparse_as_dense,
                                  gradient_predivide_factor, op, backward_passes_per_step,
-                                 average_aggregated_gradients, num_groups, groups,
+                                 average_aggregated_gradients, num_groups, groups, process_set=process_set,
                                  scale_local_gradients=scale_local_gradients)
     if not isinstance(optimizer, tf.compat.v1.train.Optimizer):
         raise ValueError(f"DistributedOptimizer needs a Keras or tf.compat.v1.train optimizer, got "
@@ -103,6 +105,6 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, use_locking: b
     if int(backward_passes_per_step) < 1:
         raise ValueError(f"backward_passes_per_step must be at least 1, got {backward_passes_per_step}")
     reducer = GradientReducer("DistributedOptimizer", op=op, compression=compression, sparse_as_dense=sparse_as_dense,
-                              gradient_predivide_factor=gradient_predivide_factor)
+                              gradient_predivide_factor=gradient_predivide_factor, process_set=process_set)
     return _DistributedLegacyOptimizer(optimizer, reducer, name, use_locking, int(backward_passes_per_step),
                                        bool(average_aggregated_gradients))

@@ -10,7 +10,9 @@ import pytest
 
 from jobs import JobResult, run_job
 
-CASES = ["tape_matches_single_process", "tape_sparse_gradients", "tape_options", "fit_matches_single_process",
+CASES = ["tape_matches_single_process", "tape_overlaps_backward", "tape_shape_mismatch", "tape_sparse_gradients",
+         "tape_options",
+         "fit_matches_single_process",
          "fit_backward_passes_per_step", "learning_rate_warmup", "learning_rate_schedule", "load_model_round_trip",
          "local_layers", "sync_batch_norm", "keras_value_ops"]
 

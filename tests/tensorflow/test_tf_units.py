@@ -106,3 +106,20 @@ def test_collective_errors_become_horovods_tf_errors_and_pickle(ours: type, thei
     assert converted.__cause__ is original and str(converted) == "rank 1 disagrees"
     back = pickle.loads(pickle.dumps(converted))
     assert type(back) is type(converted) and str(back) == "rank 1 disagrees"
+
+
+def test_gradient_buckets_start_from_the_last_variable() -> None:
+    """Buckets follow backward's order (last variable first) and close once they hold BUCKET_BYTES; a
+    gradient of unknown size closes its bucket."""
+    from collective.tensorflow.overlap import BUCKET_BYTES, buckets
+
+    quarter = BUCKET_BYTES // 16  # float32 elements in a quarter bucket
+    tensors = [tf.zeros(quarter * 4), tf.zeros(3), tf.zeros(quarter * 2), tf.zeros(quarter * 2), tf.zeros(5)]
+    assert buckets(tensors) == [[4, 3, 2], [1, 0]]
+    assert buckets([tf.zeros(3)]) == [[0]]
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+    def plan(unknown: tf.Tensor) -> tf.Tensor:
+        assert buckets([tf.zeros(3), unknown, tf.zeros(4)]) == [[2, 1], [0]]
+        return unknown
+    plan.get_concrete_function()

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tf_checks import Checks, run_cases  # first: it quiets TensorFlow's import
+from tf_checks import Checks, in_mode, run_cases  # first: it quiets TensorFlow's import
 
 import keras
 import numpy as np
@@ -17,6 +17,7 @@ import tensorflow as tf
 import collective.keras as hvd
 import collective.tensorflow as hvd_tf
 from collective.keras.optimizer import is_distributed
+from collective.tensorflow import overlap
 
 FEATURES, BATCH, STEPS, EPOCHS = 4, 8, 4, 2
 TOL = 1e-10
@@ -30,10 +31,10 @@ def rank_data(rank: int, rows: int = BATCH * STEPS) -> tuple[np.ndarray, np.ndar
     return x, y
 
 
-def combined(block: int) -> tuple[np.ndarray, np.ndarray]:
-    """Every rank's data interleaved so that single-process batch k (``block`` rows from each rank, in
-    rank order) is the union of the ranks' batch k."""
-    parts = [rank_data(r) for r in range(hvd.size())]
+def combined(block: int, ranks: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The data of ``ranks`` (default every rank) interleaved so that single-process batch k (``block``
+    rows from each rank, in rank order) is the union of the ranks' batch k."""
+    parts = [rank_data(r) for r in (range(hvd.size()) if ranks is None else ranks)]
     rows = parts[0][0].shape[0]
     xs, ys = [], []
     for start in range(0, rows, block):
@@ -89,6 +90,65 @@ def tape_matches_single_process(c: Checks, mode: str) -> None:
         step(reference, cx[k * 2 * BATCH:(k + 1) * 2 * BATCH], cy[k * 2 * BATCH:(k + 1) * 2 * BATCH], False)
     same_on_all_ranks(c, model.get_weights(), "tape")
     close_weights(c, model.get_weights(), reference.get_weights(), "tape")
+
+
+def ancestors(op: tf.Operation) -> set[str]:
+    """The names of every op ``op`` waits for, through data and control edges."""
+    seen: set[str] = set()
+    stack = [op]
+    while stack:
+        current = stack.pop()
+        for parent in [t.op for t in current.inputs] + list(current.control_inputs):
+            if parent.name not in seen:
+                seen.add(parent.name)
+                stack.append(parent)
+    return seen
+
+
+def tape_overlaps_backward(c: Checks, mode: str) -> None:
+    """With one gradient per bucket, training still matches one process; and in a graph the first
+    bucket's submit op (the last variable) does not wait for the first layer's gradient, so it can run
+    while backward computes that gradient."""
+    saved = overlap.BUCKET_BYTES
+    overlap.BUCKET_BYTES = 1
+    try:
+        tape_matches_single_process(c, mode)
+        if mode == "graph":
+            model = build_model(seed=0)
+
+            @tf.function
+            def gradients(x: tf.Tensor, y: tf.Tensor) -> Any:
+                with tf.GradientTape() as tape:
+                    loss = tf.reduce_mean((model(x) - y) ** 2)
+                return hvd_tf.DistributedGradientTape(tape).gradient(loss, model.trainable_variables)
+            spec = tf.TensorSpec([None, FEATURES], tf.float64), tf.TensorSpec([None, 1], tf.float64)
+            graph = gradients.get_concrete_function(*spec).graph
+            submits = [op for op in graph.get_operations()
+                       if op.type == "EagerPyFunc" and [t.dtype for t in op.outputs] == [tf.int64]]
+            c.check(len(submits) == len(model.trainable_variables), f"{len(submits)} submit ops, want one a variable")
+            first_kernel_gradient = submits[-1].inputs[0].op
+            c.check(first_kernel_gradient.name not in ancestors(submits[0]),
+                    "the last variable's submit waits for the first layer's gradient")
+    finally:
+        overlap.BUCKET_BYTES = saved
+
+
+def tape_shape_mismatch(c: Checks, mode: str) -> None:
+    """Ranks whose gradients disagree on a shape get the same clear error from gradient(), with the
+    other gradients' buckets waited for, and the next step trains as usual."""
+    rank, size = hvd.rank(), hvd.size()
+    ragged = tf.Variable(np.ones(2 + rank))
+    agreed = tf.Variable(np.ones((600, 600)))  # a bucket of its own, reduced beside the bad one
+
+    def grads(variables: list[tf.Variable]) -> Any:
+        with tf.GradientTape() as tape:
+            loss = tf.add_n([tf.reduce_sum(v) * (rank + 1.0) for v in variables])
+        return hvd_tf.DistributedGradientTape(tape).gradient(loss, variables)
+    error = tf.errors.FailedPreconditionError if mode == "eager" else tf.errors.InvalidArgumentError
+    c.raises(error, "ranks disagree on the shape", lambda: in_mode(mode, grads, [agreed, ragged]),
+             "gradients of different shapes")
+    (got,) = in_mode(mode, grads, [agreed])
+    c.close(got, np.full((600, 600), (size + 1) / 2), "a step after the mismatch")
 
 
 def tape_sparse_gradients(c: Checks, mode: str) -> None:
@@ -370,7 +430,9 @@ def bad_input(c: Checks, mode: str) -> None:
 def main() -> None:
     SCRATCH.append(Path(sys.argv[1]))
     hvd.init()
-    run_cases([tape_matches_single_process, tape_sparse_gradients, tape_options, fit_matches_single_process,
+    run_cases([tape_matches_single_process, tape_overlaps_backward, tape_shape_mismatch, tape_sparse_gradients,
+               tape_options,
+               fit_matches_single_process,
                fit_backward_passes_per_step, learning_rate_warmup, learning_rate_schedule,
                load_model_round_trip, local_layers, sync_batch_norm, keras_value_ops])
     run_cases([bad_input], modes=("eager",))
