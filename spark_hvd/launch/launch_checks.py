@@ -23,6 +23,7 @@ _DYNAMIC_ALLOCATION = "spark.dynamicAllocation.enabled"
 # Spark's own window for executors to register before scheduling begins (its default: 30 s).
 _REGISTRATION_WAIT = "spark.scheduler.maxRegisteredResourcesWaitingTime"
 _DEFAULT_REGISTRATION_WAIT_S = 30.0
+_REGISTERED_RATIO = "spark.scheduler.minRegisteredResourcesRatio"
 # Spark tells Python nothing when an executor registers, so the count is polled this often.
 _SLOT_POLL_S = 0.5
 
@@ -133,7 +134,13 @@ def _describe_connect_cluster(spark: Any) -> ClusterShape:
 
 
 def _registration_window_left_s(spark: Any) -> float:
-    """Seconds left of Spark's executor registration window; 0 when it cannot be told."""
+    """Seconds left of Spark's executor registration window; 0 when it cannot be told, or when the session
+    already waited for every executor (minRegisteredResourcesRatio=1) before it started."""
+    try:
+        if float(conf_value(spark, _REGISTERED_RATIO) or 0.0) >= 1.0:
+            return 0.0
+    except ValueError:
+        pass  # Spark itself would refuse the setting; count the window as usual
     try:
         started_ms = (int(conf_value(spark, "spark.app.startTime") or 0) if is_connect_session(spark)
                       else int(spark.sparkContext.startTime))
