@@ -4,6 +4,7 @@ results, output, events and the failing rank's traceback arrive through the barr
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import time
@@ -30,23 +31,36 @@ def connect_spark(request: pytest.FixtureRequest, spark_environment: dict[str, s
     a SparkConnectServer on local[2] that this fixture starts and stops."""
     from pyspark.sql import SparkSession
 
-    if request.param == "remote-local":
-        kept_session.release()   # remote("local[2]") starts a SparkContext in this process's JVM
-        builder = SparkSession.builder.remote("local[2]")
-        for key, value in COMMON_CONF.items():
-            builder = builder.config(key, value)
-        spark = builder.getOrCreate()
-        try:
-            yield spark
-        finally:
-            spark.stop()
-        return
-    with ConnectServer(tmp_path_factory.mktemp("connect"), os.environ, conf=COMMON_CONF) as server:
-        spark = SparkSession.builder.remote(server.url).getOrCreate()
-        try:
-            yield spark
-        finally:
-            spark.stop()
+    with _connect_environ_restored():
+        if request.param == "remote-local":
+            kept_session.release()   # remote("local[2]") starts a SparkContext in this process's JVM
+            with SparkSession.builder.remote("local[2]").config(map=COMMON_CONF).getOrCreate() as spark:
+                yield spark
+            return
+        with ConnectServer(tmp_path_factory.mktemp("connect"), os.environ, conf=COMMON_CONF) as server:
+            with SparkSession.builder.remote(server.url).getOrCreate() as spark:
+                yield spark
+
+
+# pyspark leaves these behind; a token left by remote("local[2]") makes the next client speak TLS to a
+# server that does not.
+_CONNECT_VARIABLES = ("SPARK_CONNECT_AUTHENTICATE_TOKEN", "SPARK_CONNECT_MODE_ENABLED", "SPARK_LOCAL_REMOTE",
+                      "SPARK_REMOTE")
+
+
+@contextlib.contextmanager
+def _connect_environ_restored() -> Iterator[None]:
+    before = {name: os.environ.get(name) for name in _CONNECT_VARIABLES}
+    for name in _CONNECT_VARIABLES:
+        os.environ.pop(name, None)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @pytest.fixture
@@ -80,7 +94,8 @@ def test_run_returns_results_output_and_events_through_the_stage(connect_spark: 
         assert f"[{rank}]: rank {rank} to stderr" in err.getvalue()
 
     events: list[tuple[int, dict]] = []
-    assert spark_hvd.run(emit_numbered_events, args=(4,), num_proc=2, spark=connect_spark,
+    # No spark=: the active session is the Connect one.
+    assert spark_hvd.run(emit_numbered_events, args=(4,), num_proc=2,
                          on_event=lambda rank, data: events.append((rank, data)), verbose=0) == [4, 4]
     for rank in (0, 1):
         assert [data["i"] for r, data in events if r == rank] == [0, 1, 2, 3]   # in the order sent

@@ -22,10 +22,14 @@ _WAITS_FOR_EXECUTORS = ("spark.scheduler.minRegisteredResourcesRatio",
 def test_run_right_after_the_session_starts_waits_for_the_executors(
         spark_environment: dict[str, str], spark_sessions, tmp_path) -> None:
     conf = {k: v for k, v in spark_sessions.cluster_conf(2).items() if k not in _WAITS_FOR_EXECUTORS}
-    with StandaloneCluster(tmp_path, [WorkerSpec(), WorkerSpec()], os.environ) as cluster:
+    # Spark's registration window, from the application's start: generous, as workers start only below
+    # and a JVM takes seconds to start on a busy machine. Without the ratio, Spark itself does not wait.
+    conf["spark.scheduler.maxRegisteredResourcesWaitingTime"] = "180s"
+    with StandaloneCluster(tmp_path, [], os.environ) as cluster:
         with spark_sessions.session(cluster.master_url, conf) as spark:
-            # The race this test needs: an executor JVM takes seconds to start and register.
-            assert describe_cluster(spark).slots < 2, "the executors registered before the first check"
-            results = spark_hvd.run(where_am_i, num_proc=2, spark=spark, start_timeout=120)
+            assert describe_cluster(spark).slots == 0
+            # Workers come up only now, as on a cluster whose session started first.
+            cluster.start_workers([WorkerSpec(), WorkerSpec()])
+            results = spark_hvd.run(where_am_i, num_proc=2, spark=spark, start_timeout=240)
     assert [r["rank"] for r in results] == [0, 1]
     assert results[0]["task_address"] != results[1]["task_address"]
