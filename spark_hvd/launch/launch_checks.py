@@ -123,7 +123,8 @@ def _describe_connect_cluster(spark: Any) -> ClusterShape:
     master = conf_value(spark, "spark.master") or "(Spark Connect)"
     task_cpus = int(conf_value(spark, "spark.task.cpus") or "1")
     # An explicit parallelism setting sizes the probe's range instead of the executors' cores: unknown then.
-    explicit = conf_value(spark, "spark.default.parallelism") or conf_value(spark, "spark.sql.leafNodeDefaultParallelism")
+    explicit = any(conf_value(spark, key) for key in ("spark.default.parallelism",
+                                                      "spark.sql.leafNodeDefaultParallelism"))
     slots = None if explicit else default_parallelism(spark) // max(1, task_cpus)
     return ClusterShape(
         master=master, slots=slots, task_cpus=task_cpus,

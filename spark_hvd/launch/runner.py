@@ -272,7 +272,7 @@ class _Supervisor:
             try:
                 frames = frames_from_bytes(rows.outboxes[rank])
             except ValueError as e:
-                raise SparkJobError(f"spark_hvd.run: rank {rank}'s row of {self._job_label} is unreadable: {e}")
+                raise SparkJobError(f"spark_hvd.run: rank {rank}'s row of {self._job_label} is unreadable: {e}") from e
             self._collector.replay(rank, frames)
         self._events.put(JobFinished(rows.results))
 
