@@ -128,7 +128,8 @@ def test_num_proc_above_the_slots_fails_at_once(connect_spark: Any) -> None:
     assert time.monotonic() - began < 120, "the shortage was not found before launching"
 
 
-def test_fit_without_a_store_then_transform_save_and_load(connect_spark: Any, tmp_path: Any) -> None:
+def test_fit_without_a_store_then_transform_save_and_load(connect_spark: Any, tmp_path: Any,
+                                                         client_never_listens: None) -> None:
     import torch
 
     from estimator_models import accuracy, class_loss, classifier
