@@ -115,3 +115,36 @@ def test_a_session_that_waited_for_all_executors_has_no_window_left() -> None:
     spark = _session(0, {"spark.scheduler.minRegisteredResourcesRatio": "1.0",
                          "spark.scheduler.maxRegisteredResourcesWaitingTime": "1min"})
     assert cluster_for_launch(spark, 2, start_timeout_s=600, describe=cluster).slots == 1
+
+
+class TestStageStartWatch:
+    def test_fires_once_when_the_stage_runs_all_its_tasks(self) -> None:
+        from spark_hvd.launch.connect_session import StageStartWatch
+
+        handlers: list[Any] = []
+        spark = SimpleNamespace(registerProgressHandler=handlers.append, removeProgressHandler=handlers.remove)
+        fired: list[bool] = []
+        stage = SimpleNamespace(num_tasks=2, num_completed_tasks=0)
+        with StageStartWatch(spark, 2, lambda: fired.append(True)) as watch:
+            assert handlers == [watch]
+            watch([stage], 1, "op", False)   # one task running: the barrier stage has not started
+            assert fired == []
+            watch([stage], 2, "op", False)
+            watch([stage], 2, "op", False)
+        assert fired == [True] and handlers == []
+
+    def test_a_stage_that_already_finished_tasks_counts_as_started(self) -> None:
+        from spark_hvd.launch.connect_session import StageStartWatch
+
+        fired: list[bool] = []
+        spark = SimpleNamespace(registerProgressHandler=lambda h: None, removeProgressHandler=lambda h: None)
+        with StageStartWatch(spark, 2, lambda: fired.append(True)) as watch:
+            watch([SimpleNamespace(num_tasks=2, num_completed_tasks=1)], 0, "op", False)
+        assert fired == [True]
+
+    def test_without_progress_reports_the_ranks_count_as_started_at_once(self) -> None:
+        from spark_hvd.launch.connect_session import StageStartWatch
+
+        fired: list[bool] = []
+        with StageStartWatch(SimpleNamespace(), 2, lambda: fired.append(True)):
+            assert fired == [True]
