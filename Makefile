@@ -94,6 +94,7 @@ bench: build
 	$(PY) bench/torch_step.py
 	$(PY) bench/keras_step.py
 	$(PY) bench/spark_run.py
+	$(PY) bench/connect_run.py
 	$(PY) bench/estimator.py
 
 clean:

@@ -9,11 +9,7 @@ from typing import Any
 
 
 def local_session(app_name: str) -> Any:
-    # Spark needs these on this kind of machine (see ENVIRONMENT.md); set them for this process
-    # before the JVM starts, as the test fixtures do.
-    os.environ.setdefault("JAVA_HOME", _java_home())
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    prepare_environment()
     from pyspark.sql import SparkSession
 
     return (SparkSession.builder.master("local[2]").appName(app_name)
@@ -22,6 +18,14 @@ def local_session(app_name: str) -> Any:
             .config("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", "1")
             .config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "1s")
             .getOrCreate())
+
+
+def prepare_environment() -> None:
+    """Spark needs these on this kind of machine (see ENVIRONMENT.md); set them for this process before
+    the JVM starts, as the test fixtures do."""
+    os.environ.setdefault("JAVA_HOME", _java_home())
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
 
 
 def _java_home() -> str:

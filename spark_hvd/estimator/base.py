@@ -310,7 +310,9 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         store = self.getStore()
         if store is not None:
             return store
-        master = spark.sparkContext.master
+        from spark_hvd.launch.connect_session import session_master
+
+        master = session_master(spark)   # a Spark Connect session has no sparkContext
         if not master.startswith("local"):
             raise InputError(f"store is required on a cluster (master {master}): the executors must "
                              "reach the data, e.g. store=Store.create('hdfs:///tmp/hvd')")

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from spark_hvd.launch.barrier_task import RESULT_DDL, BarrierTask
+from spark_hvd.launch.connect_session import StageStartWatch, is_connect_session
+from spark_hvd.launch.output_collector import RankConnected
 from spark_hvd.launch.task_spec import TaskSpec
 
 
@@ -22,7 +24,15 @@ class JobFailed:
     error: BaseException
 
 
-JobEvent = Union[JobFinished, JobFailed]
+@dataclass(frozen=True)
+class StageRows:
+    """The stage succeeded and its rows carry the ranks' output, events and failure reports (StageOutbox
+    bytes per rank): the driver replays them into its collector before it reads ``results``."""
+    results: dict[int, bytes]   # only the ranks that returned a value
+    outboxes: dict[int, bytes]
+
+
+JobEvent = Union[JobFinished, JobFailed, StageRows]
 
 
 class BarrierJob:
@@ -54,8 +64,18 @@ class BarrierJob:
             self._tag_jobs_of_this_thread()
             n = self._spec.num_proc
             frame = self._spark.range(0, n, 1, n).mapInArrow(BarrierTask(self._spec), RESULT_DDL, barrier=True)
-            rows = frame.collect()
-            self._events.put(JobFinished({int(row["rank"]): bytes(row["result"]) for row in rows}))
+            if is_connect_session(self._spark):
+                # No connection tells the driver a rank started: Connect's progress reports do.
+                def started() -> None:
+                    for rank in range(n):
+                        self._events.put(RankConnected(rank))
+                with StageStartWatch(self._spark, n, started):
+                    rows = frame.collect()
+            else:
+                rows = frame.collect()
+            results = {int(row["rank"]): bytes(row["result"]) for row in rows if row["result"] is not None}
+            outboxes = {int(row["rank"]): bytes(row["outbox"]) for row in rows if row["outbox"] is not None}
+            self._events.put(StageRows(results, outboxes) if outboxes else JobFinished(results))
         except BaseException as e:  # noqa: BLE001 - every ending must reach the waiting caller
             self._events.put(JobFailed(e))
 

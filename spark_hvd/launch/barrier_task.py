@@ -8,24 +8,32 @@ One task per rank; rank = partition id. The task:
 4. hands the child its COLLECTIVE_* environment and RankContext; the child's collective.init()
    meets its peers through rank 0's rendezvous and builds the mesh;
 5. relays the child's output, and returns fn's pickled result, or reports the failure and fails.
+
+Under Spark Connect the driver cannot be dialled (TaskSpec.collector_address is None): step 1 is
+skipped, and the output, events and failure report go into a StageOutbox that leaves in the task's
+row (the ``outbox`` column). A rank that fails after the ranks have met then returns its row instead
+of failing the task, since a failed barrier task would take every row of the stage with it.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from collective.bootstrap import RendezvousServer
 from collective.bootstrap.interfaces import mesh_host
 from collective.config import Config, default_host_key, format_host_port, parse_host_port
 from collective.topology import topology_from_host_keys
-from spark_hvd.launch.output_channel import OutputSender
+from spark_hvd.errors import RankFailure
 from spark_hvd.launch.rank_child import ChildOutcome, RankChild
 from spark_hvd.launch.rank_context import RankContext
-from spark_hvd.launch.rank_task import run_task
+from spark_hvd.launch.rank_task import Sender, run_task
+from spark_hvd.launch.stage_outbox import StageOutbox
 from spark_hvd.launch.task_spec import TaskSpec
 
-RESULT_DDL = "rank INT, result BINARY"
+# result: fn's pickled return value (null when the rank failed); outbox: StageOutbox bytes, or null
+# when the rank reported to the driver's collector directly.
+RESULT_DDL = "rank INT, result BINARY, outbox BINARY"
 
 
 class BarrierTask:
@@ -40,30 +48,41 @@ class BarrierTask:
         # An unread input iterator leaves Spark's Python worker unusable for the next job.
         for _ in batches:
             pass
-        rank, result = run_rank(self.spec)
+        outbox = StageOutbox() if self.spec.collector_address is None else None
+        rank, result = run_rank(self.spec, outbox)
         yield pa.RecordBatch.from_pydict(
-            {"rank": [rank], "result": [result]},
-            schema=pa.schema([("rank", pa.int32()), ("result", pa.binary())]))
+            {"rank": [rank], "result": [result], "outbox": [outbox.to_bytes() if outbox is not None else None]},
+            schema=pa.schema([("rank", pa.int32()), ("result", pa.binary()), ("outbox", pa.binary())]))
 
 
-def run_rank(spec: TaskSpec) -> tuple[int, bytes]:
+def run_rank(spec: TaskSpec, outbox: StageOutbox | None = None) -> tuple[int, bytes | None]:
+    """(rank, fn's pickled result); with an outbox, a failure after the ranks met gives (rank, None)."""
     from pyspark import BarrierTaskContext
 
     ctx = BarrierTaskContext.get()
     rank = ctx.partitionId()
+    met = []   # set once this task has passed the stage's one allGather
+
+    def meet(child: RankChild, gpu_addresses: tuple[str, ...], sender: Sender) -> ChildOutcome:
+        return _meet_and_wait(ctx, spec, rank, child, gpu_addresses, sender, lambda: met.append(True))
 
     def prepare() -> tuple[str, ...]:
         _check_stage(ctx, spec)
         return _gpu_addresses(ctx)
 
-    def meet(child: RankChild, gpu_addresses: tuple[str, ...], sender: OutputSender) -> ChildOutcome:
-        return _meet_and_wait(ctx, spec, rank, child, gpu_addresses, sender)
+    try:
+        return rank, run_task(spec, rank, prepare, meet, outbox=outbox)
+    except Exception:
+        # Reported into the outbox already. Before the allGather, failing the task is the only way to
+        # free the peers waiting in it (Spark then reports this task's error text); after it, the row
+        # carries the report, and the peers end on their own when the mesh loses this rank.
+        if outbox is None or not met:
+            raise
+        return rank, None
 
-    return rank, run_task(spec, rank, prepare, meet)
 
-
-def _meet_and_wait(ctx: Any, spec: TaskSpec, rank: int, child: RankChild,
-                   gpu_addresses: tuple[str, ...], sender: OutputSender) -> ChildOutcome:
+def _meet_and_wait(ctx: Any, spec: TaskSpec, rank: int, child: RankChild, gpu_addresses: tuple[str, ...],
+                   sender: Sender, on_met: Callable[[], None]) -> ChildOutcome:
     task_addresses = tuple(info.address for info in ctx.getTaskInfos())
     server = None
     try:
@@ -73,6 +92,7 @@ def _meet_and_wait(ctx: Any, spec: TaskSpec, rank: int, child: RankChild,
         mine = {"host_key": default_host_key(), "rendezvous": rendezvous}
         # The one barrier sync of the launch (each costs about a second in Spark 4.3).
         gathered = [json.loads(message) for message in ctx.allGather(json.dumps(mine))]
+        on_met()
         topology = topology_from_host_keys(rank, [peer["host_key"] for peer in gathered])
         context = RankContext(
             rank=rank, size=topology.size, local_rank=topology.local_rank,
@@ -84,10 +104,18 @@ def _meet_and_wait(ctx: Any, spec: TaskSpec, rank: int, child: RankChild,
                               secret=spec.secret, nics=spec.nics), context.to_json())
         # Rank 0 keeps serving the rendezvous until its own fn is done: that covers every
         # init() that fn's peers can still make while rank 0 is alive to join them.
-        return child.wait_outcome(spec.exit_grace_s, on_failure_report=sender.send_failure)
+        return child.wait_outcome(spec.exit_grace_s, on_failure_report=lambda f: _report(f, child, sender))
     finally:
         if server is not None:
             server.stop()
+
+
+def _report(failure: RankFailure, child: RankChild, sender: Sender) -> None:
+    sender.send_failure(failure)
+    if not sender.driver_listening:
+        # No driver will cancel the stage on hearing this: stop the rank now, as that cancel would, so
+        # that its peers see it leave instead of waiting on it (its output was flushed before the report).
+        child.kill()
 
 
 def _start_rendezvous(spec: TaskSpec, task_address: str) -> tuple[RendezvousServer, str]:

@@ -3,16 +3,29 @@
 Spark's own answer to a barrier stage that needs more slots than the cluster has is to retry the
 slot check for about ten minutes (40 x 15 s) before failing; dynamic allocation fails only when
 the stage is submitted. Both are checked here first.
+
+Slots are counted through the JVM on a classic session, and through one tiny query under Spark
+Connect (connect_session.default_parallelism). Right after a session starts on a cluster, executors
+may not have registered yet: cluster_for_launch waits for them, within the start timeout, before it
+calls a shortage.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Callable
 
 from spark_hvd.errors import DynamicAllocationError, LaunchError, NotEnoughSlotsError
+from spark_hvd.launch.connect_session import conf_value, default_parallelism, is_connect_session
 
 _DYNAMIC_ALLOCATION = "spark.dynamicAllocation.enabled"
+# Spark's own window for executors to register before scheduling begins (its default: 30 s).
+_REGISTRATION_WAIT = "spark.scheduler.maxRegisteredResourcesWaitingTime"
+_DEFAULT_REGISTRATION_WAIT_S = 30.0
+_REGISTERED_RATIO = "spark.scheduler.minRegisteredResourcesRatio"
+# Spark tells Python nothing when an executor registers, so the count is polled this often.
+_SLOT_POLL_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -25,11 +38,10 @@ class ClusterShape:
 
 
 def describe_cluster(spark: Any) -> ClusterShape:
-    """Reads the shape of the cluster behind ``spark`` (a SparkSession)."""
-    try:
-        sc = spark.sparkContext
-    except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext; Spark checks slots itself
-        return ClusterShape(master="(Spark Connect)", slots=None)
+    """Reads the shape of the cluster behind ``spark`` (a SparkSession, classic or Spark Connect)."""
+    if is_connect_session(spark):
+        return _describe_connect_cluster(spark)
+    sc = spark.sparkContext
     conf = sc.getConf()
     master = sc.master
     task_cpus = int(conf.get("spark.task.cpus", "1"))
@@ -41,6 +53,31 @@ def describe_cluster(spark: Any) -> ClusterShape:
         dynamic_allocation=(conf.get(_DYNAMIC_ALLOCATION, "false").strip().lower() == "true"
                             and not _is_local_master(master)),
     )
+
+
+def cluster_for_launch(spark: Any, num_proc: int | None, start_timeout_s: float,
+                       describe: Callable[[Any], ClusterShape] = describe_cluster) -> ClusterShape:
+    """The cluster's shape once its executors have registered enough slots for ``num_proc`` ranks.
+
+    A cluster with no slots yet is still starting: wait for one, up to ``start_timeout_s``. Short of
+    ``num_proc`` (or, with num_proc None, to count them all), wait while Spark's own registration
+    window (spark.scheduler.maxRegisteredResourcesWaitingTime after the application started) is open.
+    A local master's slots are fixed, so it never waits. resolve_num_proc then judges the result.
+    """
+    began = time.monotonic()
+    shape = describe(spark)
+    if shape.slots is None or _is_local_master(shape.master):
+        return shape
+    window_left = _registration_window_left_s(spark)
+    need = 1 if num_proc is None else num_proc
+    while True:
+        waited = time.monotonic() - began
+        registering = waited < window_left
+        enough = shape.slots >= need and (num_proc is not None or not registering)
+        if enough or waited >= start_timeout_s or (shape.slots > 0 and not registering):
+            return shape
+        time.sleep(_SLOT_POLL_S)
+        shape = replace(shape, slots=describe(spark).slots)
 
 
 def resolve_num_proc(num_proc: int | None, shape: ClusterShape) -> int:
@@ -80,6 +117,55 @@ def _slots(sc: Any, task_cpus: int) -> int | None:
         return max(0, int(sc.defaultParallelism) // max(1, task_cpus))
     except Exception:  # noqa: BLE001
         return None
+
+
+def _describe_connect_cluster(spark: Any) -> ClusterShape:
+    master = conf_value(spark, "spark.master") or "(Spark Connect)"
+    task_cpus = int(conf_value(spark, "spark.task.cpus") or "1")
+    # An explicit parallelism setting sizes the probe's range instead of the executors' cores: unknown then.
+    explicit = any(conf_value(spark, key) for key in ("spark.default.parallelism",
+                                                      "spark.sql.leafNodeDefaultParallelism"))
+    slots = None if explicit else default_parallelism(spark) // max(1, task_cpus)
+    return ClusterShape(
+        master=master, slots=slots, task_cpus=task_cpus,
+        task_gpus=conf_value(spark, "spark.task.resource.gpu.amount"),
+        dynamic_allocation=((conf_value(spark, _DYNAMIC_ALLOCATION) or "false").strip().lower() == "true"
+                            and not _is_local_master(master)),
+    )
+
+
+def _registration_window_left_s(spark: Any) -> float:
+    """Seconds left of Spark's executor registration window; 0 when it cannot be told, or when the session
+    already waited for every executor (minRegisteredResourcesRatio=1) before it started."""
+    try:
+        if float(conf_value(spark, _REGISTERED_RATIO) or 0.0) >= 1.0:
+            return 0.0
+    except ValueError:
+        pass  # Spark itself would refuse the setting; count the window as usual
+    try:
+        started_ms = (int(conf_value(spark, "spark.app.startTime") or 0) if is_connect_session(spark)
+                      else int(spark.sparkContext.startTime))
+    except (TypeError, ValueError):
+        return 0.0
+    window_s = _seconds(conf_value(spark, _REGISTRATION_WAIT), _DEFAULT_REGISTRATION_WAIT_S)
+    return max(0.0, started_ms / 1000.0 + window_s - time.time()) if started_ms else 0.0
+
+
+def _seconds(text: str | None, default: float) -> float:
+    """A Spark time setting ("30s", "500ms", "2min", "45") in seconds; ``default`` when unset or unreadable."""
+    if not text:
+        return default
+    value = text.strip().lower()
+    for suffix, scale in (("ms", 0.001), ("min", 60.0), ("s", 1.0), ("m", 60.0), ("h", 3600.0)):
+        if value.endswith(suffix):
+            value, unit = value[: -len(suffix)], scale
+            break
+    else:
+        unit = 1.0  # Spark reads a bare number of this setting as seconds
+    try:
+        return float(value) * unit
+    except ValueError:
+        return default
 
 
 def _describe_slots(shape: ClusterShape) -> str:

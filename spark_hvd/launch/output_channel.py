@@ -64,6 +64,8 @@ class OutputSender:
     and ``on_driver_gone`` runs once, so the task can stop its rank.
     """
 
+    driver_listening = True    # the driver ends the job (and closes this) once it has heard a failure
+
     def __init__(self, sock: socket.socket, on_driver_gone: Callable[[], None]) -> None:
         self._sock = sock
         self._stream = sock.makefile("wb")

@@ -132,6 +132,17 @@ class OutputCollector:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
+    def replay(self, rank: int, frames: list[dict]) -> None:
+        """Handles the frames a rank carried in its stage row (StageOutbox) instead of a connection,
+        as if they had arrived on one: lines printed and kept for errors, events and failures raised."""
+        if not 0 <= rank < self._num_ranks:
+            raise ValueError(f"stage output for rank {rank}, outside 0..{self._num_ranks - 1}")
+        with self._lock:
+            self._connected.add(rank)
+        self._on_event(RankConnected(rank))
+        for header in frames:
+            self._handle(rank, header)
+
     def _handshake(self, conn: socket.socket) -> Handshake:
         """The driver's side of the handshake, driven by the Listener (fixed sizes only)."""
         nonce = secrets.token_bytes(NONCE_BYTES)

@@ -7,7 +7,7 @@ import os
 import sys
 import threading
 import traceback
-from typing import Callable
+from typing import Callable, Union
 
 from collective.config import inherited_environ
 from collective.processes import describe_exit
@@ -15,6 +15,7 @@ from spark_hvd.errors import RankFailure
 from spark_hvd.launch.gpus import CUDA_VISIBLE_DEVICES, visible_devices
 from spark_hvd.launch.output_channel import OutputSender
 from spark_hvd.launch.rank_child import ChildOutcome, RankChild
+from spark_hvd.launch.stage_outbox import StageOutbox
 from spark_hvd.launch.task_spec import TaskSpec
 
 # A task whose rank failed only in reaction to another's waits this long for the driver to end the job.
@@ -23,13 +24,16 @@ _PEER_FAILURE_WAIT_S = 30.0
 # prepare() checks the task and returns the GPU addresses Spark gave it; meet(child, gpus, sender)
 # sends the child its job once the ranks have met, and returns how the child ended.
 Prepare = Callable[[], tuple[str, ...]]
-Meet = Callable[[RankChild, tuple[str, ...], OutputSender], ChildOutcome]
+Sender = Union[OutputSender, StageOutbox]
+Meet = Callable[[RankChild, tuple[str, ...], Sender], ChildOutcome]
 
 
-def run_task(spec: TaskSpec, rank: int, prepare: Prepare, meet: Meet, task_kind: str = "Spark task") -> bytes:
+def run_task(spec: TaskSpec, rank: int, prepare: Prepare, meet: Meet, task_kind: str = "Spark task",
+             outbox: StageOutbox | None = None) -> bytes:
     """Runs rank ``rank`` of the job and returns fn's pickled result; raises when it failed.
 
-    Every failure is reported to the driver before this raises, so the driver can name it.
+    Every failure is reported to the driver before this raises, so the driver can name it: on the
+    output connection, or into ``outbox`` when the spec has no collector address (Spark Connect).
     ``task_kind`` names this process in the report of a failure of its own (not fn's).
     """
     driver_gone = threading.Event()
@@ -40,8 +44,14 @@ def run_task(spec: TaskSpec, rank: int, prepare: Prepare, meet: Meet, task_kind:
         if child is not None:
             child.kill()
 
-    sender = OutputSender.connect(spec.collector_address, spec.secret, rank,
-                                  spec.connect_timeout_s, stop_child)
+    sender: Sender
+    if spec.collector_address is None:
+        if outbox is None:
+            raise ValueError("a task spec without a collector address needs an outbox")
+        sender = outbox
+    else:
+        sender = OutputSender.connect(spec.collector_address, spec.secret, rank,
+                                      spec.connect_timeout_s, stop_child)
     try:
         try:
             gpu_addresses = prepare()
@@ -65,7 +75,7 @@ def run_task(spec: TaskSpec, rank: int, prepare: Prepare, meet: Meet, task_kind:
         sender.close()
 
 
-def _result_or_raise(outcome: ChildOutcome, sender: OutputSender, driver_gone: threading.Event) -> bytes:
+def _result_or_raise(outcome: ChildOutcome, sender: Sender, driver_gone: threading.Event) -> bytes:
     if outcome.failure is None and outcome.result is not None and not driver_gone.is_set():
         if outcome.returncode != 0:
             # fn's result arrived, so fn succeeded: a process that then dies in interpreter
@@ -80,10 +90,11 @@ def _result_or_raise(outcome: ChildOutcome, sender: OutputSender, driver_gone: t
     if not outcome.reported:
         # It died without a report; reports were sent as soon as they were read (wait_outcome).
         sender.send_failure(failure)
-    if failure.peer_failure:
+    if failure.peer_failure and sender.driver_listening:
         # Only a reaction to another rank's failure. Ending this task now would have Spark (or
         # collective.run) stop the others, maybe before that rank's own report is out; the driver
-        # ends the job once it has heard the root cause.
+        # ends the job once it has heard the root cause. (With a StageOutbox, every report leaves with
+        # the stage's rows, so the task ends now and the driver picks the root cause from all of them.)
         driver_gone.wait(_PEER_FAILURE_WAIT_S)
     raise RuntimeError(f"spark_hvd rank {failure.rank} failed: {failure.summary}")
 

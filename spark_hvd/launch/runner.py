@@ -18,7 +18,8 @@ from collective.config import config_from_env, format_host_port
 from collective.failure_report import REPORT_LAG_S, root_cause
 from collective.run import LineSink
 from spark_hvd.launch import run_arguments as checked
-from spark_hvd.launch.barrier_job import BarrierJob, JobFailed, JobFinished
+from spark_hvd.launch.barrier_job import BarrierJob, JobFailed, JobFinished, StageRows
+from spark_hvd.launch.connect_session import is_connect_session
 from spark_hvd.errors import (
     ElasticNotSupportedError,
     LaunchError,
@@ -28,7 +29,8 @@ from spark_hvd.errors import (
     StartTimeoutError,
     spark_error_summary,
 )
-from spark_hvd.launch.launch_checks import describe_cluster, resolve_num_proc
+from spark_hvd.launch.launch_checks import cluster_for_launch, resolve_num_proc
+from spark_hvd.launch.stage_outbox import frames_from_bytes
 from spark_hvd.launch.output_collector import DRIVER_TAG, OutputCollector, RankConnected, RankEvent, RankFailed
 from spark_hvd.launch.task_spec import TaskSpec
 from spark_hvd.torch_distributed_call import TorchDistributedCall
@@ -109,8 +111,10 @@ def run(
     torch_distributed = checked.flag("torch_distributed", torch_distributed)
     executable = checked.executable(executable)
     spark = spark if spark is not None else _active_session()
-    shape = describe_cluster(spark)
+    shape = cluster_for_launch(spark, num_proc, start_timeout)
     num_proc = resolve_num_proc(num_proc, shape)
+    # A Connect client may be unreachable from the executors: the ranks never dial it (StageOutbox).
+    connect = is_connect_session(spark)
     if torch_distributed:
         # Each Spark task is one torchrun node, as in pyspark's TorchDistributor.
         fn = TorchDistributedCall(fn, uuid.uuid4().hex, node_per_task=True)
@@ -118,7 +122,8 @@ def run(
         num_proc=num_proc, payload=cloudpickle.dumps((fn, tuple(args), dict(kwargs or {}))),
         env=env, nics=nics, executable=executable, start_timeout=start_timeout, stdout=stdout,
         stderr=stderr, verbose=verbose, tail_lines=tail_lines, timestamps=timestamps,
-        on_event=on_event, collector_host=_driver_host(spark), collector_bind_host=_driver_bind_host(spark),
+        on_event=on_event, collector_host=None if connect else _driver_host(spark),
+        collector_bind_host=None if connect else _driver_bind_host(spark),
         where=f"the cluster has {shape.slots} task slot(s) (master {shape.master}), which other "
               "jobs may be holding", job_label=f"the Spark job on {shape.master}")
     return run_ranks(launch, lambda spec, events: BarrierJob(spark, spec, events))
@@ -137,7 +142,8 @@ class RanksLaunch:
     verbose: int
     tail_lines: int
     on_event: Callable[[int, dict[str, Any]], None] | None
-    collector_host: str                # where the ranks' tasks reach this driver
+    collector_host: str | None         # where the ranks' tasks reach this driver; None: they cannot, and
+                                       # return their output in the stage's rows (Spark Connect)
     where: str                         # why ranks may not start, for the start timeout's message
     job_label: str                     # what runs the ranks, for messages ("the Spark job on ...")
     nics: tuple[str, ...] | None = None
@@ -156,15 +162,15 @@ def run_ranks(launch: RanksLaunch,
     events: queue.SimpleQueue[Any] = queue.SimpleQueue()
     err = LineSink(launch.stderr if launch.stderr is not None else sys.stderr)
     out = LineSink(launch.stdout if launch.stdout is not None else sys.stdout)
+    bind_host = launch.collector_bind_host or launch.collector_host
     collector = OutputCollector(secret, launch.num_proc, events.put, out, err, echo=launch.verbose >= 1,
                                 tail_lines=launch.tail_lines, timestamps=launch.timestamps,
-                                bind_host=launch.collector_bind_host or launch.collector_host,
-                                handshake_timeout_s=knobs.handshake_timeout_s)
-    port = collector.start()
+                                bind_host=bind_host or "127.0.0.1", handshake_timeout_s=knobs.handshake_timeout_s)
+    # Without a collector host the collector never listens: it only replays the stage's rows.
+    address = None if launch.collector_host is None else format_host_port(launch.collector_host, collector.start())
     try:
         spec = TaskSpec(num_proc=launch.num_proc, secret=secret, payload=launch.payload, env=launch.env,
-                        nics=launch.nics, executable=launch.executable,
-                        collector_address=format_host_port(launch.collector_host, port),
+                        nics=launch.nics, executable=launch.executable, collector_address=address,
                         connect_timeout_s=knobs.connect_timeout_s, handshake_timeout_s=knobs.handshake_timeout_s)
         job = make_job(spec, events)
         supervisor = _Supervisor(job, collector, events, launch, err)
@@ -251,11 +257,24 @@ class _Supervisor:
                     raise self._run_error()
                 elif isinstance(event, JobFailed):
                     raise self._error_after_job_failed(event.error)
+                elif isinstance(event, StageRows):
+                    self._replay(event)
                 elif isinstance(event, JobFinished):
                     return self._finished(event.results)
         except KeyboardInterrupt:
             self._cancel_and_wait()
             raise
+
+    def _replay(self, rows: StageRows) -> None:
+        """Puts what the ranks carried in their rows on the queue, as their connections would have,
+        then the job's end: failures are read before the results, as they are live."""
+        for rank in sorted(rows.outboxes):
+            try:
+                frames = frames_from_bytes(rows.outboxes[rank])
+            except ValueError as e:
+                raise SparkJobError(f"spark_hvd.run: rank {rank}'s row of {self._job_label} is unreadable: {e}") from e
+            self._collector.replay(rank, frames)
+        self._events.put(JobFinished(rows.results))
 
     def _deliver(self, event: RankEvent) -> None:
         try:
@@ -286,7 +305,7 @@ class _Supervisor:
                 return False
             if isinstance(event, RankFailed):
                 self._failures.append(event.failure)
-            elif isinstance(event, (JobFailed, JobFinished)):
+            elif isinstance(event, (JobFailed, JobFinished, StageRows)):
                 return True
         return False
 
@@ -301,7 +320,7 @@ class _Supervisor:
                 return
             if isinstance(event, RankFailed):
                 self._failures.append(event.failure)
-            elif isinstance(event, (JobFailed, JobFinished)):
+            elif isinstance(event, (JobFailed, JobFinished, StageRows)):
                 return
 
     def _error_after_job_failed(self, error: BaseException) -> BaseException:

@@ -11,7 +11,9 @@ from collective.config import Config
 class TaskSpec:
     num_proc: int
     secret: bytes                 # per job; authenticates the output channel, rendezvous and mesh
-    collector_address: str        # "host:port" of the driver's OutputCollector
+    # "host:port" of the driver's OutputCollector; None: the driver cannot be dialled (Spark Connect), so
+    # each task returns its output, events and failure report in its row of the stage (StageOutbox).
+    collector_address: str | None
     payload: bytes                # cloudpickle((fn, args, kwargs))
     env: dict[str, str] = field(default_factory=dict)  # extra environment for the children
     nics: tuple[str, ...] | None = None  # interfaces the rendezvous and the mesh may use; None = any

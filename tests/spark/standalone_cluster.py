@@ -129,10 +129,15 @@ class StandaloneCluster:
             "--host", self.master_host, "--port", "0", "--webui-port", "0"], self.env)
         self.master_url = _MASTER_URL.search(master.wait_for(_MASTER_URL, self.start_timeout_s)).group(1)
         master.wait_for(_MASTER_READY, self.start_timeout_s)
-        workers = [self._spawn_worker(i, spec, spark_class) for i, spec in enumerate(self.workers)]
         # Workers start in parallel; each must register before the cluster is usable.
-        for worker in workers:
+        for worker in self.start_workers(self.workers):
             worker.wait_for(_WORKER_READY, self.start_timeout_s)
+
+    def start_workers(self, workers: list[WorkerSpec]) -> list[_Daemon]:
+        """Starts workers without waiting for them: a cluster still coming up (the master must be up)."""
+        first = len(self._daemons) - 1   # daemons after the master, so worker indexes stay unique
+        spark_class = str(SPARK_HOME / "bin" / "spark-class")
+        return [self._spawn_worker(first + i, spec, spark_class) for i, spec in enumerate(workers)]
 
     def _spawn_worker(self, index: int, spec: WorkerSpec, spark_class: str) -> _Daemon:
         env = {**self.env, **spec.env}
