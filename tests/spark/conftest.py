@@ -22,19 +22,8 @@ pytest.importorskip("pyspark")
 import estimator_models  # noqa: E402
 import kept_session  # noqa: E402
 import rank_functions  # noqa: E402  (tests/spark is on sys.path, like tests/ for jobs.py)
+from spark_conf import COMMON_CONF  # noqa: E402
 from standalone_cluster import StandaloneCluster, WorkerSpec  # noqa: E402
-
-# Spark fails a barrier stage that lacks slots after ~10 minutes by default; make it seconds.
-FAST_SLOT_CHECK = {
-    "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "1",
-    "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s",
-}
-COMMON_CONF = {
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "2",
-    **FAST_SLOT_CHECK,
-}
 
 
 def _java_home() -> str:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import kept_session
-from conftest import COMMON_CONF
+from spark_conf import COMMON_CONF
 from connect_server import ConnectServer
 from estimator_data import blobs, predictions, with_ids
 from rank_functions import chatty, emit_numbered_events, raise_on_rank
