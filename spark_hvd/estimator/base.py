@@ -1,7 +1,8 @@
 """``HorovodEstimator``: the framework-independent ``fit(df)`` that TorchEstimator and KerasEstimator share.
 
-fit(df) checks the input against the params, materialises the selected columns as Parquet under
-the Store (reused when the same DataFrame is fitted again), lets the framework check that a
+fit(df) checks the input's schema against the params, materialises the selected columns as Parquet under
+the Store while counting what the row checks need in the same pass (reused when the same DataFrame is
+fitted again), lets the framework check that a
 sample fits the model, launches the ranks in one barrier stage through ``spark_hvd.run`` with live
 progress, and builds the framework's Model from what rank 0 returns.
 """
@@ -134,7 +135,7 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
     # --- fit ------------------------------------------------------------------------------
     def _fit(self, df: DataFrame) -> Any:
         from spark_hvd.common.util import DEFAULT_SPLIT_SEED
-        from spark_hvd.data import check_input, materialize
+        from spark_hvd.data import check_schema, materialize_checked
 
         began = time.monotonic()
         feature_cols, label_cols = self._required_columns()
@@ -145,13 +146,14 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         validation = normalized_validation(self.getValidation())
         status = FitStatus(enabled=self.getVerbose() >= 1)
         status.phase("checking the input columns")
-        columns = check_input(df, feature_cols, label_cols, self.getSampleWeightCol(), validation,
-                              check_finite=self.getCheckFinite())
-        status.done(f"input checked: {', '.join(columns)}")
+        plan = check_schema(df, feature_cols, label_cols, self.getSampleWeightCol(), validation,
+                            check_finite=self.getCheckFinite())
+        status.done(f"input checked: {', '.join(plan.names)}")
         store = self._store_for(spark)
         seed = self._seed(DEFAULT_SPLIT_SEED)
-        status.phase("materialising the columns as Parquet under the Store")
-        data = materialize(df, store, columns, validation, seed, num_proc)
+        # One pass over the rows: the Parquet write counts what the row checks need (nulls, lengths, NaN).
+        status.phase("checking the rows and materialising the columns as Parquet under the Store")
+        data = materialize_checked(df, store, plan, seed, num_proc)
         status.done(f"{'reusing' if data.reused else 'materialised'} {data.train_rows} training and "
                     f"{data.val_rows} validation rows")
         return self._fit_on_materialized(data, spark, backend, began, status)
