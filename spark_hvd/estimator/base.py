@@ -85,6 +85,9 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
     whole_training_batches = True
     # Keywords of other estimators or libraries -> what to use here, beside the shared table.
     param_replacements: dict[str, str] = {}
+    # What the rank processes import (the framework): each Spark worker keeps a spare process that imported
+    # them for the next fit (spark_hvd.run's keep_warm), so a fit's launch does not wait for the import.
+    warm_modules: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         super().__init__()
@@ -204,7 +207,7 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         try:
             if isinstance(backend, SparkBackend):
                 ours = {"spark": spark, "verbose": self.getVerbose(), "start_timeout": self.getStartTimeout(),
-                        "on_event": progress.on_event}
+                        "on_event": progress.on_event, "keep_warm": self.warm_modules}
                 given = backend.run_options
                 results = backend.run(self._rank_fn(plan), env=env,
                                       **{k: v for k, v in ours.items() if k not in given or k == "on_event"})
