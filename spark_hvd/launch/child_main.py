@@ -6,7 +6,8 @@ thread in ``fn`` cannot take the worker down. The task (our parent) sends two fr
 1. ``{"kind": "payload"}`` + cloudpickle((fn, args, kwargs)), right after spawning us, so that
    unpickling (which imports the user's modules, maybe torch) overlaps the ranks' allGather;
    a spare child (spare_child.py) gets ``{"kind": "preload", "modules": [...]}`` first, imports those
-   and waits (at most _SPARE_IDLE_S) for a task to adopt it and send the payload;
+   and waits (at most _SPARE_IDLE_S) for a task to adopt it: ``{"kind": "env", "env": {...}}`` (the
+   task's environment, which becomes ours) and the payload;
 2. ``{"kind": "job", "context": {...}}`` + pickle(Config) once the ranks have met.
 
 While fn runs we may send ``{"kind": "event", "data": {...}}`` frames on RESULT_FD
@@ -52,6 +53,11 @@ def main(argv: list[str]) -> int:
             if not select.select([launch], [], [], _SPARE_IDLE_S)[0]:
                 os._exit(0)          # never adopted; nothing ran here
             frame = read_frame(launch)
+            if frame is not None and frame[0].get("kind") == "env":
+                # The adopting task's environment: the worker's may have changed since we started.
+                os.environ.clear()
+                os.environ.update(frame[0]["env"])
+                frame = read_frame(launch)
         fn, args, kwargs = cloudpickle.loads(_expect_frame(frame, "payload")[1])
         stage = "receiving the job"
         job, config_blob = _expect(launch, "job")

@@ -95,10 +95,11 @@ class RankChild:
         """Still alive, and so still waiting for its fn (a spare's state until adopted)."""
         return self._child.proc.poll() is None
 
-    def adopt(self, rank: int, on_line: Callable[[str, str], None],
+    def adopt(self, rank: int, env: Mapping[str, str], on_line: Callable[[str, str], None],
               on_event: Callable[[dict[str, Any]], None] | None) -> None:
-        """A spare becomes ``rank``'s child: its output goes to this task from now on (and what it printed
-        while waiting, first)."""
+        """A spare becomes ``rank``'s child: it takes ``env`` as its environment, and its output goes to
+        this task from now on (and what it printed while waiting, first)."""
+        self._write_quietly({"kind": "env", "env": dict(env)})
         self.rank = rank
         self._on_event = on_event
         with self._line_lock:

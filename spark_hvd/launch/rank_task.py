@@ -47,10 +47,10 @@ def run_task(spec: TaskSpec, rank: int, prepare: Prepare, meet: Meet, task_kind:
         try:
             gpu_addresses = prepare()
             env = child_env(spec, gpu_addresses)
-            key = spare_key(spec.executable, env, spec.keep_warm)
+            key = spare_key(spec.executable, spec.env, env, spec.keep_warm)
             child = take_spare(key) if spec.keep_warm else None
             if child is not None:
-                child.adopt(rank, sender.send_line, sender.send_event)
+                child.adopt(rank, env, sender.send_line, sender.send_event)
             else:
                 child = RankChild(rank, env, sender.send_line, sender.send_event, executable=spec.executable)
             if driver_gone.is_set():

@@ -15,15 +15,21 @@ from __future__ import annotations
 import threading
 from typing import Any, Mapping
 
+from spark_hvd.launch.gpus import CUDA_VISIBLE_DEVICES
 from spark_hvd.launch.rank_child import RankChild
 
 _lock = threading.Lock()
 _spare: tuple[Any, RankChild] | None = None
 
 
-def spare_key(executable: str | None, env: Mapping[str, str], modules: tuple[str, ...]) -> Any:
-    """What a spare must match to be adopted: everything its process started with."""
-    return executable, tuple(sorted(env.items())), tuple(modules)
+def spare_key(executable: str | None, run_env: Mapping[str, str], child_env: Mapping[str, str],
+              modules: tuple[str, ...]) -> Any:
+    """What a spare must match to be adopted: the interpreter, the modules, the run's own ``env`` and what
+    the task chose (GPUs, import path). The rest of the environment is the worker's, which other jobs in
+    the worker may change (pyspark's TorchDistributor sets MASTER_ADDR there): the adopted spare takes
+    the task's whole environment before it unpickles fn (adopt)."""
+    chosen = tuple((name, child_env.get(name)) for name in (CUDA_VISIBLE_DEVICES, "PYTHONPATH"))
+    return executable, tuple(sorted(run_env.items())), chosen, tuple(modules)
 
 
 def take_spare(key: Any) -> RankChild | None:

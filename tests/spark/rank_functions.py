@@ -142,3 +142,9 @@ def process_state(marker: str) -> dict:
     sys.modules[f"marker_{marker}"] = sys.modules["os"]
     os.environ["SPARK_HVD_TEST_MARKER"] = marker
     return seen
+
+
+def environment_of(name: str) -> tuple:
+    """Whether the spare imported `wave` before this job, and the variable ``name`` as this process sees it."""
+    return "wave" in sys.modules, os.environ.get(name)
+

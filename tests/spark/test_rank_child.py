@@ -179,7 +179,7 @@ def test_the_child_dies_with_its_task_process() -> None:
 
 def _modules_and_pid():
     print("adopted")
-    return "wave" in sys.modules, os.getpid()
+    return "wave" in sys.modules, os.getpid(), os.environ.get("ADOPTED_BY")
 
 
 def test_a_spare_imports_its_modules_and_relays_its_output_once_adopted():
@@ -191,14 +191,15 @@ def test_a_spare_imports_its_modules_and_relays_its_output_once_adopted():
     try:
         assert spare.waiting()
         lines: list[tuple[str, str]] = []
-        spare.adopt(0, lambda stream, text: lines.append((stream, text)), None)
+        spare.adopt(0, {**env, "ADOPTED_BY": "task 0"}, lambda stream, text: lines.append((stream, text)), None)
         spare.send_payload_in_background(cloudpickle.dumps((_modules_and_pid, (), {})))
         spare.send_job(ONE_RANK, CONTEXT)
         outcome = spare.wait_outcome(exit_grace_s=10)
     finally:
         spare.close()
     assert outcome.failure is None, outcome.failure
-    assert cloudpickle.loads(outcome.result) == (True, spare.pid)   # a module it could not import is skipped
+    # A module it could not import is skipped; the environment is the adopting task's.
+    assert cloudpickle.loads(outcome.result) == (True, spare.pid, "task 0")
     assert ("stdout", "adopted") in lines
     assert not spare.waiting()
 

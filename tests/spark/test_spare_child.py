@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import spark_hvd
-from rank_functions import process_state
+from rank_functions import environment_of, process_state
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
 
@@ -22,6 +22,23 @@ def test_next_run_adopts_a_spare_that_imported_the_modules_and_carries_nothing_o
     # At least one rank ran in a spare left by the first run (which rank lands on which worker is Spark's
     # choice; local[2] keeps two workers, so normally both do).
     assert any(r["preloaded"] for r in second), second
+
+
+def test_a_spare_is_adopted_after_another_job_changed_its_workers_environment(local_spark) -> None:
+    """The worker's own variables may change between runs; the adopted spare takes the task's environment."""
+    def set_worker_variable(batches):   # nested: Spark pickles it by value
+        import os
+
+        os.environ["SPARK_HVD_TEST_WORKER_VARIABLE"] = "set by another job"   # as pyspark's TorchDistributor does
+        yield from batches
+
+    spark_hvd.run(process_state, args=("before",), num_proc=2, spark=local_spark, keep_warm=["wave"])
+    local_spark.range(0, 2, 1, 2).mapInArrow(set_worker_variable, "id long").collect()
+    after = spark_hvd.run(environment_of, args=("SPARK_HVD_TEST_WORKER_VARIABLE",), num_proc=2, spark=local_spark,
+                          keep_warm=["wave"])
+    assert any(preloaded for preloaded, _ in after), after
+    assert all(value in ("set by another job", None) for _, value in after)
+    assert any(preloaded and value == "set by another job" for preloaded, value in after), after
 
 
 def test_a_spare_of_another_environment_is_not_adopted(local_spark) -> None:
