@@ -99,7 +99,8 @@ def run(
         LOCAL_RANK is 0 and the task's GPUs are its CUDA_VISIBLE_DEVICES.
     keep_warm: module names (e.g. ``["torch"]``). After its rank, each task leaves a spare process in
         its Spark Python worker that imports them and waits; the next run in that worker with the same
-        environment and ``keep_warm`` adopts it instead of starting a process and importing them again.
+        ``env``, GPUs, ``executable`` and ``keep_warm`` adopts it (it takes that task's environment)
+        instead of starting a process and importing them again.
         The spare has run nothing: every run still gets a fresh process. It uses a worker's worth of
         memory for those modules, and exits when its worker does or after 10 idle minutes.
 

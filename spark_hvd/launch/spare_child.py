@@ -3,7 +3,7 @@
 Importing torch or TensorFlow takes a rank child one to a few seconds, on the launch's critical path.
 A run that names ``keep_warm`` modules leaves, after its rank's child is done, one spare child in this
 worker: a new process that imports those modules and then waits for a job. The next task of a run in
-this worker with the same interpreter, environment and modules adopts it instead of starting one. The
+this worker with the same interpreter, modules, run env and GPUs adopts it instead of starting one. The
 spare has never run anything: each job still gets a fresh process and a fresh collective job, and
 nothing of the previous job's process is left (that one has exited).
 
