@@ -177,7 +177,7 @@ def main() -> int:
     spark.sparkContext.setLogLevel("ERROR")
     df = synthetic(spark, args.rows)
     # Each side's fits back to back, as a notebook or a hyperparameter search runs them: a TorchDistributor
-    # job in between ends the Python workers that hold our spare rank processes (measured: none adopted).
+    # job in between left no spare rank process to adopt (measured; why is not established).
     for name, fit, runs in (("TorchEstimator", fit_ours, ours := []),
                             ("TorchDistributor+DDP", fit_torch_distributor, theirs := [])):
         for _ in range(args.warmup):
