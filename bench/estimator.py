@@ -1,6 +1,6 @@
 """TorchEstimator end to end, and TorchModel.transform, against Spark's own tools on a warm local[2].
 
-    .venv/bin/python bench/estimator.py [--rows 200000] [--epochs 2] [--rounds 1]
+    .venv/bin/python bench/estimator.py [--rows 200000] [--epochs 2] [--rounds 1] [--warmup 1]
 
 fit: a synthetic DataFrame (rows x 64 float features, 10 classes), 2 epochs, 2 ranks, batch 128 per
 rank, the same MLP and Adam settings on both sides:
@@ -11,7 +11,11 @@ rank, the same MLP and Adam settings on both sides:
   loads it with pandas and iterates a DataLoader with a DistributedSampler.
 transform: rows/s of ``TorchModel.transform`` against ``pyspark.ml.functions.predict_batch_udf``
 with the same module and batch size, both forced by a ``noop`` write of all rows and the predictions.
-Targets: fit ratio (ours / TorchDistributor) <= 1.0; transform ratio (ours / predict_batch_udf) >= 0.8.
+Each side fits --warmup times untimed, then --rounds times, back to back (printed as the cold fits: the
+first fit of a session starts its Python workers, and ours has no spare rank process yet; see
+spark_hvd.run's keep_warm).
+Targets: fit ratio (ours / TorchDistributor) <= 0.45 and ours' fixed cost (wall minus train) <= 3 s;
+transform ratio (ours / predict_batch_udf) >= 0.8.
 """
 
 from __future__ import annotations
@@ -164,6 +168,7 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--warmup", type=int, default=1, help="untimed fits of each side first")
     args = parser.parse_args()
     import cloudpickle
 
@@ -171,18 +176,25 @@ def main() -> int:
     spark = local_session("bench-estimator")
     spark.sparkContext.setLogLevel("ERROR")
     df = synthetic(spark, args.rows)
-    ours, theirs = [], []
-    for _ in range(args.rounds):
-        ours.append(fit_ours(df, args.epochs))
-        theirs.append(fit_torch_distributor(df, args.epochs))
+    # Each side's fits back to back, as a notebook or a hyperparameter search runs them: a TorchDistributor
+    # job in between left no spare rank process to adopt (measured; why is not established).
+    for name, fit, runs in (("TorchEstimator", fit_ours, ours := []),
+                            ("TorchDistributor+DDP", fit_torch_distributor, theirs := [])):
+        for _ in range(args.warmup):
+            cold = fit(df, args.epochs)
+            print(f"warm-up (cold) fit: {name} " + "  ".join(f"{k} {v:.2f}" for k, v in cold.items()), flush=True)
+        runs.extend(fit(df, args.epochs) for _ in range(args.rounds))
     print(f"fit: {args.rows} rows x {FEATURES} features, {args.epochs} epochs, 2 ranks, batch {BATCH} per rank, "
           f"{args.rounds} round(s); medians in seconds")
     for name, runs in (("TorchEstimator", ours), ("TorchDistributor+DDP", theirs)):
         phases = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
         print(f"  {name:22s} " + "  ".join(f"{k} {v:.2f}" for k, v in phases.items()))
     fit_ratio = statistics.median(r["wall"] for r in ours) / statistics.median(r["wall"] for r in theirs)
-    print(f"fit ratio TorchEstimator / TorchDistributor: {fit_ratio:.2f} (target <= 1.0: "
-          f"{'met' if fit_ratio <= 1.0 else 'missed'})")
+    print(f"fit ratio TorchEstimator / TorchDistributor: {fit_ratio:.2f} (target <= 0.45: "
+          f"{'met' if fit_ratio <= 0.45 else 'missed'})")
+    fixed = statistics.median(r["wall"] - r["train"] for r in ours)
+    print(f"TorchEstimator fixed cost (wall minus train): {fixed:.2f} s (target <= 3 s: "
+          f"{'met' if fixed <= 3.0 else 'missed'})")
     rates = transform_rates(spark, df, fit_ours.last_model, rounds=3)  # type: ignore[attr-defined]
     for name, values in rates.items():
         print(f"transform {name:22s} median {statistics.median(values):,.0f} rows/s "

@@ -9,8 +9,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator, Sequence
 
-from spark_hvd.data.input_checks import check_input
-from spark_hvd.data.materialize import materialize
+from spark_hvd.data.input_checks import check_schema
+from spark_hvd.data.materialize import materialize_checked
 from spark_hvd.data.prepared import forget_prepared, remember_prepared
 from spark_hvd.errors import InputError
 
@@ -35,8 +35,8 @@ def prepare_data(num_processes: int, store: Any, df: Any, label_columns: Sequenc
     labels = [label_columns] if isinstance(label_columns, str) else list(label_columns)
     features = ([c for c in df.columns if c not in set(labels)] if feature_columns is None
                 else [feature_columns] if isinstance(feature_columns, str) else list(feature_columns))
-    columns = check_input(df, features, labels, sample_weight_col, validation)
-    data = materialize(df, store, columns, validation, DEFAULT_SPLIT_SEED, num_processes)
+    plan = check_schema(df, features, labels, sample_weight_col, validation)
+    data = materialize_checked(df, store, plan, DEFAULT_SPLIT_SEED, num_processes)
     if verbose:
         print(f"prepare_data: {data.train_rows} training and {data.val_rows} validation rows under "
               f"{store.get_intermediate_path(data.key)}")

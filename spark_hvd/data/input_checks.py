@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import numbers
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
 
+from spark_hvd.data.column_stats import VALIDATION_FLAG, VALIDATION_NULL, ColumnCounter, StatsJob, merge_stats
 from spark_hvd.data.columns import NUMERIC_TYPES, VECTOR_DTYPE, ColumnSpec, column_ref, is_vector_type
 from spark_hvd.data.validation_split import normalized_validation, validation_flag
 from spark_hvd.errors import InputError
@@ -12,14 +15,46 @@ from spark_hvd.errors import InputError
 SUPPORTED = "numeric scalars, fixed-length arrays of numbers, or ml Vectors"
 
 
+@dataclass(frozen=True)
+class InputPlan:
+    """The columns to check and write, as the schema alone tells (no Spark job): check_schema's result."""
+
+    names: tuple[str, ...]           # feature, label and sample-weight columns, in that order, once each
+    types: dict[str, Any]            # name -> Spark DataType
+    kinds: dict[str, str]            # name -> "scalar", "array" or "vector"
+    validation: float | str | None   # normalised
+    check_finite: bool
+
+    def is_floating(self, name: str) -> bool:
+        return _is_floating(self.types[name])
+
+    def stats_job(self) -> StatsJob:
+        return StatsJob(self.names, tuple(self.kinds[n] != "scalar" for n in self.names),
+                        tuple(self.is_floating(n) for n in self.names))
+
+    def schema_specs(self) -> dict[str, ColumnSpec]:
+        """The specs as far as the schema knows them: an array's length is only known from the data."""
+        return {name: ColumnSpec(name, _dtype(self.types[name], self.kinds[name]), (), self.kinds[name])
+                for name in self.names}
+
+
 def check_input(df: Any, feature_cols: Sequence[str] | str, label_cols: Sequence[str] | str,
                 sample_weight_col: str | None = None, validation: float | str | None = None,
                 check_finite: bool = True) -> dict[str, ColumnSpec]:
     """The specs of the feature, label and sample-weight columns (in that order), or InputError.
 
-    Runs one Spark aggregation: the row count, nulls per column, the array lengths seen and, with
-    check_finite, the rows holding NaN or infinite values in each floating column.
+    Runs one Spark job counting the rows, nulls per column, the array lengths seen and, with
+    check_finite, the rows holding NaN or infinite values in each floating column. fit() does not
+    call it: its Parquet write counts the same in the same pass (materialize_checked).
     """
+    plan = check_schema(df, feature_cols, label_cols, sample_weight_col, validation, check_finite)
+    return specs_from_stats(plan, scan_stats(df, plan))
+
+
+def check_schema(df: Any, feature_cols: Sequence[str] | str, label_cols: Sequence[str] | str,
+                 sample_weight_col: str | None = None, validation: float | str | None = None,
+                 check_finite: bool = True) -> InputPlan:
+    """What the schema tells: every column exists and has a type a model can take; InputError if not."""
     validation = normalized_validation(validation)
     features = _names("feature_cols", feature_cols)
     labels = _names("label_cols", label_cols)
@@ -34,23 +69,81 @@ def check_input(df: Any, feature_cols: Sequence[str] | str, label_cols: Sequence
     if sample_weight_col and kinds[sample_weight_col] != "scalar":
         raise InputError(f"sample_weight_col {sample_weight_col!r} must be a numeric scalar column, "
                          f"not {fields[sample_weight_col].dataType.simpleString()}")
-    floating = {name for name in wanted if check_finite and _is_floating(fields[name].dataType)}
-    stats = _aggregate(df, kinds, validation, floating)
+    return InputPlan(tuple(wanted), {name: fields[name].dataType for name in wanted}, kinds, validation,
+                     check_finite)
+
+
+def plan_for_specs(df: Any, columns: dict[str, ColumnSpec], validation: float | str | None) -> InputPlan:
+    """The plan of columns whose specs check_input gave already."""
+    types = {name: df.schema[name].dataType for name in columns}
+    return InputPlan(tuple(columns), types, {name: _column_kind(types[name], name) for name in columns},
+                     normalized_validation(validation), check_finite=False)
+
+
+def specs_from_stats(plan: InputPlan, stats: dict[str, Any]) -> dict[str, ColumnSpec]:
+    """The specs of the columns, from the counts of a pass over the data (column_stats); InputError naming
+    the column when the data cannot train a model."""
     if stats["rows"] == 0:
         raise InputError("the DataFrame is empty: there is nothing to train on")
     specs = {}
-    for name in wanted:
+    for name in plan.names:
         nulls = stats[f"nulls:{name}"]
         if nulls:
             raise InputError(f"column {name!r} has {nulls} null value(s) in {stats['rows']} rows")
-        non_finite = stats.get(f"nonfinite:{name}", 0)
+        non_finite = stats.get(f"nonfinite:{name}", 0) if plan.check_finite else 0
         if non_finite:
             raise InputError(f"column {name!r} has {non_finite} row(s) with NaN or infinite values in "
                              f"{stats['rows']} rows; drop or fix them, or pass check_finite=False")
-        specs[name] = _spec(name, fields[name].dataType, kinds[name], stats)
-    if isinstance(validation, str):
-        _check_validation_rows(validation, stats)
+        specs[name] = _spec(name, plan.types[name], plan.kinds[name], stats)
+    if isinstance(plan.validation, str):
+        _check_validation_rows(plan.validation, stats)
     return specs
+
+
+def stats_columns(df: Any, plan: InputPlan, seed: int) -> list[Any]:
+    """The Spark columns a pass over the data reads, named c0, c1, ... (vectors as arrays of doubles),
+    then the validation flag and, with a validation column, where it is null."""
+    from pyspark.sql import functions as F
+
+    selected = [_as_array(plan, name).alias(f"c{i}") for i, name in enumerate(plan.names)]
+    if plan.validation is not None:
+        selected.append(validation_flag(df, plan.validation, seed).alias(VALIDATION_FLAG))
+    if isinstance(plan.validation, str):
+        selected.append(F.col(column_ref(plan.validation)).isNull().alias(VALIDATION_NULL))
+    return selected
+
+
+def scan_stats(df: Any, plan: InputPlan) -> dict[str, Any]:
+    """The counts of the whole DataFrame, from one Spark job that reads it and writes nothing."""
+    import functools
+
+    rows = df.select(*stats_columns(df, plan, seed=0)).mapInArrow(
+        functools.partial(_count_partition, plan.stats_job()), "stats string").collect()
+    return merge_stats([json.loads(row["stats"]) for row in rows])
+
+
+def _count_partition(job: StatsJob, batches: Iterator[Any]) -> Iterator[Any]:
+    import pyarrow as pa
+
+    counter = ColumnCounter(job)
+    for batch in batches:
+        counter.add(batch)
+    yield pa.RecordBatch.from_pydict({"stats": [json.dumps(counter.stats)]})
+
+
+def _as_array(plan: InputPlan, name: str) -> Any:
+    """The column as Parquet will hold it: ml Vectors become arrays of doubles."""
+    from pyspark.ml.functions import vector_to_array
+    from pyspark.sql import functions as F
+
+    column = F.col(column_ref(name))
+    return vector_to_array(column, "float64") if plan.kinds[name] == "vector" else column
+
+
+def _dtype(data_type: Any, kind: str) -> str:
+    if kind == "vector":
+        return VECTOR_DTYPE
+    return NUMERIC_TYPES[(data_type.elementType if kind == "array" else data_type).typeName()]
 
 
 def _names(param: str, value: Sequence[str] | str) -> list[str]:
@@ -101,49 +194,9 @@ def _is_floating(data_type: Any) -> bool:
     return data_type.typeName() in ("float", "double")
 
 
-def _non_finite(column: Any) -> Any:
-    from pyspark.sql import functions as F
-
-    return F.isnan(column) | (F.abs(column) == float("inf"))
-
-
-def _aggregate(df: Any, kinds: dict[str, str], validation: float | str | None,
-               floating: set[str] = frozenset()) -> dict[str, int]:
-    from pyspark.ml.functions import vector_to_array
-    from pyspark.sql import functions as F
-
-    expressions = [F.count(F.lit(1)).alias("rows")]
-    for i, (name, kind) in enumerate(kinds.items()):
-        column = F.col(column_ref(name))
-        expressions.append(F.sum(column.isNull().cast("long")).alias(f"n{i}"))
-        if kind != "scalar":
-            length = F.size(vector_to_array(column) if kind == "vector" else column)
-            valid_length = F.when(column.isNotNull(), length)
-            expressions += [F.min(valid_length).alias(f"lo{i}"), F.max(valid_length).alias(f"hi{i}")]
-        if name in floating:
-            values = vector_to_array(column) if kind == "vector" else column
-            bad = _non_finite(values) if kind == "scalar" else F.exists(values, _non_finite)
-            expressions.append(F.sum(F.coalesce(bad, F.lit(False)).cast("long")).alias(f"f{i}"))
-    if isinstance(validation, str):
-        flag = validation_flag(df, validation, seed=0)
-        expressions += [F.sum(flag.cast("long")).alias("val_rows"),
-                        F.sum(F.col(column_ref(validation)).isNull().cast("long")).alias("val_nulls")]
-    row = df.agg(*expressions).collect()[0].asDict()
-    stats = {"rows": int(row["rows"])}
-    for i, name in enumerate(kinds):
-        stats[f"nulls:{name}"] = int(row[f"n{i}"] or 0)
-        if f"lo{i}" in row:
-            stats[f"lo:{name}"], stats[f"hi:{name}"] = row[f"lo{i}"], row[f"hi{i}"]
-        if f"f{i}" in row:
-            stats[f"nonfinite:{name}"] = int(row[f"f{i}"] or 0)
-    if "val_rows" in row:
-        stats["val_rows"], stats["val_nulls"] = int(row["val_rows"] or 0), int(row["val_nulls"] or 0)
-    return stats
-
-
 def _spec(name: str, data_type: Any, kind: str, stats: dict[str, int]) -> ColumnSpec:
     if kind == "scalar":
-        return ColumnSpec(name, NUMERIC_TYPES[data_type.typeName()], (), kind)
+        return ColumnSpec(name, _dtype(data_type, kind), (), kind)
     shortest, longest = stats[f"lo:{name}"], stats[f"hi:{name}"]
     what = "vectors" if kind == "vector" else "arrays"
     if shortest != longest:
@@ -151,14 +204,13 @@ def _spec(name: str, data_type: Any, kind: str, stats: dict[str, int]) -> Column
                          "every row must have the same length")
     if shortest == 0:
         raise InputError(f"column {name!r} holds empty {what}")
-    dtype = VECTOR_DTYPE if kind == "vector" else NUMERIC_TYPES[data_type.elementType.typeName()]
-    return ColumnSpec(name, dtype, (int(shortest),), kind)
+    return ColumnSpec(name, _dtype(data_type, kind), (int(shortest),), kind)
 
 
 def _check_validation_rows(validation: str, stats: dict[str, int]) -> None:
-    if stats["val_nulls"]:
+    if stats.get("val_nulls", 0):
         raise InputError(f"validation column {validation!r} has {stats['val_nulls']} null value(s)")
-    if stats["val_rows"] == 0:
+    if stats.get("val_rows", 0) == 0:
         raise InputError(f"validation column {validation!r} is false on every row: no validation data")
     if stats["val_rows"] == stats["rows"]:
         raise InputError(f"validation column {validation!r} is true on every row: no training data")

@@ -1,5 +1,7 @@
 """materialize: write the columns fit() needs to Parquet under the Store, once per DataFrame.
 
+fit() uses materialize_checked: the input checks count what they need in the same pass that writes.
+
 A materialisation is complete when its metadata file (row counts, column specs, files and row groups) exists;
 that file is written last, so a crashed or interrupted write is detected and redone from scratch.
 """
@@ -13,13 +15,13 @@ import math
 import posixpath
 from typing import Any
 
-from spark_hvd.data.columns import ColumnSpec, column_ref, is_vector_type
+from spark_hvd.data.column_stats import merge_stats
+from spark_hvd.data.columns import ColumnSpec
+from spark_hvd.data.input_checks import InputPlan, plan_for_specs, specs_from_stats, stats_columns
 from spark_hvd.data.materialized import METADATA_NAME, DataFile, Materialized
-from spark_hvd.data.partition_writer import (
-    MAX_ROW_GROUP_ROWS, REPORT_DDL, VALIDATION_FLAG, WriteJob, write_partition,
-)
+from spark_hvd.data.partition_writer import MAX_ROW_GROUP_ROWS, REPORT_DDL, STATS_REPORT, WriteJob, write_partition
 from spark_hvd.data.rechunk import rechunk_split
-from spark_hvd.data.validation_split import normalized_validation, validation_flag
+from spark_hvd.data.validation_split import normalized_validation
 from spark_hvd.errors import InputError
 from spark_hvd.store import Store
 
@@ -38,26 +40,69 @@ def materialize(df: Any, store: Store, columns: dict[str, ColumnSpec], validatio
     Row groups hold row_group_rows rows, or as many as fit in row_group_bytes. A split with fewer than
     num_proc * ROW_GROUPS_PER_RANK row groups is rewritten with smaller ones, so every rank has some.
     """
-    if num_proc < 1:
-        raise InputError(f"num_proc must be at least 1, got {num_proc}")
+    _check_num_proc(num_proc)
     validation = normalized_validation(validation)
     group_rows = _row_group_rows(columns, row_group_rows, row_group_bytes)
     key = materialization_key(df, columns, validation, seed, group_rows)
+    found = _reusable(store, key, num_proc) if reuse else None
+    if found is not None:
+        return found
+    plan = plan_for_specs(df, columns, validation)
+    result = _write(df, store, key, plan, seed, WriteJob(store, {}, group_rows, plan.names), columns)
+    return _complete(result, num_proc)
+
+
+def materialize_checked(df: Any, store: Store, plan: InputPlan, seed: int, num_proc: int, *,
+                        row_group_rows: int | None = None, row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
+                        reuse: bool = True) -> Materialized:
+    """check_input and materialize in one pass over the data: the Parquet write counts what the checks need.
+
+    ``plan`` is check_schema's (the schema is checked already). When the counts fail a check, the files
+    just written are deleted and the InputError names the column, as check_input's would. A materialisation
+    found for the same DataFrame is checked again from the counts kept with it (check_finite may differ),
+    and reused. Row groups hold row_group_rows rows, or as many rows as fit in row_group_bytes (the row
+    width is read off the data as it is written).
+    """
+    _check_num_proc(num_proc)
+    if row_group_rows is not None:
+        row_group_rows = _row_group_rows({}, row_group_rows, 1)
+    elif row_group_bytes < 1:
+        raise InputError(f"row_group_bytes must be at least 1, got {row_group_bytes}")
+    # Row groups sized by bytes have 0 rows in the key: the schema alone cannot turn bytes into rows.
+    key = materialization_key(df, plan.schema_specs(), plan.validation, seed, row_group_rows or 0,
+                              row_group_bytes=row_group_bytes)
+    found = _reusable(store, key, num_proc) if reuse else None
+    if found is not None:
+        if found.input_stats is not None:
+            specs_from_stats(plan, found.input_stats)
+        return found
+    job = WriteJob(store, {}, row_group_rows, plan.names, stats=plan.stats_job(), row_group_bytes=row_group_bytes)
+    return _complete(_write(df, store, key, plan, seed, job, None), num_proc)
+
+
+def _check_num_proc(num_proc: int) -> None:
+    if num_proc < 1:
+        raise InputError(f"num_proc must be at least 1, got {num_proc}")
+
+
+def _reusable(store: Store, key: str, num_proc: int) -> Materialized | None:
     metadata_path = posixpath.join(store.get_intermediate_path(key), METADATA_NAME)
-    if reuse and store.exists(metadata_path):
-        found = Materialized.from_json(store, store.read_bytes(metadata_path))
-        if not _needs_rechunk(found, num_proc):
-            return Materialized(**{**found.__dict__, "reused": True})
-        # Written for fewer ranks: small data (few row groups), rewritten rather than patched in place.
-    store.delete(store.get_intermediate_path(key))       # an earlier, incomplete attempt
-    result = _write(df, store, key, columns, validation, seed, group_rows)
+    if not store.exists(metadata_path):
+        return None
+    found = Materialized.from_json(store, store.read_bytes(metadata_path))
+    # Written for fewer ranks (small data, few row groups): rewritten rather than patched in place.
+    return None if _needs_rechunk(found, num_proc) else Materialized(**{**found.__dict__, "reused": True})
+
+
+def _complete(result: Materialized, num_proc: int) -> Materialized:
+    """Row groups enough for every rank, then the metadata file, written last: it marks the data complete."""
     result = _with_enough_row_groups(result, num_proc)
-    store.write_bytes(metadata_path, result.to_json())
+    result.store.write_bytes(result.metadata_path(), result.to_json())
     return result
 
 
 def materialization_key(df: Any, columns: dict[str, ColumnSpec], validation: float | str | None, seed: int,
-                        row_group_rows: int) -> str:
+                        row_group_rows: int, row_group_bytes: int | None = None) -> str:
     """Equal for the same DataFrame asked for the same columns and split.
 
     The analysed plan names the source and every transformation; its semantic hash adds what the text
@@ -69,6 +114,7 @@ def materialization_key(df: Any, columns: dict[str, ColumnSpec], validation: flo
     identity = {"plan": plan, "semantic_hash": int(df.semanticHash()),
                 "columns": [spec.to_json() for spec in columns.values()],
                 "validation": validation, "row_group_rows": row_group_rows,
+                **({"row_group_bytes": row_group_bytes} if row_group_bytes is not None else {}),
                 # The seed only picks the rows of a validation fraction.
                 "seed": seed if isinstance(validation, float) else None}
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
@@ -85,45 +131,44 @@ def _row_group_rows(columns: dict[str, ColumnSpec], row_group_rows: int | None, 
     return max(1, min(row_group_bytes // row_bytes, MAX_ROW_GROUP_ROWS))
 
 
-def _write(df: Any, store: Store, key: str, columns: dict[str, ColumnSpec], validation: float | str | None,
-           seed: int, row_group_rows: int) -> Materialized:
-    from pyspark.sql import functions as F
-
-    # Positional names through Spark: mapInArrow looks its input columns up by name, and dots break that.
-    selected = [_as_array(df, spec).alias(f"c{i}") for i, spec in enumerate(columns.values())]
+def _write(df: Any, store: Store, key: str, plan: InputPlan, seed: int, job: WriteJob,
+           columns: dict[str, ColumnSpec] | None) -> Materialized:
+    """One Spark job writes the plan's columns as Parquet; with ``job.stats`` it also counts them, and the
+    counts, checked, give the specs (``columns`` is None then; else the specs known before)."""
+    store.delete(store.get_intermediate_path(key))       # an earlier, incomplete attempt
     split_paths = {"train": store.get_train_data_path(key)}
-    if validation is not None:
+    if plan.validation is not None:
         split_paths["val"] = store.get_val_data_path(key)
-        flag = validation_flag(df, validation, seed)
-        selected.append(flag.alias(VALIDATION_FLAG))
-    job = WriteJob(store, split_paths, row_group_rows, tuple(columns))
-    reports = df.select(*selected).mapInArrow(functools.partial(write_partition, job), REPORT_DDL).collect()
-    files: dict[str, list[DataFile]] = {"train": [], "val": []}
-    for report in reports:
-        files[report["split"]].append(DataFile(report["name"], tuple(int(n) for n in report["row_groups"])))
-    for split, path in split_paths.items():
-        _remove_unreported(store, path, {data_file.name for data_file in files[split]})
-    train = tuple(sorted(files["train"], key=lambda f: f.name))
-    val = tuple(sorted(files["val"], key=lambda f: f.name))
-    train_rows, val_rows = sum(f.rows for f in train), sum(f.rows for f in val)
-    if train_rows == 0:
-        raise InputError(f"validation={validation!r} left no training rows")
-    if validation is not None and val_rows == 0:
-        raise InputError(f"validation={validation!r} selected no validation rows out of {train_rows}")
+    job = WriteJob(**{**job.__dict__, "split_paths": split_paths})
+    reports = df.select(*stats_columns(df, plan, seed)).mapInArrow(
+        functools.partial(write_partition, job), REPORT_DDL).collect()
+    try:
+        stats = merge_stats([json.loads(r["stats"]) for r in reports if r["split"] == STATS_REPORT])
+        columns = specs_from_stats(plan, stats) if columns is None else columns
+        files = _reported_files(store, split_paths, reports)
+        train_rows, val_rows = (sum(f.rows for f in files[split]) for split in ("train", "val"))
+        if train_rows == 0:
+            raise InputError(f"validation={plan.validation!r} left no training rows")
+        if plan.validation is not None and val_rows == 0:
+            raise InputError(f"validation={plan.validation!r} selected no validation rows out of {train_rows}")
+    except InputError:
+        store.delete(store.get_intermediate_path(key))    # unusable: none of it stays behind
+        raise
     return Materialized(key=key, train_path=split_paths["train"], val_path=split_paths.get("val"),
                         train_rows=train_rows, val_rows=val_rows, columns=dict(columns), store=store,
-                        train_files=train, val_files=val)
+                        train_files=files["train"], val_files=files["val"],
+                        input_stats=stats if job.stats is not None else None)
 
 
-def _as_array(df: Any, spec: ColumnSpec) -> Any:
-    """The column as Parquet will hold it: ml Vectors become arrays of doubles."""
-    from pyspark.ml.functions import vector_to_array
-    from pyspark.sql import functions as F
-
-    column = F.col(column_ref(spec.name))
-    if is_vector_type(df.schema[spec.name].dataType):
-        column = vector_to_array(column, "float64")
-    return column
+def _reported_files(store: Store, split_paths: dict[str, str], reports: list[Any]) -> dict[str, tuple[DataFile, ...]]:
+    """The files of each split, as the write tasks reported them; files no report names are deleted."""
+    files: dict[str, list[DataFile]] = {"train": [], "val": []}
+    for report in reports:
+        if report["split"] != STATS_REPORT:
+            files[report["split"]].append(DataFile(report["name"], tuple(int(n) for n in report["row_groups"])))
+    for split, path in split_paths.items():
+        _remove_unreported(store, path, {data_file.name for data_file in files[split]})
+    return {split: tuple(sorted(found, key=lambda f: f.name)) for split, found in files.items()}
 
 
 def _remove_unreported(store: Store, directory: str, reported: set[str]) -> None:

@@ -41,6 +41,8 @@ class Materialized:
     train_files: tuple[DataFile, ...] = ()
     val_files: tuple[DataFile, ...] = ()
     reused: bool = field(default=False, compare=False)
+    # The counts the input checks ran on (column_stats), when they came with the write; None otherwise.
+    input_stats: dict[str, Any] | None = field(default=None, compare=False)
 
     def path(self, split: str) -> str:
         path = self.train_path if _checked(split) == "train" else self.val_path
@@ -70,7 +72,7 @@ class Materialized:
                   for split in SPLITS}
         return json.dumps({"version": FORMAT_VERSION, "key": self.key,
                            "columns": [spec.to_json() for spec in self.columns.values()],
-                           "splits": splits}, indent=1).encode()
+                           "splits": splits, "input_stats": self.input_stats}, indent=1).encode()
 
     @classmethod
     def from_json(cls, store: Store, data: bytes) -> "Materialized":
@@ -86,7 +88,7 @@ class Materialized:
         return cls(key=key, train_path=store.get_train_data_path(key),
                    val_path=store.get_val_data_path(key) if val_rows else None,
                    train_rows=int(splits["train"]["rows"]), val_rows=val_rows, columns=columns, store=store,
-                   train_files=files["train"], val_files=files["val"])
+                   train_files=files["train"], val_files=files["val"], input_stats=value.get("input_stats"))
 
 
 def _checked(split: str) -> str:

@@ -6,6 +6,7 @@ Hadoop connectors for s3://, gs://, abfs://), and reports each file it wrote wit
 
 from __future__ import annotations
 
+import json
 import posixpath
 import uuid
 from dataclasses import dataclass
@@ -15,31 +16,44 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from spark_hvd.data.column_stats import VALIDATION_FLAG, ColumnCounter, StatsJob
 from spark_hvd.store import Store
 
-# Marks the rows of the validation split; never written.
-VALIDATION_FLAG = "__spark_hvd_is_validation"
 # pyarrow splits row groups above this many rows on its own.
 MAX_ROW_GROUP_ROWS = 1024 * 1024
-REPORT_SCHEMA = pa.schema([("split", pa.string()), ("name", pa.string()), ("row_groups", pa.list_(pa.int64()))])
-REPORT_DDL = "split string, name string, row_groups array<bigint>"
+# One row per file written, and one more (split STATS_REPORT) with the partition's column counts as JSON.
+REPORT_SCHEMA = pa.schema([("split", pa.string()), ("name", pa.string()), ("row_groups", pa.list_(pa.int64())),
+                           ("stats", pa.string())])
+REPORT_DDL = "split string, name string, row_groups array<bigint>, stats string"
+STATS_REPORT = "stats"
 
 
 @dataclass(frozen=True)
 class WriteJob:
     store: Store
     split_paths: dict[str, str]        # "train"/"val" -> directory
-    row_group_rows: int
+    row_group_rows: int | None         # None: as many as fit in row_group_bytes, from the first rows' width
     column_names: tuple[str, ...]      # the Parquet names of the incoming columns, in order
+    stats: StatsJob | None = None      # count what the input checks need while writing (column_stats)
+    row_group_bytes: int = 4 * 1024 * 1024
+
+    def group_rows_for(self, table: pa.Table) -> int:
+        """Rows per row group: as set, or as many rows of ``table``'s width as fit in row_group_bytes.
+
+        Every row of an array column has the same length (else the checks fail the fit), so each
+        partition finds the same width."""
+        if self.row_group_rows is not None:
+            return self.row_group_rows
+        return max(1, min(self.row_group_bytes // max(1, _row_bytes(table)), MAX_ROW_GROUP_ROWS))
 
 
 class RowGroupWriter:
     """Buffers rows and writes them as row groups of exactly row_group_rows (the last one may be shorter)."""
 
-    def __init__(self, fs: Any, path: str, row_group_rows: int) -> None:
+    def __init__(self, fs: Any, path: str, row_group_rows: int = 0) -> None:
         self._fs = fs
         self.path = path
-        self._row_group_rows = row_group_rows
+        self.row_group_rows = row_group_rows
         self._buffer: list[pa.Table] = []
         self._buffered = 0
         self._file: Any = None
@@ -51,8 +65,8 @@ class RowGroupWriter:
             return
         self._buffer.append(table)
         self._buffered += table.num_rows
-        while self._buffered >= self._row_group_rows:
-            self._flush(self._row_group_rows)
+        while self._buffered >= self.row_group_rows:
+            self._flush(self.row_group_rows)
 
     def close(self) -> list[int]:
         """Write what is left; the row-group sizes written (empty when no row came, and no file exists)."""
@@ -80,6 +94,17 @@ class RowGroupWriter:
         self._buffered = rest.num_rows
 
 
+def _row_bytes(table: pa.Table) -> int:
+    width = 0
+    for column in table.columns:
+        data_type, values = column.type, 1
+        if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
+            values = max(1, int(pc.max(pc.list_value_length(column)).as_py() or 1))
+            data_type = data_type.value_type
+        width += values * max(1, data_type.bit_width // 8) if pa.types.is_primitive(data_type) else values * 8
+    return width
+
+
 def _dictionary_columns(schema: pa.Schema) -> list[str]:
     return [field.name for field in schema if not _is_floating(field.type)]
 
@@ -100,10 +125,17 @@ def write_partition(job: WriteJob, batches: Iterator[pa.RecordBatch]) -> Iterato
     for split, directory in job.split_paths.items():
         fs.makedirs(directory, exist_ok=True)
         name = f"part-{partition:05d}-{uuid.uuid4().hex[:12]}.parquet"
-        writers[split] = RowGroupWriter(fs, posixpath.join(directory, name), job.row_group_rows)
+        writers[split] = RowGroupWriter(fs, posixpath.join(directory, name))
+    counter = ColumnCounter(job.stats) if job.stats is not None else None
     try:
         for batch in batches:
             table = pa.Table.from_batches([batch])
+            if counter is not None:
+                counter.add(batch)
+            if table.num_rows and not writers["train"].row_group_rows:
+                group_rows = job.group_rows_for(table.select(list(range(len(job.column_names)))))
+                for writer in writers.values():
+                    writer.row_group_rows = group_rows
             is_validation = table.column(VALIDATION_FLAG) if VALIDATION_FLAG in table.column_names else None
             table = table.select(list(range(len(job.column_names)))).rename_columns(list(job.column_names))
             if is_validation is not None:
@@ -116,7 +148,10 @@ def write_partition(job: WriteJob, batches: Iterator[pa.RecordBatch]) -> Iterato
         for writer in writers.values():
             writer.abort()
         raise
-    written = [report for report in reports if report[2]]
+    written = [(*report, None) for report in reports if report[2]]
+    if counter is not None:
+        written.append((STATS_REPORT, "", [], json.dumps(counter.stats)))
     yield pa.RecordBatch.from_arrays(
         [pa.array([r[0] for r in written], pa.string()), pa.array([r[1] for r in written], pa.string()),
-         pa.array([r[2] for r in written], pa.list_(pa.int64()))], schema=REPORT_SCHEMA)
+         pa.array([r[2] for r in written], pa.list_(pa.int64())), pa.array([r[3] for r in written], pa.string())],
+        schema=REPORT_SCHEMA)

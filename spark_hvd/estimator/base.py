@@ -1,7 +1,8 @@
 """``HorovodEstimator``: the framework-independent ``fit(df)`` that TorchEstimator and KerasEstimator share.
 
-fit(df) checks the input against the params, materialises the selected columns as Parquet under
-the Store (reused when the same DataFrame is fitted again), lets the framework check that a
+fit(df) checks the input's schema against the params, materialises the selected columns as Parquet under
+the Store while counting what the row checks need in the same pass (reused when the same DataFrame is
+fitted again), lets the framework check that a
 sample fits the model, launches the ranks in one barrier stage through ``spark_hvd.run`` with live
 progress, and builds the framework's Model from what rank 0 returns.
 """
@@ -84,6 +85,9 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
     whole_training_batches = True
     # Keywords of other estimators or libraries -> what to use here, beside the shared table.
     param_replacements: dict[str, str] = {}
+    # What the rank processes import (the framework): each Spark worker keeps a spare process that imported
+    # them for the next fit (spark_hvd.run's keep_warm), so a fit's launch does not wait for the import.
+    warm_modules: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         super().__init__()
@@ -134,7 +138,7 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
     # --- fit ------------------------------------------------------------------------------
     def _fit(self, df: DataFrame) -> Any:
         from spark_hvd.common.util import DEFAULT_SPLIT_SEED
-        from spark_hvd.data import check_input, materialize
+        from spark_hvd.data import check_schema, materialize_checked
 
         began = time.monotonic()
         feature_cols, label_cols = self._required_columns()
@@ -145,13 +149,14 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         validation = normalized_validation(self.getValidation())
         status = FitStatus(enabled=self.getVerbose() >= 1)
         status.phase("checking the input columns")
-        columns = check_input(df, feature_cols, label_cols, self.getSampleWeightCol(), validation,
-                              check_finite=self.getCheckFinite())
-        status.done(f"input checked: {', '.join(columns)}")
+        plan = check_schema(df, feature_cols, label_cols, self.getSampleWeightCol(), validation,
+                            check_finite=self.getCheckFinite())
+        status.done(f"input checked: {', '.join(plan.names)}")
         store = self._store_for(spark)
         seed = self._seed(DEFAULT_SPLIT_SEED)
-        status.phase("materialising the columns as Parquet under the Store")
-        data = materialize(df, store, columns, validation, seed, num_proc)
+        # One pass over the rows: the Parquet write counts what the row checks need (nulls, lengths, NaN).
+        status.phase("checking the rows and materialising the columns as Parquet under the Store")
+        data = materialize_checked(df, store, plan, seed, num_proc)
         status.done(f"{'reusing' if data.reused else 'materialised'} {data.train_rows} training and "
                     f"{data.val_rows} validation rows")
         return self._fit_on_materialized(data, spark, backend, began, status)
@@ -202,7 +207,7 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         try:
             if isinstance(backend, SparkBackend):
                 ours = {"spark": spark, "verbose": self.getVerbose(), "start_timeout": self.getStartTimeout(),
-                        "on_event": progress.on_event}
+                        "on_event": progress.on_event, "keep_warm": self.warm_modules}
                 given = backend.run_options
                 results = backend.run(self._rank_fn(plan), env=env,
                                       **{k: v for k, v in ours.items() if k not in given or k == "on_event"})

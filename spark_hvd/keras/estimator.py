@@ -52,6 +52,8 @@ class KerasEstimator(HorovodEstimator, KerasParams):
     # Keywords of the other estimators get Keras's answer rather than a guess at a similar name.
     param_replacements = KERAS_REPLACEMENTS
 
+    warm_modules = ("tensorflow", "keras", "collective.keras", "spark_hvd.keras.trainer")
+
     @keyword_only
     def __init__(self, *, num_proc: int | None = None, model: Any = None, backend: Any = None, store: Any = None,
                  custom_objects: Any = None, optimizer: Any = None, loss: Any = None, loss_weights: Any = None,

@@ -5,6 +5,9 @@ thread in ``fn`` cannot take the worker down. The task (our parent) sends two fr
 
 1. ``{"kind": "payload"}`` + cloudpickle((fn, args, kwargs)), right after spawning us, so that
    unpickling (which imports the user's modules, maybe torch) overlaps the ranks' allGather;
+   a spare child (spare_child.py) gets ``{"kind": "preload", "modules": [...]}`` first, imports those
+   and waits (at most _SPARE_IDLE_S) for a task to adopt it: ``{"kind": "env", "env": {...}}`` (the
+   task's environment, which becomes ours) and the payload;
 2. ``{"kind": "job", "context": {...}}`` + pickle(Config) once the ranks have met.
 
 While fn runs we may send ``{"kind": "event", "data": {...}}`` frames on RESULT_FD
@@ -16,9 +19,11 @@ from __future__ import annotations
 
 import atexit
 import gc
+import importlib
 import io
 import os
 import pickle
+import select
 import sys
 import threading
 import traceback
@@ -32,13 +37,28 @@ from spark_hvd.launch import rank_events
 from spark_hvd.launch.framing import read_frame, write_frame
 from spark_hvd.launch.rank_context import RankContext, set_rank_context
 
+# A spare nobody adopts within this long exits: its worker runs no more jobs of the kind it was made for.
+_SPARE_IDLE_S = 600.0
+
+
 def main(argv: list[str]) -> int:
     launch = os.fdopen(int(argv[1]), "rb")
     results = os.fdopen(int(argv[2]), "wb")
     stage = "receiving fn"
     own_rank: int | None = None
     try:
-        fn, args, kwargs = cloudpickle.loads(_expect(launch, "payload")[1])
+        frame = read_frame(launch)
+        if frame is not None and frame[0].get("kind") == "preload":
+            _preload(frame[0].get("modules") or [])
+            if not select.select([launch], [], [], _SPARE_IDLE_S)[0]:
+                os._exit(0)          # never adopted; nothing ran here
+            frame = read_frame(launch)
+            if frame is not None and frame[0].get("kind") == "env":
+                # The adopting task's environment: the worker's may have changed since we started.
+                os.environ.clear()
+                os.environ.update(frame[0]["env"])
+                frame = read_frame(launch)
+        fn, args, kwargs = cloudpickle.loads(_expect_frame(frame, "payload")[1])
         stage = "receiving the job"
         job, config_blob = _expect(launch, "job")
         launch.close()
@@ -107,8 +127,19 @@ def _flush_open_files() -> None:
 _WRITABLE_FILE_TYPES = (io.TextIOWrapper, io.BufferedWriter, io.BufferedRandom)
 
 
+def _preload(modules: list[str]) -> None:
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - the job that needs it will fail on it, with its own report
+            pass
+
+
 def _expect(stream: BinaryIO, kind: str) -> tuple[dict[str, Any], bytes]:
-    frame = read_frame(stream)
+    return _expect_frame(read_frame(stream), kind)
+
+
+def _expect_frame(frame: tuple[dict[str, Any], bytes] | None, kind: str) -> tuple[dict[str, Any], bytes]:
     if frame is None or frame[0].get("kind") != kind:
         raise ConnectionError(f"the task sent {frame[0] if frame else 'nothing'} instead of the {kind}")
     return frame

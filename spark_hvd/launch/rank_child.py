@@ -25,6 +25,8 @@ from spark_hvd.launch.rank_events import EVENT_KIND
 _DRAIN_DEADLINE_S = 5.0
 # How long a SIGKILLed child gets to be reaped before the task stops waiting for it.
 _REAP_DEADLINE_S = 10.0
+# Output lines a spare child may print (import warnings, say) before a task adopts it and relays them.
+_SPARE_LINES_KEPT = 200
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,9 @@ class RankChild:
         """``executable``: the Python interpreter to run the child with; default, this worker's."""
         self.rank = rank
         self._on_event = on_event
+        self._on_line = on_line
+        self._early_lines: list[tuple[str, str]] | None = None    # a spare's, until adopted
+        self._line_lock = threading.Lock()
         self._on_failure_report: Callable[[RankFailure], None] | None = None
         launch_read, launch_write = os.pipe()
         result_read, result_write = os.pipe()
@@ -57,7 +62,7 @@ class RankChild:
             self._child = ChildProcess(
                 [executable or sys.executable, "-m", "spark_hvd.launch.child_main", str(launch_read),
                  str(result_write)],
-                env, lambda stream, chunk: on_line(stream, chunk.decode("utf-8", "replace").rstrip("\n")),
+                env, lambda stream, chunk: self._line(stream, chunk.decode("utf-8", "replace").rstrip("\n")),
                 pass_fds=(launch_read, result_write), name=f"spark-hvd-rank{rank}")
         except BaseException as e:
             for fd in (launch_write, result_read):
@@ -75,6 +80,41 @@ class RankChild:
         self._results: BinaryIO = os.fdopen(result_read, "rb")
         self._payload_writer: threading.Thread | None = None
         self._reader: threading.Thread | None = None
+
+    @classmethod
+    def spare(cls, env: Mapping[str, str], modules: tuple[str, ...], executable: str | None = None) -> "RankChild":
+        """A child that imports ``modules`` now and waits for a task to adopt it (spare_child)."""
+        early: list[tuple[str, str]] = []
+        child = cls(-1, env, lambda stream, text: early.append((stream, text)), executable=executable)
+        with child._line_lock:
+            child._early_lines = early
+        child._write_quietly({"kind": "preload", "modules": list(modules)})
+        return child
+
+    def waiting(self) -> bool:
+        """Still alive, and so still waiting for its fn (a spare's state until adopted)."""
+        return self._child.proc.poll() is None
+
+    def adopt(self, rank: int, env: Mapping[str, str], on_line: Callable[[str, str], None],
+              on_event: Callable[[dict[str, Any]], None] | None) -> None:
+        """A spare becomes ``rank``'s child: it takes ``env`` as its environment, and its output goes to
+        this task from now on (and what it printed while waiting, first)."""
+        self._write_quietly({"kind": "env", "env": dict(env)})
+        self.rank = rank
+        self._on_event = on_event
+        with self._line_lock:
+            early, self._early_lines = self._early_lines or [], None
+            self._on_line = on_line
+            for stream, text in early[-_SPARE_LINES_KEPT:]:
+                on_line(stream, text)
+
+    def _line(self, stream: str, text: str) -> None:
+        with self._line_lock:
+            if self._early_lines is not None:
+                if len(self._early_lines) < _SPARE_LINES_KEPT:
+                    self._early_lines.append((stream, text))
+                return
+            self._on_line(stream, text)
 
     @property
     def pid(self) -> int:

@@ -15,6 +15,7 @@ from spark_hvd.errors import RankFailure
 from spark_hvd.launch.gpus import CUDA_VISIBLE_DEVICES, visible_devices
 from spark_hvd.launch.output_channel import OutputSender
 from spark_hvd.launch.rank_child import ChildOutcome, RankChild
+from spark_hvd.launch.spare_child import leave_spare, spare_key, take_spare
 from spark_hvd.launch.stage_outbox import StageOutbox
 from spark_hvd.launch.task_spec import TaskSpec
 
@@ -55,8 +56,13 @@ def run_task(spec: TaskSpec, rank: int, prepare: Prepare, meet: Meet, task_kind:
     try:
         try:
             gpu_addresses = prepare()
-            child = RankChild(rank, child_env(spec, gpu_addresses), sender.send_line, sender.send_event,
-                              executable=spec.executable)
+            env = child_env(spec, gpu_addresses)
+            key = spare_key(spec.executable, spec.env, env, spec.keep_warm)
+            child = take_spare(key) if spec.keep_warm else None
+            if child is not None:
+                child.adopt(rank, env, sender.send_line, sender.send_event)
+            else:
+                child = RankChild(rank, env, sender.send_line, sender.send_event, executable=spec.executable)
             if driver_gone.is_set():
                 child.kill()
             child.send_payload_in_background(spec.payload)
@@ -70,7 +76,11 @@ def run_task(spec: TaskSpec, rank: int, prepare: Prepare, meet: Meet, task_kind:
         finally:
             if child is not None:
                 child.close()
-        return _result_or_raise(outcome, sender, driver_gone)
+        result = _result_or_raise(outcome, sender, driver_gone)
+        if spec.keep_warm:
+            # Started now, when this rank's own child is gone, so its imports take no CPU from training.
+            leave_spare(key, spec.executable, env, spec.keep_warm)
+        return result
     finally:
         sender.close()
 

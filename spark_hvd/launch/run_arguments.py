@@ -90,3 +90,12 @@ def warn_about_mpi_arguments(use_mpi: bool | None, use_gloo: bool | None,
         "one), which takes the place of Horovod's Gloo and MPI controllers. To move data with MPI, "
         "run the script under mpirun and call collective.init(backend='mpi').",
         IgnoredArgumentWarning, stacklevel=stacklevel)
+
+
+def module_names(name: str, value: Any) -> tuple[str, ...]:
+    """A sequence of importable module names, such as ``["torch", "collective.torch"]``."""
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, (list, tuple)) or not all(
+            isinstance(n, str) and n and all(part.isidentifier() for part in n.split(".")) for n in names):
+        raise TypeError(f"{name} must be a list of module names such as ['torch'], got {value!r}")
+    return tuple(dict.fromkeys(names))

@@ -62,6 +62,7 @@ def run(
     tail_lines: int = 20,
     on_event: Callable[[int, dict[str, Any]], None] | None = None,
     torch_distributed: bool = False,
+    keep_warm: Sequence[str] = (),
 ) -> list[Any]:
     """Runs ``fn(*args, **kwargs)`` on ``num_proc`` ranks and returns their results in rank order.
 
@@ -98,6 +99,12 @@ def run(
         Rank 0 hosts torch's store on a port it holds for the whole job, agreed through the job's
         own rendezvous. Each task is one torchrun node, as in pyspark's TorchDistributor:
         LOCAL_RANK is 0 and the task's GPUs are its CUDA_VISIBLE_DEVICES.
+    keep_warm: module names (e.g. ``["torch"]``). After its rank, each task leaves a spare process in
+        its Spark Python worker that imports them and waits; the next run in that worker with the same
+        ``env``, GPUs, ``executable`` and ``keep_warm`` adopts it (it takes that task's environment)
+        instead of starting a process and importing them again.
+        The spare has run nothing: every run still gets a fresh process. It uses a worker's worth of
+        memory for those modules, and exits when its worker does or after 10 idle minutes.
 
     Raises RunError naming the failing rank (with its traceback and last output lines) when ``fn``
     raises or its process dies on any rank; the other ranks are stopped.
@@ -110,6 +117,7 @@ def run(
     timestamps = checked.flag("prefix_output_with_timestamp", prefix_output_with_timestamp)
     torch_distributed = checked.flag("torch_distributed", torch_distributed)
     executable = checked.executable(executable)
+    keep_warm = checked.module_names("keep_warm", keep_warm)
     spark = spark if spark is not None else _active_session()
     shape = cluster_for_launch(spark, num_proc, start_timeout)
     num_proc = resolve_num_proc(num_proc, shape)
@@ -125,7 +133,7 @@ def run(
         on_event=on_event, collector_host=None if connect else _driver_host(spark),
         collector_bind_host=None if connect else _driver_bind_host(spark),
         where=f"the cluster has {shape.slots} task slot(s) (master {shape.master}), which other "
-              "jobs may be holding", job_label=f"the Spark job on {shape.master}")
+              "jobs may be holding", job_label=f"the Spark job on {shape.master}", keep_warm=keep_warm)
     return run_ranks(launch, lambda spec, events: BarrierJob(spark, spec, events))
 
 
@@ -150,6 +158,7 @@ class RanksLaunch:
     executable: str | None = None
     timestamps: bool = False
     collector_bind_host: str | None = None  # where the collector listens; None: collector_host
+    keep_warm: tuple[str, ...] = ()         # modules of a spare rank child left per worker (spare_child.py)
 
 
 def run_ranks(launch: RanksLaunch,
@@ -171,7 +180,8 @@ def run_ranks(launch: RanksLaunch,
     try:
         spec = TaskSpec(num_proc=launch.num_proc, secret=secret, payload=launch.payload, env=launch.env,
                         nics=launch.nics, executable=launch.executable, collector_address=address,
-                        connect_timeout_s=knobs.connect_timeout_s, handshake_timeout_s=knobs.handshake_timeout_s)
+                        connect_timeout_s=knobs.connect_timeout_s, handshake_timeout_s=knobs.handshake_timeout_s,
+                        keep_warm=launch.keep_warm)
         job = make_job(spec, events)
         supervisor = _Supervisor(job, collector, events, launch, err)
         supervisor.progress(f"launching {launch.num_proc} rank(s) in {launch.job_label}")

@@ -22,6 +22,8 @@ class TaskSpec:
     connect_timeout_s: float = Config.connect_timeout_s
     handshake_timeout_s: float = Config.handshake_timeout_s  # rank 0's rendezvous, per stranger
     exit_grace_s: float = 30.0    # after fn returns, how long its process may take to exit
+    # Modules a spare rank child imports ahead of the next run in the same worker (spare_child.py); () none.
+    keep_warm: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         # Never print the secret (Spark logs closures' reprs in some error paths).

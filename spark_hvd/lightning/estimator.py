@@ -81,6 +81,8 @@ class TorchEstimator(HorovodEstimator):
 
     params_without_effect = _WITHOUT_EFFECT
 
+    warm_modules = ("torch", "pytorch_lightning", "collective.torch", "spark_hvd.lightning.trainer")
+
     @keyword_only
     def __init__(self, *, num_proc: int | None = None, model: Any = None, backend: Any = None, store: Any = None,
                  optimizer: Any = None, loss: Any = None, loss_constructors: Any = None, metrics: Any = None,

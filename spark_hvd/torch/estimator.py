@@ -5,7 +5,6 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-import cloudpickle
 from pyspark import keyword_only
 
 from spark_hvd.errors import InputError
@@ -42,6 +41,8 @@ class TorchEstimator(HorovodEstimator):
     'validation'}``. Checkpoints: rank 0 saves model and optimizer (learning rate unscaled) under the
     Store after every epoch; fitting again with the same ``run_id`` resumes after the last epoch.
     """
+
+    warm_modules = ("torch", "collective.torch", "spark_hvd.torch.trainer")
 
     @keyword_only
     def __init__(self, *, num_proc: int | None = None, model: Any = None, backend: Any = None, store: Any = None,
@@ -165,7 +166,7 @@ class TorchEstimator(HorovodEstimator):
             metrics=list(self.getMetrics() or []), transformation_fn=self.getTransformationFn(),
             compression=self.getGradientCompression(), input_shapes=self.getInputShapes(),
             train_minibatch_fn=self.getTrainMinibatchFn())
-        return TorchRankFn(TorchRankSpec(plan=plan, objects=cloudpickle.dumps(objects), use_gpu=self.getUseGpu()))
+        return TorchRankFn(TorchRankSpec(plan=plan, objects=objects, use_gpu=self.getUseGpu()))
 
     def _create_model(self, plan: FitPlan, result: Any, output_cols: list[str]) -> TorchModel:
         import copy

@@ -14,8 +14,6 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import cloudpickle
-
 from spark_hvd.estimator.base import FitPlan
 from spark_hvd.torch.epoch_loop import EpochLoop, metric_groups
 
@@ -23,7 +21,9 @@ from spark_hvd.torch.epoch_loop import EpochLoop, metric_groups
 @dataclass(frozen=True)
 class TorchRankSpec:
     plan: FitPlan
-    objects: bytes            # cloudpickle(TorchObjects): pickled together so the optimizer keeps the model's parameters
+    # Pickled with the rest of spark_hvd.run's payload, once: the optimizer keeps the model's parameters (one
+    # pickle), and the rank child unpickles the model while the ranks meet, not after.
+    objects: "TorchObjects"
     use_gpu: bool
 
 
@@ -71,7 +71,7 @@ def train_rank(spec: TorchRankSpec) -> dict[str, Any] | None:
     # Ranks that share a host share its cores; without this each would start one thread per core.
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, hvd.local_size())))
     torch.manual_seed(plan.seed + rank)
-    objects: TorchObjects = cloudpickle.loads(spec.objects)
+    objects = spec.objects
     device = torch.device("cuda", torch.cuda.current_device()) if (
         spec.use_gpu and torch.cuda.is_available()) else torch.device("cpu")
     model, optimizer = objects.model.to(device), objects.optimizer

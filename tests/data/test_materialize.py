@@ -15,8 +15,11 @@ pytest.importorskip("pyspark")
 from pyspark.ml.linalg import Vectors, VectorUDT  # noqa: E402
 from pyspark.sql import types as T  # noqa: E402
 
-from spark_hvd.data import check_input, make_reader, materialize, steps_per_epoch  # noqa: E402
+from spark_hvd.data import (  # noqa: E402
+    check_input, check_schema, make_reader, materialize, materialize_checked, steps_per_epoch,
+)
 from spark_hvd.data.materialized import METADATA_NAME  # noqa: E402
+from spark_hvd.errors import InputError  # noqa: E402
 from spark_hvd.store import Store  # noqa: E402
 from split_helpers import one_pass  # noqa: E402
 
@@ -186,3 +189,65 @@ def test_column_names_with_dots_and_spaces(local_spark, tmp_path):
     assert (data.train_rows, data.val_rows) == (20, 20)
     assert sorted(train["x.raw"].tolist()) == [float(i) for i in range(1, 40, 2)]
     np.testing.assert_array_equal(train["my label"][:, 0], -train["my label"][:, 1])
+
+
+def spark_jobs_of(spark, action):
+    """How many Spark jobs ``action()`` ran, and what it returned or raised."""
+    import uuid
+
+    sc = spark.sparkContext
+    group = f"count-{uuid.uuid4().hex}"
+    sc.setJobGroup(group, "counting the jobs of one call")
+    try:
+        try:
+            outcome = action()
+        except Exception as e:  # noqa: BLE001 - the caller asserts on it
+            outcome = e
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    return len(sc.statusTracker().getJobIdsForGroup(group)), outcome
+
+
+def test_checked_materialisation_is_one_pass_and_equal_to_check_then_write(df, local_spark, tmp_path):
+    """fit()'s path: the Parquet write counts what the checks need, so it runs the Spark jobs of a bare
+    write and no more (check_input and then materialize read the rows twice), and gives what the two give."""
+    plan = check_schema(df, ["features"], ["label", "id"], validation="held_out")
+    jobs, data = spark_jobs_of(local_spark, lambda: materialize_checked(
+        df, Store.create(str(tmp_path / "one")), plan, seed=0, num_proc=2))
+    assert not data.reused
+    check_jobs, specs = spark_jobs_of(local_spark, lambda: check_input(df, ["features"], ["label", "id"],
+                                                                      validation="held_out"))
+    write_jobs, two_pass = spark_jobs_of(local_spark, lambda: materialize(
+        df, Store.create(str(tmp_path / "two")), specs, validation="held_out", seed=0, num_proc=2))
+    assert check_jobs >= 1 and jobs == write_jobs, (jobs, check_jobs, write_jobs)
+    assert data.columns == two_pass.columns and (data.train_rows, data.val_rows) == (two_pass.train_rows,
+                                                                                      two_pass.val_rows)
+    for split in ("train", "val"):
+        ours, theirs = read_all(data, split), read_all(two_pass, split)
+        order, their_order = np.argsort(ours["id"]), np.argsort(theirs["id"])
+        for name in ours:
+            np.testing.assert_array_equal(ours[name][order], theirs[name][their_order])
+
+
+def test_reuse_checks_again_from_the_kept_counts(local_spark, tmp_path):
+    """Written with check_finite=False, the NaN rows are kept; fitting the same DataFrame with the check
+    on reuses the data without a Spark job and still refuses it, naming the column."""
+    nan = float("nan")
+    df = local_spark.createDataFrame([(float(i) if i % 7 else nan, [1.0, float(i)], i) for i in range(50)],
+                                     "x double, arr array<double>, y long")
+    store = Store.create(str(tmp_path))
+    lenient = materialize_checked(df, store, check_schema(df, ["x", "arr"], ["y"], check_finite=False), 0, 2)
+    assert lenient.train_rows == 50 and lenient.columns["arr"].shape == (2,)
+    strict = check_schema(df, ["x", "arr"], ["y"])
+    jobs, outcome = spark_jobs_of(local_spark, lambda: materialize_checked(df, store, strict, 0, 2))
+    assert jobs == 0 and isinstance(outcome, InputError), outcome
+    assert "column 'x' has 8 row(s) with NaN or infinite values in 50 rows" in str(outcome)
+    assert materialize_checked(df, store, check_schema(df, ["arr"], ["y"]), 0, 2).train_rows == 50
+
+
+def test_refused_rows_leave_nothing_under_the_store(local_spark, tmp_path):
+    df = local_spark.createDataFrame([([1.0, 2.0], 0), ([1.0], 1), ([3.0, 4.0], 1)], "v array<double>, y long")
+    store = Store.create(str(tmp_path))
+    with pytest.raises(InputError, match=r"column 'v' holds arrays of different lengths \(1 and 2 seen\)"):
+        materialize_checked(df, store, check_schema(df, ["v"], ["y"]), 0, 2)
+    assert store.list(store.join("intermediate_data")) == []

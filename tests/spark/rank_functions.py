@@ -129,3 +129,22 @@ def fail_on_rank(mode: str, victim: int) -> int:
         os.kill(target, signal.SIGSTOP if mode == "sigstop" else signal.SIGKILL)
     while True:
         collective.allreduce(np.ones(16))
+
+
+def process_state(marker: str) -> dict:
+    """What a rank's process holds when fn starts: whether the spare imported `wave` before it (nothing in
+    the launch imports it), what earlier jobs left (a marker module, an env variable), and the job itself.
+    Then leaves its own marker, which no later job may see."""
+    seen = {"rank": collective.rank(), "size": collective.size(), "pid": os.getpid(),
+            "preloaded": "wave" in sys.modules, "markers": sorted(m for m in sys.modules if m.startswith("marker_")),
+            "env_marker": os.environ.get("SPARK_HVD_TEST_MARKER"),
+            "sum": float(collective.allreduce(np.array([1.0]), op=collective.Sum)[0])}
+    sys.modules[f"marker_{marker}"] = sys.modules["os"]
+    os.environ["SPARK_HVD_TEST_MARKER"] = marker
+    return seen
+
+
+def environment_of(name: str) -> tuple:
+    """Whether the spare imported `wave` before this job, and the variable ``name`` as this process sees it."""
+    return "wave" in sys.modules, os.environ.get(name)
+

@@ -175,3 +175,37 @@ def test_the_child_dies_with_its_task_process() -> None:
         if child_pid is not None and not wait_for_exit(child_pid, 0):
             os.kill(child_pid, signal.SIGKILL)
         task.stdout.close()
+
+
+def _modules_and_pid():
+    print("adopted")
+    return "wave" in sys.modules, os.getpid(), os.environ.get("ADOPTED_BY")
+
+
+def test_a_spare_imports_its_modules_and_relays_its_output_once_adopted():
+    """What spark_hvd.run's keep_warm leaves in a worker: a child that imported the modules before any job,
+    runs the job a task adopts it for, and sends that task its output (the earlier lines included)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+           "PYTHONWARNINGS": "always"}
+    spare = RankChild.spare(env, ("wave", "no_such_module_here"))
+    try:
+        assert spare.waiting()
+        lines: list[tuple[str, str]] = []
+        spare.adopt(0, {**env, "ADOPTED_BY": "task 0"}, lambda stream, text: lines.append((stream, text)), None)
+        spare.send_payload_in_background(cloudpickle.dumps((_modules_and_pid, (), {})))
+        spare.send_job(ONE_RANK, CONTEXT)
+        outcome = spare.wait_outcome(exit_grace_s=10)
+    finally:
+        spare.close()
+    assert outcome.failure is None, outcome.failure
+    # A module it could not import is skipped; the environment is the adopting task's.
+    assert cloudpickle.loads(outcome.result) == (True, spare.pid, "task 0")
+    assert ("stdout", "adopted") in lines
+    assert not spare.waiting()
+
+
+def test_a_spare_that_is_closed_unadopted_ends():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    spare = RankChild.spare(env, ("wave",))
+    spare.close()
+    assert not spare.waiting()

@@ -186,3 +186,21 @@ BAD_INPUTS = [
 def test_bad_input_fails_before_launch(local_spark, store, overrides, data, message) -> None:
     assert_fit_fails_before_launch(local_spark, store, make_estimator, overrides, data, message)
 
+
+
+def test_the_model_reaches_the_ranks_in_the_run_payload_itself(store) -> None:
+    """The model and its optimizer travel in spark_hvd.run's payload as objects, not as bytes pickled again
+    inside it: one unpickling on the rank gives them, bound together, while the ranks still meet."""
+    import dataclasses
+
+    import cloudpickle
+
+    from spark_hvd.estimator.base import FitPlan
+
+    plan_fields = {f.name: None for f in dataclasses.fields(FitPlan) if f.default is dataclasses.MISSING}
+    estimator = make_estimator(store)
+    rank_fn = cloudpickle.loads(cloudpickle.dumps(estimator._rank_fn(FitPlan(**plan_fields))))
+    objects = rank_fn.spec.objects
+    assert isinstance(objects.model, nn.Module) and objects.model is not estimator.getModel()
+    optimizer_params = {id(p) for group in objects.optimizer.param_groups for p in group["params"]}
+    assert optimizer_params == {id(p) for p in objects.model.parameters()}

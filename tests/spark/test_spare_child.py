@@ -1,0 +1,55 @@
+"""keep_warm: a Spark worker keeps a spare rank process that imported the framework, and the next run
+adopts it; each run still gets a fresh process and a fresh collective job, with nothing left over."""
+
+from __future__ import annotations
+
+import pytest
+
+import spark_hvd
+from rank_functions import environment_of, process_state
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
+
+
+def test_next_run_adopts_a_spare_that_imported_the_modules_and_carries_nothing_over(local_spark) -> None:
+    first = spark_hvd.run(process_state, args=("first",), num_proc=2, spark=local_spark, keep_warm=["wave"])
+    assert [r["rank"] for r in first] == [0, 1] and all(r["sum"] == 2.0 for r in first)
+    second = spark_hvd.run(process_state, args=("second",), num_proc=2, spark=local_spark, keep_warm=["wave"])
+    assert [(r["rank"], r["size"], r["sum"]) for r in second] == [(0, 2, 2.0), (1, 2, 2.0)]
+    # Fresh processes: no pid again, no marker module nor variable the first run's fn left.
+    assert not {r["pid"] for r in second} & {r["pid"] for r in first}
+    assert all(r["markers"] == [] and r["env_marker"] is None for r in second), second
+    # At least one rank ran in a spare left by the first run (which rank lands on which worker is Spark's
+    # choice; local[2] keeps two workers, so normally both do).
+    assert any(r["preloaded"] for r in second), second
+
+
+def test_a_spare_is_adopted_after_another_job_changed_its_workers_environment(local_spark) -> None:
+    """The worker's own variables may change between runs; the adopted spare takes the task's environment."""
+    def set_worker_variable(batches):   # nested: Spark pickles it by value
+        import os
+
+        os.environ["SPARK_HVD_TEST_WORKER_VARIABLE"] = "set by another job"   # as pyspark's TorchDistributor does
+        yield from batches
+
+    spark_hvd.run(process_state, args=("before",), num_proc=2, spark=local_spark, keep_warm=["wave"])
+    local_spark.range(0, 2, 1, 2).mapInArrow(set_worker_variable, "id long").collect()
+    after = spark_hvd.run(environment_of, args=("SPARK_HVD_TEST_WORKER_VARIABLE",), num_proc=2, spark=local_spark,
+                          keep_warm=["wave"])
+    assert any(preloaded for preloaded, _ in after), after
+    assert all(value in ("set by another job", None) for _, value in after)
+    assert any(preloaded and value == "set by another job" for preloaded, value in after), after
+
+
+def test_a_spare_of_another_environment_is_not_adopted(local_spark) -> None:
+    spark_hvd.run(process_state, args=("a",), num_proc=2, spark=local_spark, keep_warm=["wave"])
+    other = spark_hvd.run(process_state, args=("b",), num_proc=2, spark=local_spark, keep_warm=["wave"],
+                          env={"SPARK_HVD_TEST_OTHER": "1"})
+    assert not any(r["preloaded"] for r in other), other
+    without = spark_hvd.run(process_state, args=("c",), num_proc=2, spark=local_spark)
+    assert not any(r["preloaded"] for r in without), without
+
+
+def test_keep_warm_must_name_modules(local_spark) -> None:
+    with pytest.raises(TypeError, match=r"keep_warm must be a list of module names"):
+        spark_hvd.run(process_state, args=("x",), num_proc=2, spark=local_spark, keep_warm=["not a module"])
