@@ -34,12 +34,27 @@ def connect_spark(request: pytest.FixtureRequest, spark_environment: dict[str, s
     with _connect_environ_restored():
         if request.param == "remote-local":
             kept_session.release()   # remote("local[2]") starts a SparkContext in this process's JVM
-            with SparkSession.builder.remote("local[2]").config(map=COMMON_CONF).getOrCreate() as spark:
-                yield spark
+            # It builds that context from the JVM's system properties, which an earlier session of this
+            # process has cleared (tests/spark/conftest.py), so the application name must come from here.
+            conf = {**COMMON_CONF, "spark.app.name": "spark_hvd-tests-connect"}
+            try:
+                with SparkSession.builder.remote("local[2]").config(map=conf).getOrCreate() as spark:
+                    yield spark
+            finally:
+                _stop_the_local_context()
             return
         with ConnectServer(tmp_path_factory.mktemp("connect"), os.environ, conf=COMMON_CONF) as server:
             with SparkSession.builder.remote(server.url).getOrCreate() as spark:
                 yield spark
+
+
+def _stop_the_local_context() -> None:
+    """remote("local[2]") leaves its classic SparkContext running in this process; the next module's
+    getOrCreate() would be handed that one (with the Connect plugin) instead of its own."""
+    from pyspark import SparkContext
+
+    if SparkContext._active_spark_context is not None:
+        SparkContext._active_spark_context.stop()
 
 
 # pyspark leaves these behind; a token left by remote("local[2]") makes the next client speak TLS to a

@@ -76,7 +76,7 @@ def test_run_takes_horovods_parameters_in_horovods_order() -> None:
     positional = [n for n, p in parameters.items() if p.kind is p.POSITIONAL_OR_KEYWORD]
     assert positional == HOROVOD_RUN_PARAMETERS
     assert {n for n, p in parameters.items() if p.kind is p.KEYWORD_ONLY} == {"spark", "tail_lines", "on_event",
-                                                                             "torch_distributed"}
+                                                                             "torch_distributed", "keep_warm"}
     assert parameters["start_timeout"].default is None
     assert parameters["prefix_output_with_timestamp"].default is False
 
