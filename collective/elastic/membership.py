@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Callable, TypeVar
 
 from collective.bootstrap.base import Bootstrap
 from collective.bootstrap.rendezvous import RendezvousClient
@@ -19,6 +20,18 @@ from collective.elastic.protocol import ROUND_COUNTER_KEY, Round, round_key, rou
 # How long one blocking read of the store lasts before the worker looks for a newer round: a bound on
 # how late it notices that the round it waits in was re-formed, not a pause.
 _POLL_S = 0.5
+
+# The driver owns the elastic timeout: it alone knows whether slots may still come, and it names the
+# shortage. A worker waits this many times longer before it gives up on its own, so that it outlives
+# the driver's verdict and only ever decides when the driver itself is gone.
+_PATIENCE_FACTOR = 3
+
+
+def worker_patience_s(elastic_timeout_s: float) -> float:
+    """How long a worker waits for a round that lists it before it concludes that the driver is gone."""
+    return _PATIENCE_FACTOR * elastic_timeout_s
+
+T = TypeVar("T")
 
 _lock = threading.Lock()
 _client: RendezvousClient | None = None
@@ -32,12 +45,12 @@ def joined_round() -> int:
 
 
 def round_bootstrap(config: Config) -> Bootstrap:
-    """Waits (up to ``config.elastic_timeout_s``) for the newest round that lists this worker and is newer
+    """Waits (up to ``worker_patience_s``) for the newest round that lists this worker and is newer
     than the last one it joined, and returns the bootstrap that builds that round's mesh."""
     global _last_round
     client = _shared_client(config)
     worker = config.elastic_worker
-    deadline = time.monotonic() + config.elastic_timeout_s
+    deadline = time.monotonic() + worker_patience_s(config.elastic_timeout_s)
     wanted = _last_round + 1
     while True:
         newest = _wait_for_round(client, wanted, deadline, config)
@@ -81,22 +94,42 @@ def _shared_client(config: Config) -> RendezvousClient:
 
 def _wait_for_round(client: RendezvousClient, wanted: int, deadline: float, config: Config) -> int:
     """The newest published round number, once it is at least ``wanted``."""
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise ElasticTimeoutError(
-                f"elastic worker {config.elastic_worker!r}: no round including it was formed within "
-                f"{config.elastic_timeout_s:g}s (elastic timeout); the driver has too few workers or is gone")
+    def no_round() -> Exception:
+        return ElasticTimeoutError(
+            f"elastic worker {config.elastic_worker!r}: no round including it was formed within "
+            f"{worker_patience_s(config.elastic_timeout_s):g}s ({_PATIENCE_FACTOR} times the elastic timeout "
+            f"of {config.elastic_timeout_s:g}s, after which the driver would have stopped the job); the driver "
+            f"is gone")
+
+    def newest_if_late_enough() -> int | None:
         try:
-            newest = int(client.get(ROUND_COUNTER_KEY, min(_POLL_S, remaining)))
+            newest = int(client.get(ROUND_COUNTER_KEY, _POLL_S))
         except TimeoutError:
-            continue  # the driver has not published the first round yet
+            return None  # the driver has not published the first round yet
         if newest >= wanted:
             return newest
-        try:
-            client.get(round_key(wanted), min(_POLL_S, remaining))
-        except TimeoutError:
-            pass
+        _try_get(client, round_key(wanted), _POLL_S)  # wakes as soon as the wanted round is published
+        return None
+
+    return _poll_until(newest_if_late_enough, deadline, no_round)
+
+
+def _try_get(client: RendezvousClient, key: str, timeout_s: float) -> bytes | None:
+    """The key's value, or None when it is not set within ``timeout_s``."""
+    try:
+        return client.get(key, timeout_s)
+    except TimeoutError:
+        return None
+
+
+def _poll_until(attempt: Callable[[], T | None], deadline: float, on_timeout: Callable[[], Exception]) -> T:
+    """Calls ``attempt`` (which blocks at most one poll) until it returns a value, or raises ``on_timeout()``
+    once ``deadline`` passes."""
+    while time.monotonic() < deadline:
+        value = attempt()
+        if value is not None:
+            return value
+    raise on_timeout()
 
 
 class RoundBootstrap(Bootstrap):
@@ -132,19 +165,21 @@ class RoundBootstrap(Bootstrap):
         return gathered
 
     def _await_peer(self, key: str, peer: int, deadline: float, timeout_s: float) -> bytes:
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"elastic round {self._round.number}: worker "
-                                   f"{self._round.workers[peer]!r} (rank {peer}) did not join within {timeout_s:g}s")
-            try:
-                return self._client.get(key, min(_POLL_S, remaining))
-            except TimeoutError:
+        def not_joined() -> Exception:
+            return TimeoutError(f"elastic round {self._round.number}: worker "
+                                f"{self._round.workers[peer]!r} (rank {peer}) did not join within {timeout_s:g}s")
+
+        def payload_unless_superseded() -> bytes | None:
+            payload = _try_get(self._client, key, _POLL_S)
+            if payload is None:
                 newest = int(self._client.get(ROUND_COUNTER_KEY, _POLL_S))
                 if newest > self._round.number:
                     raise RoundSupersededError(
                         f"elastic round {self._round.number} was re-formed as round {newest} while worker "
-                        f"{self._round.workers[peer]!r} was awaited") from None
+                        f"{self._round.workers[peer]!r} was awaited")
+            return payload
+
+        return _poll_until(payload_unless_superseded, deadline, not_joined)
 
     def local_address(self) -> str | None:
         return self._client.local_address()
