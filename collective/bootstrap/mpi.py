@@ -45,6 +45,11 @@ class MpiBootstrap(Bootstrap):
                                         root=0)
 
     @property
+    def comm(self) -> Any:
+        """The communicator the job forms over (COMM_WORLD, or the one ``init(comm=...)`` gave)."""
+        return self._comm
+
+    @property
     def rank(self) -> int:
         return int(self._comm.Get_rank())
 

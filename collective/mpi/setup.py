@@ -8,10 +8,11 @@ from collective.mpi.communicator import MpiCommunicator
 
 
 def mpi_communicator(bootstrap: Bootstrap, host_key: str, timeout_s: float) -> tuple[MpiCommunicator, list[str]]:
-    """An MpiCommunicator over COMM_WORLD, and every rank's host key (for the topology)."""
+    """An MpiCommunicator over the bootstrap's communicator (COMM_WORLD unless ``init(comm=...)`` gave one),
+    and every rank's host key (for the topology)."""
     from collective.bootstrap.mpi import MpiBootstrap, mpi_world
 
-    world = mpi_world()
+    world = bootstrap.comm if isinstance(bootstrap, MpiBootstrap) else mpi_world()
     if not isinstance(bootstrap, MpiBootstrap) and bootstrap.size != world.Get_size():
         raise InvalidArgumentError(
             f"backend='mpi' needs the job started by mpirun/mpiexec: this job has {bootstrap.size} ranks but "

@@ -5,23 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 import collective
-from collective.process_sets import add_initial_sets
-from collective.runtime import current, start_engine
+from collective.framework_init import init_and_start_engine
 
 
-def init(**kwargs: Any) -> None:
-    """Joins the job (unless ``collective.init`` already did) and starts the background engine.
+def init(comm: Any = None, process_sets: Any = None, **kwargs: Any) -> None:
+    """Joins the job (unless ``collective.init`` already did) and starts the background engine, as Horovod's
+    ``init(comm=None, process_sets=None)``.
 
-    Keyword arguments go to ``collective.init``: e.g. ``fusion_threshold_bytes``, ``cycle_time_ms``,
-    ``timeline``, ``stall_check_s``, ``stall_shutdown_s``, ``timeout_s``; ``process_sets`` as Horovod's. Calling it again is harmless.
+    ``comm``: an mpi4py communicator (duplicated) or a list of ``MPI_COMM_WORLD`` ranks, under mpirun.
+    ``process_sets``: a list of ``ProcessSet`` to add once joined. Other keyword arguments go to
+    ``collective.init``: e.g. ``fusion_threshold_bytes``, ``cycle_time_ms``, ``timeline``, ``stall_check_s``,
+    ``stall_shutdown_s``, ``timeout_s``. Calling it again is harmless, as in Horovod.
     """
-    process_sets = kwargs.pop("process_sets", None)
-    # Arguments given before the engine starts are for collective.init even if the process already
-    # joined (spark_hvd.run's child has; its init rebuilds the mesh with them).
-    if not collective.is_initialized() or (kwargs and current().engine is None):
-        collective.init(**kwargs)
-    start_engine()
-    add_initial_sets(process_sets)
+    init_and_start_engine(comm, process_sets, kwargs)
 
 
 def shutdown() -> None:

@@ -59,3 +59,16 @@ def test_tensorflow_ops_and_process_sets() -> None:
         assert {("process_sets", "eager"), ("process_sets", "graph")} <= set(reports), sorted(reports)
         failed = {key: f for key, f in reports.items() if f}
         assert not failed, f"rank {rank}: {failed}"
+
+
+@pytest.mark.timeout(200)
+def test_init_over_a_communicator_or_a_list_of_world_ranks(backend: str) -> None:
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed")
+    job = run_mpi_job("init_comm.py", 3, backend=backend, timeout_s=170)
+    assert job.returncode == 0, job.output[-4000:]
+    for rank in range(3):
+        (record,) = job.records(rank)
+        assert record["ran"] == ["job_over_a_split_communicator", "job_over_a_list_of_world_ranks",
+                                 "wrong_comms_are_named"], record
+        assert record["failures"] == [], record["failures"]
