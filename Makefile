@@ -29,6 +29,7 @@ build: $(VENV)/.built
 # bootstrap + native ring and with the MPI data path; `make test-mpi` runs only those.
 # `make wheel-test` (the built wheel installed in a fresh venv, and a packed env on executors) runs beside the
 # suite: since the suite keeps one local[2] Spark session per process, CI has room for it (25.8 min without).
+# --durations: every CI log names the slowest tests, which is where to look when CI nears its 40 minutes.
 # Two test processes, a file each at a time (module fixtures stay in one process): most of the suite waits
 # on JVMs and ranks rather than computing, so two files at once take about half the time on 2 cores.
 # Petastorm's venv, the docs site and the wheel build beside the suite (-O keeps each one's output together).
@@ -37,7 +38,7 @@ test: build
 	$(MAKE) --no-print-directory -j4 -O suite petastorm-test docs wheel-test
 
 suite: build
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=40 tests
 
 # Petastorm needs an old stack (pyarrow 14, pyspark 4.0, numpy 1): its reader is tested in a venv of its own,
 # with its own build of the extension. The main venv skips those tests (petastorm does not import there).
