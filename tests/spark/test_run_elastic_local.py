@@ -5,33 +5,13 @@ from __future__ import annotations
 
 import io
 import re
-import sys
 
-import cloudpickle
-import numpy as np
 import pytest
 
-import elastic_functions
 import spark_hvd
-from elastic_data import reference_weights
-from elastic_functions import torch_elastic_train
+from elastic_functions import assert_reference_weights, torch_elastic_train
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ship_elastic_functions() -> None:
-    cloudpickle.register_pickle_by_value(elastic_functions)
-    cloudpickle.register_pickle_by_value(sys.modules["elastic_data"])
-    yield
-    cloudpickle.unregister_pickle_by_value(elastic_functions)
-    cloudpickle.unregister_pickle_by_value(sys.modules["elastic_data"])
-
-
-def assert_reference_weights(result: dict) -> None:
-    w, b = reference_weights(result["sizes"])
-    np.testing.assert_allclose(result["w"], w, rtol=1e-10, atol=1e-12)
-    assert result["b"] == pytest.approx(b, rel=1e-10, abs=1e-12)
+pytestmark = [pytest.mark.usefixtures("elastic_functions_by_value"), pytest.mark.spark, pytest.mark.timeout(180)]
 
 
 def test_a_killed_rank_relaunches_the_stage_from_the_last_commit(local_spark, tmp_path) -> None:
