@@ -55,3 +55,10 @@ def test_bounds_are_checked_before_anything_launches(local_spark) -> None:
         spark_hvd.run_elastic(torch_elastic_train, num_proc=2, min_np=1, min_num_proc=2, spark=local_spark)
     with pytest.raises(ValueError, match="reset_limit must be"):
         spark_hvd.run_elastic(torch_elastic_train, num_proc=2, reset_limit=-1, spark=local_spark)
+
+
+def test_a_spark_connect_session_is_refused_with_the_reason() -> None:
+    # A Connect client cannot be dialled by the executors, so commits could not reach it while a stage runs.
+    connect_session = type("SparkSession", (), {"__module__": "pyspark.sql.connect.session"})()
+    with pytest.raises(spark_hvd.ElasticNotSupportedError, match="cannot dial a Spark Connect client"):
+        spark_hvd.run_elastic(torch_elastic_train, num_proc=2, spark=connect_session)
