@@ -206,12 +206,13 @@ class _ElasticDriver:
             except (SparkJobError, StartTimeoutError) as error:
                 # No rank blamed (an executor lost before any report), or the slots counted were gone by the
                 # time the stage was scheduled: count again and relaunch.
-                why = f"a task or executor was lost before any rank reported: {spark_error_summary(error.__cause__ or error)}"
+                summary = spark_error_summary(error.__cause__ or error)
+                why = f"a task or executor was lost before any rank reported: {summary}"
             self._say(f"elastic stage {stage} ended: {why}")
             if self._reset_limit is not None and stage > self._reset_limit:
                 raise ResetLimitError(
-                    f"spark_hvd.run_elastic: the job re-formed {stage - 1} time(s), reset_limit={self._reset_limit}; "
-                    f"stage {stage} ended: {why}")
+                    f"spark_hvd.run_elastic: the job re-formed {stage - 1} time(s), "
+                    f"reset_limit={self._reset_limit}; stage {stage} ended: {why}")
             stage += 1
             size = self._wait_for_slots(self._bounds.max)
 
