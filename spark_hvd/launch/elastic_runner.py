@@ -124,7 +124,8 @@ def run_elastic(
 
     A rank that raises an exception of fn's own fails the job at once with RunError naming it, as in
     ``spark_hvd.run``: retrying would raise it again. A lost rank (its process killed, its executor or host
-    lost) ends the stage; the next starts from the last commit that reached the driver.
+    lost) ends the stage; the next starts from the last commit that reached the driver. Three stages in a
+    row that Spark fails with no rank blamed and no commit made raise Spark's error (SparkJobError).
     """
     min_num_proc = _alias("min_num_proc", min_num_proc, "min_np", min_np)
     max_num_proc = _alias("max_num_proc", max_num_proc, "max_np", max_np)
