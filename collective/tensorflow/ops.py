@@ -253,7 +253,7 @@ def broadcast(tensor: Any, root_rank: int, name: str | None = None, ignore_name_
     raw = tf.convert_to_tensor(tensor)
     carried, original = _as_bits(raw)
     x = as_tensor(carried, name)
-    root, set_root = _check_root(root_rank, name, process_set)
+    root, set_root = check_root(root_rank, name, process_set)
     submitted = op_name("broadcast", name)
 
     @tf.custom_gradient
@@ -269,7 +269,7 @@ def broadcast(tensor: Any, root_rank: int, name: str | None = None, ignore_name_
     return _from_bits(forward(x), original)
 
 
-def _check_root(root_rank: int, name: str | None,
+def check_root(root_rank: int, name: str | None,
                 process_set: ProcessSet = global_process_set) -> tuple[int, int]:
     """``root_rank`` (a global rank), checked against the ranks of ``process_set``, and its rank there."""
     root = int(root_rank)
@@ -287,13 +287,16 @@ def _check_root(root_rank: int, name: str | None,
 
 
 @not_converted
-def broadcast_group(tensors: Sequence[tf.Tensor], root_rank: int, names: Sequence[str | None]) -> list[tf.Tensor]:
-    """Broadcasts several tensors in one engine round trip (no gradient): for variables and state."""
-    root, _ = _check_root(root_rank, names[0] if names else None)
+def broadcast_group(tensors: Sequence[tf.Tensor], root_rank: int, names: Sequence[str | None],
+                    process_set: ProcessSet = global_process_set) -> list[tf.Tensor]:
+    """Broadcasts several tensors in one engine round trip (no gradient): for variables and state.
+    ``root_rank`` is a global rank, as in ``broadcast``."""
+    _check_member(process_set)
+    _, set_root = check_root(root_rank, names[0] if names else None, process_set)
     carried, originals = zip(*[_as_bits(tf.convert_to_tensor(t)) for t in tensors]) if tensors else ((), ())
     dense = [as_tensor(t, n) for t, n in zip(carried, names)]
     names = list(names)
-    outputs = run(lambda *arrays: engine_calls.broadcast(arrays, names, root), dense, [t.dtype for t in dense],
+    outputs = run(lambda *arrays: engine_calls.broadcast(arrays, names, set_root, process_set), dense, [t.dtype for t in dense],
                   [t.shape for t in dense])
     return [_from_bits(t, o) for t, o in zip(outputs, originals)]
 

@@ -328,6 +328,11 @@ def barrier_join_objects(c: Checks, mode: str) -> None:
                 {"from": size - 1, "list": [1, 2]}, "broadcast_object")
         c.check(hvd.allgather_object(("rank", rank) * (rank + 1)) == [("rank", r) * (r + 1) for r in range(size)],
                 "allgather_object")
+        # Horovod's TF1 builder binds the arguments; scripts also branch on hvd._executing_eagerly().
+        bcast = hvd.broadcast_object_fn(root_rank=0, name="object_fn")
+        c.check(bcast({"rank": rank}) == {"rank": 0}, "broadcast_object_fn")
+        c.check(hvd._executing_eagerly() and hvd.util._executing_eagerly(), "_executing_eagerly when eager")
+        c.check(not tf.function(lambda: tf.constant(hvd.util._executing_eagerly()))(), "_executing_eagerly traced")
 
 
 def broadcast_variables(c: Checks, mode: str) -> None:
@@ -393,6 +398,16 @@ def process_sets(c: Checks, mode: str) -> None:
         # Horovod's allgather gradient: this rank's rows of the set's averaged output gradient.
         c.close(got, np.array([[2.0 * me + 1] * 2, [2.0 * me + 2] * 2]), "allgather gradient within the set")
         in_mode(mode, lambda: hvd.barrier(process_set=mine))
+        variable = tf.Variable(np.full(2, rank, np.float32))
+        in_mode(mode, lambda: hvd.broadcast_variables([variable], members[0], process_set=mine))
+        c.close(variable, np.full(2, float(members[0])), "broadcast_variables within the set")
+        variable.assign(np.full(2, rank, np.float32))
+        in_mode(mode, lambda: hvd.broadcast_([variable], members[-1], name="set_inplace", process_set=mine))
+        c.close(variable, np.full(2, float(members[-1])), "broadcast_ within the set")
+        if mode == "eager":
+            c.check(hvd.broadcast_object({"r": rank}, members[-1], process_set=mine) == {"r": members[-1]},
+                    "broadcast_object within the set")
+            c.check(hvd.allgather_object(rank, process_set=mine) == list(members), "allgather_object within the set")
         if size > 1:
             try:
                 hvd.allreduce(x, process_set=other)
