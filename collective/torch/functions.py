@@ -99,7 +99,9 @@ def _receiver(local: Any, slot: _TensorSlot) -> torch.Tensor:
 
 def _initialize_state(optimizer: torch.optim.Optimizer) -> None:
     """Horovod's way to give an optimizer that has not stepped its state: one local step on zero
-    gradients, after which the parameters and gradients are put back as they were."""
+    gradients. The parameters are put back as they were (weight decay moves them even on zero
+    gradients); as in Horovod, a parameter that had no gradient keeps its zero one, so scripts may read
+    ``p.grad`` of every trainable parameter afterwards."""
     params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
     saved = [(p.detach().clone(), p.grad) for p in params]
     for p in params:
@@ -109,14 +111,15 @@ def _initialize_state(optimizer: torch.optim.Optimizer) -> None:
     with torch.no_grad():  # weight decay moves parameters even on zero gradients
         for p, (data, grad) in zip(params, saved):
             p.copy_(data)
-            p.grad = grad
+            if grad is not None:
+                p.grad = grad
 
 
 def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int) -> None:
     """Gives every rank ``root_rank``'s optimizer state and hyperparameters.
 
     As in Horovod, an optimizer that has not stepped yet first steps once on zero gradients (its
-    parameters are restored), so that its state exists (Adam's moments and step count, SGD's
+    parameters are restored; parameters without a gradient keep the zero one), so that its state exists (Adam's moments and step count, SGD's
     momentum buffers) and every rank ends up holding the root's. A rank whose state is still empty
     afterwards receives the layout of the root's, so ranks need not agree on what has stepped.
     """
