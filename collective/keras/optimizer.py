@@ -35,10 +35,31 @@ class Settings:
             raise ValueError(f"backward_passes_per_step must be at least 1, got {self.backward_passes_per_step}")
 
 
+@dataclass(frozen=True)
+class _AggregationView:
+    """What Horovod's ``optimizer._agg_helper`` shows of local gradient aggregation: ``counter``, the
+    backward passes summed locally since the last reduction (scripts and tests read it)."""
+    optimizer: Any
+
+    @property
+    def counter(self) -> tf.Tensor:
+        passes = getattr(self.optimizer, "_collective_passes", None)
+        if passes is None:  # not built: no pass yet
+            return tf.constant(0, tf.int64)
+        return passes % self.optimizer._collective_settings.backward_passes_per_step
+
+
 class _Distributed:
     """Mixed in before the optimizer's class; ``_collective_settings`` is set on each generated class."""
 
     _collective_settings: Settings
+
+    @property
+    def _agg_helper(self) -> _AggregationView | None:
+        """Horovod's handle on local aggregation: None unless ``backward_passes_per_step`` > 1."""
+        if self._collective_settings.backward_passes_per_step == 1:
+            return None
+        return _AggregationView(self)
 
     def build(self, variables: Sequence[Any]) -> None:
         super().build(variables)  # type: ignore[misc]

@@ -265,6 +265,11 @@ def fit_backward_passes_per_step(c: Checks, mode: str) -> None:
     same_on_all_ranks(c, model.get_weights(), "backward_passes_per_step=2")
     close_weights(c, model.get_weights(), reference.get_weights(), "backward_passes_per_step=2")
     c.check(int(model.optimizer.iterations.numpy()) == STEPS, f"iterations {model.optimizer.iterations}")
+    # Horovod's _agg_helper.counter: passes summed locally since the last reduction.
+    c.check(int(optimizer._agg_helper.counter.numpy()) == STEPS % 2, f"counter {optimizer._agg_helper.counter}")
+    model.train_on_batch(x[:BATCH], y[:BATCH])
+    c.check(int(optimizer._agg_helper.counter.numpy()) == (STEPS + 1) % 2, "counter after one more pass")
+    c.check(hvd.DistributedOptimizer(keras.optimizers.SGD(0.1))._agg_helper is None, "_agg_helper without aggregation")
 
 
 def learning_rate_warmup(c: Checks, mode: str) -> None:
