@@ -84,8 +84,33 @@ class _Distributed:
             object.__setattr__(self, "_collective_local_vars", {})
         self._collective_local_vars[id(var)] = var
 
+    def _compute_gradients(self, loss: Any, var_list: Sequence[Any], grad_loss: Any = None,
+                           tape: tf.GradientTape | None = None) -> list[tuple[Any, Any]]:
+        """Horovod's ``(gradient, variable)`` pairs for ``loss`` (a tensor taped on ``tape``, or a callable),
+        reduced across ranks as ``apply`` would reduce them. ``apply``/``apply_gradients`` then takes them
+        as they are. With ``backward_passes_per_step`` > 1 they stay local: ``apply`` sums them and reduces
+        every that many passes, as Horovod's aggregation does."""
+        variables = list(var_list)
+        if callable(loss):
+            tape = tf.GradientTape() if tape is None else tape
+            with tape:
+                tape.watch(variables)
+                loss = loss()
+        elif tape is None:
+            raise ValueError("_compute_gradients needs the tape that recorded a tensor loss (or a callable loss)")
+        grads = tape.gradient(loss, variables, grad_loss)
+        if self._collective_settings.backward_passes_per_step == 1:
+            grads = self._collective_reduce(list(grads), variables)
+            # Past Keras's attribute tracking: the ids of gradients already reduced, which apply passes on.
+            object.__setattr__(self, "_collective_reduced_ids", {id(g) for g in grads if g is not None})
+        return list(zip(grads, variables))
+
     def _collective_reduce(self, grads: list[Any], variables: Sequence[Any] | None) -> list[Any]:
         """The gradients reduced across ranks, except those of variables registered as local."""
+        already = getattr(self, "_collective_reduced_ids", None)
+        if already and all(id(g) in already for g in grads if g is not None):
+            object.__setattr__(self, "_collective_reduced_ids", None)  # from _compute_gradients: reduced once
+            return grads
         settings = self._collective_settings
         local_vars = getattr(self, "_collective_local_vars", None)
         if not local_vars:

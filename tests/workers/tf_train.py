@@ -371,6 +371,20 @@ def local_layers(c: Checks, mode: str) -> None:
     (tf.function(apply) if mode == "graph" else apply)()
     steps = [b - a for a, b in zip(model.get_weights(), before)]
     close_weights(c, steps, want, "PartialDistributedOptimizer")
+    # Horovod's _compute_gradients: the same reduced gradients, which apply_gradients then uses as they are.
+    for variable, value in zip(model.trainable_variables, before):
+        variable.assign(value)
+
+    def compute_and_apply() -> list[tf.Tensor]:
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((model(x) - y) ** 2)
+        pairs = optimizer._compute_gradients(loss, model.trainable_variables, tape=tape)
+        optimizer.apply_gradients(pairs)
+        return [g for g, _ in pairs]
+    reduced = (tf.function(compute_and_apply) if mode == "graph" else compute_and_apply)()
+    close_weights(c, [g.numpy() for g in reduced], want, "PartialDistributedOptimizer._compute_gradients")
+    steps = [b - a for a, b in zip(model.get_weights(), before)]
+    close_weights(c, steps, want, "apply_gradients after _compute_gradients reduces once")
 
     own_values = [w.copy() for w in model.get_weights()]
     for variable in model.variables:
