@@ -51,7 +51,7 @@ from collective.tensorflow.ops import (
 )
 from collective.timeline import start_timeline, stop_timeline
 from collective.tensorflow.optimizer import DistributedOptimizer
-from collective.tensorflow.rank_ops import local_rank_op, local_size_op, rank_op, size_op
+from collective.tensorflow.rank_ops import local_rank_op, local_size_op, process_set_included_op, rank_op, size_op
 from collective.tensorflow.sync_batch_norm import SyncBatchNormalization
 from collective.tensorflow import util  # noqa: E402  (hvd.util, as Horovod's package has it)
 from collective.tensorflow.util import _executing_eagerly  # noqa: F401  (Horovod exposes it on the package)
@@ -71,7 +71,7 @@ __all__ = [
     "barrier", "broadcast", "broadcast_", "broadcast_global_variables", "broadcast_object", "broadcast_object_fn", "broadcast_variables",
     "cross_rank", "cross_size", "global_process_set", "grouped_allgather", "grouped_allreduce",
     "grouped_reducescatter", "init", "is_initialized", "join", "local_rank", "local_rank_op", "local_size",
-    "local_size_op", "rank", "rank_op", "reducescatter", "remove_process_set", "shutdown", "size", "size_op",
+    "local_size_op", "process_set_included_op", "rank", "rank_op", "reducescatter", "remove_process_set", "shutdown", "size", "size_op",
     "start_timeline", "stop_timeline",
 ]
 

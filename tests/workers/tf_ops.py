@@ -373,6 +373,15 @@ def process_sets(c: Checks, mode: str) -> None:
         mine, other = (evens, odds) if rank % 2 == 0 else (odds, evens)
         members, me = mine.ranks, mine.rank()
         c.check(mine.included() and not other.included() and mine.size() == len(members), "set membership")
+        # Horovod's id-keyed queries as int32 tensors, answered for sets this rank is in and not in.
+        ops = in_mode(mode, lambda: [hvd.size_op(process_set_id=mine.process_set_id),
+                                     hvd.size_op(process_set_id=other.process_set_id),
+                                     hvd.process_set_included_op(mine.process_set_id),
+                                     hvd.process_set_included_op(other.process_set_id),
+                                     hvd.process_set_included_op()])
+        c.check([int(to_numpy(t)) for t in ops] == [len(members), len(other.ranks), 1, 0, 1], f"set ops gave {ops}")
+        if mode == "eager":
+            c.raises(ValueError, "no process set with id 99", lambda: hvd.size_op(process_set_id=99), "unknown set id")
         x = tf.constant([float(rank + 1)] * 3, tf.float64)
         got = in_mode(mode, lambda t: hvd.allreduce(t, op=hvd.Sum, process_set=mine), x)
         c.close(got, np.full(3, float(sum(r + 1 for r in members))), "allreduce Sum within the set")
