@@ -35,7 +35,8 @@ from collective.tensorflow.bridge import (
     sub_names,
 )
 from collective.tensorflow.compression import Compression, Compressor
-from collective.tensorflow.errors import invalid_argument, not_implemented
+from collective.errors import CollectiveError
+from collective.tensorflow.errors import as_tf_error, invalid_argument, not_implemented
 
 
 def resolve_op(op: ReduceOp | int | None, average: bool | None) -> ReduceOp:
@@ -54,7 +55,10 @@ def _check_member(process_set: ProcessSet) -> None:
     """Refuses, when the op is built, a set that does not hold this rank, naming the set. The global set
     needs no check, so ops on it can still be built before init() (a graph, the XLA refusal)."""
     if process_set is not global_process_set and process_set.process_set_id != 0:
-        runtime_for(process_set)
+        try:
+            runtime_for(process_set)
+        except CollectiveError as error:  # not a member: the tf.errors class Horovod's op fails with
+            raise as_tf_error(error) from error
 
 
 def _set_rank(process_set: ProcessSet) -> int:
