@@ -101,16 +101,19 @@ class _Distributed:
         grads = tape.gradient(loss, variables, grad_loss)
         if self._collective_settings.backward_passes_per_step == 1:
             grads = self._collective_reduce(list(grads), variables)
-            # Past Keras's attribute tracking: the ids of gradients already reduced, which apply passes on.
-            object.__setattr__(self, "_collective_reduced_ids", {id(g) for g in grads if g is not None})
+            # Past Keras's attribute tracking: the gradients already reduced, which apply passes on. Held
+            # (not just their ids) so that no other tensor can come to share an id with them meanwhile.
+            object.__setattr__(self, "_collective_reduced", [g for g in grads if g is not None])
         return list(zip(grads, variables))
 
     def _collective_reduce(self, grads: list[Any], variables: Sequence[Any] | None) -> list[Any]:
         """The gradients reduced across ranks, except those of variables registered as local."""
-        already = getattr(self, "_collective_reduced_ids", None)
-        if already and all(id(g) in already for g in grads if g is not None):
-            object.__setattr__(self, "_collective_reduced_ids", None)  # from _compute_gradients: reduced once
-            return grads
+        already = getattr(self, "_collective_reduced", None)
+        if already:
+            object.__setattr__(self, "_collective_reduced", None)
+            ids = {id(g) for g in already}
+            if all(id(g) in ids for g in grads if g is not None):  # from _compute_gradients: reduced once
+                return grads
         settings = self._collective_settings
         local_vars = getattr(self, "_collective_local_vars", None)
         if not local_vars:
