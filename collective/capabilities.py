@@ -10,7 +10,7 @@ import importlib.util
 
 from collective.config import config_from_env
 from collective.errors import CollectiveError
-from collective.runtime import current, is_initialized
+from collective.runtime import current, is_homogeneous, is_initialized
 
 
 def mpi_built() -> bool:
@@ -63,10 +63,23 @@ def ccl_built() -> bool:
     return False
 
 
+def mpi_threads_supported() -> bool:
+    """Whether MPI runs with multi-threading support (``MPI_THREAD_MULTIPLE``), as Horovod's. Needs
+    ``init()``; False on the native ring, where no MPI moves the data."""
+    if not is_initialized():
+        raise ValueError("mpi_threads_supported() needs init() first")
+    if not mpi_enabled():
+        return False
+    from mpi4py import MPI
+
+    return MPI.Query_thread() == MPI.THREAD_MULTIPLE
+
+
 def ddl_built() -> bool:
     """False: there is no IBM DDL path."""
     return False
 
 
 __all__ = ["ccl_built", "cuda_built", "ddl_built", "gloo_built", "gloo_enabled", "mpi_built", "mpi_enabled",
-           "nccl_built", "rocm_built"]
+           "mpi_threads_supported", "nccl_built", "rocm_built",
+           "is_homogeneous"]  # a topology query, exported with these as Horovod's packages export it

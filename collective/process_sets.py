@@ -113,6 +113,19 @@ def _registered_ranks(process_set: ProcessSet) -> tuple[int, ...]:
     return ranks
 
 
+def ranks_of_set_id(process_set_id: int) -> tuple[int, ...]:
+    """The global ranks of the running job's process set ``process_set_id`` (0: every rank), for the
+    queries Horovod keys by id (TensorFlow's ``size_op``, ``process_set_included_op``)."""
+    job = current()
+    if process_set_id == 0:
+        return tuple(range(job.topology.size))
+    ranks = job.process_set_ranks.get(int(process_set_id))
+    if ranks is None:
+        raise ValueError(f"there is no process set with id {process_set_id} (ids: 0 and "
+                         f"{sorted(job.process_set_ranks) or 'none added'})")
+    return tuple(ranks)
+
+
 def runtime_for(process_set: ProcessSet | None) -> _Runtime:
     """The runtime a collective on ``process_set`` runs on (the job's own for the global set)."""
     job = current()

@@ -15,6 +15,7 @@ import argparse
 import io
 import os
 import queue
+import re
 import secrets
 import shutil
 import signal
@@ -149,7 +150,7 @@ def launch(
                 pythonpath = _pythonpath_with_package(child_env.get("PYTHONPATH"))
                 if pythonpath:
                     child_env["PYTHONPATH"] = pythonpath
-                argv = [sys.executable, *script_args]
+                argv = rank_command(script_args)
                 if placement and placement[rank] in remote:
                     rank_env = {k: v for k, v in child_env.items() if k not in _LOCAL_ONLY_VARIABLES
                                 and not k.startswith("SSH_")}
@@ -164,6 +165,18 @@ def launch(
             job.drain_output(_DRAIN_DEADLINE_S)
             server.stop()
             job.remove_reports()
+
+
+_INTERPRETER_NAME = re.compile(r"python(\d+(\.\d+)?)?")
+
+
+def rank_command(script_args: list[str]) -> list[str]:
+    """The command each rank runs: this interpreter on ``script_args``. A leading ``python`` (horovodrun's
+    form, ``-np 2 python -m pytest ...``) is accepted and replaced by this interpreter, so ranks use the
+    same environment as the launcher."""
+    if _INTERPRETER_NAME.fullmatch(os.path.basename(script_args[0])) or script_args[0] == sys.executable:
+        return [sys.executable, *script_args[1:]]
+    return [sys.executable, *script_args]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -225,7 +238,8 @@ def _argument_parser() -> argparse.ArgumentParser:
                         help="write a Chrome trace (Perfetto) of rank 0's collectives to FILE")
     parser.add_argument("--term-grace", type=_positive_float, default=DEFAULT_TERM_GRACE_S,
                         metavar="S", help="seconds between SIGTERM and SIGKILL on teardown")
-    parser.add_argument("script", help="Python script to run on every rank")
+    parser.add_argument("script", help="Python script to run on every rank (or horovodrun's "
+                        "'python script.py' / 'python -m module')")
     parser.add_argument("script_args", nargs=argparse.REMAINDER,
                         help="arguments passed to the script")
     return parser

@@ -304,6 +304,11 @@ def cross_size() -> int:
     return topology().cross_size
 
 
+def is_homogeneous() -> bool:
+    """Whether every host runs the same number of ranks, as Horovod's ``is_homogeneous()``."""
+    return topology().homogeneous
+
+
 def uses_shared_memory(peer: int) -> bool:
     """Whether data to ``peer`` travels through shared memory (True) or TCP (False)."""
     return bool(communicator().uses_shm(peer))

@@ -13,6 +13,7 @@ class Topology:
     local_size: int   # ranks on this host
     cross_rank: int   # position among the ranks with this local_rank (Horovod's definition)
     cross_size: int
+    homogeneous: bool = True  # every host runs the same number of ranks (Horovod's is_homogeneous)
 
 
 def topology_from_host_keys(rank: int, host_keys: list[str]) -> Topology:
@@ -30,4 +31,5 @@ def topology_from_host_keys(rank: int, host_keys: list[str]) -> Topology:
         local_size=len(same_host),
         cross_rank=cross_group.index(rank),
         cross_size=len(cross_group),
+        homogeneous=len({host_keys.count(key) for key in host_keys}) == 1,
     )

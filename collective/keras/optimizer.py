@@ -35,10 +35,31 @@ class Settings:
             raise ValueError(f"backward_passes_per_step must be at least 1, got {self.backward_passes_per_step}")
 
 
+@dataclass(frozen=True)
+class _AggregationView:
+    """What Horovod's ``optimizer._agg_helper`` shows of local gradient aggregation: ``counter``, the
+    backward passes summed locally since the last reduction (scripts and tests read it)."""
+    optimizer: Any
+
+    @property
+    def counter(self) -> tf.Tensor:
+        passes = getattr(self.optimizer, "_collective_passes", None)
+        if passes is None:  # not built: no pass yet
+            return tf.constant(0, tf.int64)
+        return passes % self.optimizer._collective_settings.backward_passes_per_step
+
+
 class _Distributed:
     """Mixed in before the optimizer's class; ``_collective_settings`` is set on each generated class."""
 
     _collective_settings: Settings
+
+    @property
+    def _agg_helper(self) -> _AggregationView | None:
+        """Horovod's handle on local aggregation: None unless ``backward_passes_per_step`` > 1."""
+        if self._collective_settings.backward_passes_per_step == 1:
+            return None
+        return _AggregationView(self)
 
     def build(self, variables: Sequence[Any]) -> None:
         super().build(variables)  # type: ignore[misc]
@@ -63,8 +84,36 @@ class _Distributed:
             object.__setattr__(self, "_collective_local_vars", {})
         self._collective_local_vars[id(var)] = var
 
+    def _compute_gradients(self, loss: Any, var_list: Sequence[Any], grad_loss: Any = None,
+                           tape: tf.GradientTape | None = None) -> list[tuple[Any, Any]]:
+        """Horovod's ``(gradient, variable)`` pairs for ``loss`` (a tensor taped on ``tape``, or a callable),
+        reduced across ranks as ``apply`` would reduce them. ``apply``/``apply_gradients`` then takes them
+        as they are. With ``backward_passes_per_step`` > 1 they stay local: ``apply`` sums them and reduces
+        every that many passes, as Horovod's aggregation does."""
+        variables = list(var_list)
+        if callable(loss):
+            tape = tf.GradientTape() if tape is None else tape
+            with tape:
+                tape.watch(variables)
+                loss = loss()
+        elif tape is None:
+            raise ValueError("_compute_gradients needs the tape that recorded a tensor loss (or a callable loss)")
+        grads = tape.gradient(loss, variables, grad_loss)
+        if self._collective_settings.backward_passes_per_step == 1:
+            grads = self._collective_reduce(list(grads), variables)
+            # Past Keras's attribute tracking: the gradients already reduced, which apply passes on. Held
+            # (not just their ids) so that no other tensor can come to share an id with them meanwhile.
+            object.__setattr__(self, "_collective_reduced", [g for g in grads if g is not None])
+        return list(zip(grads, variables))
+
     def _collective_reduce(self, grads: list[Any], variables: Sequence[Any] | None) -> list[Any]:
         """The gradients reduced across ranks, except those of variables registered as local."""
+        already = getattr(self, "_collective_reduced", None)
+        if already:
+            object.__setattr__(self, "_collective_reduced", None)
+            ids = {id(g) for g in already}
+            if all(id(g) in ids for g in grads if g is not None):  # from _compute_gradients: reduced once
+                return grads
         settings = self._collective_settings
         local_vars = getattr(self, "_collective_local_vars", None)
         if not local_vars:

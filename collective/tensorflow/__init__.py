@@ -32,6 +32,7 @@ from collective.tensorflow.functions import (
     broadcast_,
     broadcast_global_variables,
     broadcast_object,
+    broadcast_object_fn,
     broadcast_variables,
 )
 from collective.tensorflow.gradient_tape import DistributedGradientTape, PartialDistributedGradientTape
@@ -50,8 +51,10 @@ from collective.tensorflow.ops import (
 )
 from collective.timeline import start_timeline, stop_timeline
 from collective.tensorflow.optimizer import DistributedOptimizer
-from collective.tensorflow.rank_ops import local_rank_op, local_size_op, rank_op, size_op
+from collective.tensorflow.rank_ops import local_rank_op, local_size_op, process_set_included_op, rank_op, size_op
 from collective.tensorflow.sync_batch_norm import SyncBatchNormalization
+from collective.tensorflow import util  # noqa: E402  (hvd.util, as Horovod's package has it)
+from collective.tensorflow.util import _executing_eagerly  # noqa: F401  (Horovod exposes it on the package)
 
 # Scripts that catch Horovod's error type keep working.
 HorovodInternalError = CollectiveError
@@ -65,10 +68,10 @@ __all__ = [
     "HorovodInternalError", "HostsUpdatedInterrupt", "InvalidArgumentError", "Max", "Min", "MismatchError", "NotInitializedError",
     "PartialDistributedGradientTape", "PeerFailureError", "ProcessSet", "Product", "ReduceOp", "Sum",
     "SyncBatchNormalization", "add_process_set", "allgather", "allgather_object", "allreduce", "alltoall",
-    "barrier", "broadcast", "broadcast_", "broadcast_global_variables", "broadcast_object", "broadcast_variables",
+    "barrier", "broadcast", "broadcast_", "broadcast_global_variables", "broadcast_object", "broadcast_object_fn", "broadcast_variables",
     "cross_rank", "cross_size", "global_process_set", "grouped_allgather", "grouped_allreduce",
     "grouped_reducescatter", "init", "is_initialized", "join", "local_rank", "local_rank_op", "local_size",
-    "local_size_op", "rank", "rank_op", "reducescatter", "remove_process_set", "shutdown", "size", "size_op",
+    "local_size_op", "process_set_included_op", "rank", "rank_op", "reducescatter", "remove_process_set", "shutdown", "size", "size_op",
     "start_timeline", "stop_timeline",
 ]
 

@@ -35,7 +35,8 @@ from collective.tensorflow.bridge import (
     sub_names,
 )
 from collective.tensorflow.compression import Compression, Compressor
-from collective.tensorflow.errors import invalid_argument, not_implemented
+from collective.errors import CollectiveError
+from collective.tensorflow.errors import as_tf_error, invalid_argument, not_implemented
 
 
 def resolve_op(op: ReduceOp | int | None, average: bool | None) -> ReduceOp:
@@ -54,7 +55,10 @@ def _check_member(process_set: ProcessSet) -> None:
     """Refuses, when the op is built, a set that does not hold this rank, naming the set. The global set
     needs no check, so ops on it can still be built before init() (a graph, the XLA refusal)."""
     if process_set is not global_process_set and process_set.process_set_id != 0:
-        runtime_for(process_set)
+        try:
+            runtime_for(process_set)
+        except CollectiveError as error:  # not a member: the tf.errors class Horovod's op fails with
+            raise as_tf_error(error) from error
 
 
 def _set_rank(process_set: ProcessSet) -> int:
@@ -253,7 +257,7 @@ def broadcast(tensor: Any, root_rank: int, name: str | None = None, ignore_name_
     raw = tf.convert_to_tensor(tensor)
     carried, original = _as_bits(raw)
     x = as_tensor(carried, name)
-    root, set_root = _check_root(root_rank, name, process_set)
+    root, set_root = check_root(root_rank, name, process_set)
     submitted = op_name("broadcast", name)
 
     @tf.custom_gradient
@@ -269,7 +273,7 @@ def broadcast(tensor: Any, root_rank: int, name: str | None = None, ignore_name_
     return _from_bits(forward(x), original)
 
 
-def _check_root(root_rank: int, name: str | None,
+def check_root(root_rank: int, name: str | None,
                 process_set: ProcessSet = global_process_set) -> tuple[int, int]:
     """``root_rank`` (a global rank), checked against the ranks of ``process_set``, and its rank there."""
     root = int(root_rank)
@@ -287,13 +291,16 @@ def _check_root(root_rank: int, name: str | None,
 
 
 @not_converted
-def broadcast_group(tensors: Sequence[tf.Tensor], root_rank: int, names: Sequence[str | None]) -> list[tf.Tensor]:
-    """Broadcasts several tensors in one engine round trip (no gradient): for variables and state."""
-    root, _ = _check_root(root_rank, names[0] if names else None)
+def broadcast_group(tensors: Sequence[tf.Tensor], root_rank: int, names: Sequence[str | None],
+                    process_set: ProcessSet = global_process_set) -> list[tf.Tensor]:
+    """Broadcasts several tensors in one engine round trip (no gradient): for variables and state.
+    ``root_rank`` is a global rank, as in ``broadcast``."""
+    _check_member(process_set)
+    _, set_root = check_root(root_rank, names[0] if names else None, process_set)
     carried, originals = zip(*[_as_bits(tf.convert_to_tensor(t)) for t in tensors]) if tensors else ((), ())
     dense = [as_tensor(t, n) for t, n in zip(carried, names)]
     names = list(names)
-    outputs = run(lambda *arrays: engine_calls.broadcast(arrays, names, root), dense, [t.dtype for t in dense],
+    outputs = run(lambda *arrays: engine_calls.broadcast(arrays, names, set_root, process_set), dense, [t.dtype for t in dense],
                   [t.shape for t in dense])
     return [_from_bits(t, o) for t, o in zip(outputs, originals)]
 

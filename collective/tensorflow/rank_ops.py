@@ -8,7 +8,8 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
-from collective.runtime import local_rank, local_size, rank, size
+from collective.process_sets import ranks_of_set_id
+from collective.runtime import local_rank, local_size, rank
 from collective.tensorflow.bridge import not_converted, run
 
 
@@ -32,10 +33,20 @@ def local_rank_op(name: str | None = None) -> tf.Tensor:
 
 @not_converted
 def size_op(process_set_id: int = 0, name: str | None = None) -> tf.Tensor:
-    """The number of processes, as an int32 scalar tensor (``process_set_id`` 0: the global set)."""
-    if process_set_id != 0:
-        raise ValueError(f"size_op: unknown process_set_id {process_set_id}; only the global set (0) exists")
-    return _read_at_run_time(size, name)
+    """The number of processes in process set ``process_set_id`` (0, the default: all of them), as an
+    int32 scalar tensor. An unknown id is a ValueError when the op runs."""
+    def set_size() -> int:
+        return len(ranks_of_set_id(process_set_id))
+    return _read_at_run_time(set_size, name or "size_op")
+
+
+@not_converted
+def process_set_included_op(process_set_id: int = 0, name: str | None = None) -> tf.Tensor:
+    """1 if this process belongs to process set ``process_set_id``, else 0, as an int32 scalar tensor,
+    as Horovod's. An unknown id is a ValueError when the op runs."""
+    def included() -> int:
+        return int(rank() in ranks_of_set_id(process_set_id))
+    return _read_at_run_time(included, name or "process_set_included_op")
 
 
 @not_converted

@@ -8,6 +8,7 @@ from typing import Any, Iterable
 import cloudpickle
 import torch
 
+from collective.process_sets import ProcessSet, global_process_set
 from collective.runtime import rank
 from collective.torch.ops import allgather_async, broadcast_, broadcast_async_, synchronize
 from collective.torch.optimizer import local_step
@@ -44,23 +45,26 @@ def _from_bytes(data: torch.Tensor) -> Any:
     return cloudpickle.loads(data.numpy().tobytes())
 
 
-def broadcast_object(obj: Any, root_rank: int = 0, name: str | None = None) -> Any:
-    """Returns ``root_rank``'s ``obj`` (any cloudpickle-able object) on every rank."""
+def broadcast_object(obj: Any, root_rank: int = 0, name: str | None = None,
+                     process_set: ProcessSet = global_process_set) -> Any:
+    """Returns ``root_rank``'s ``obj`` (any cloudpickle-able object) on every rank of ``process_set``
+    (``root_rank`` a global rank, as in ``broadcast``)."""
     is_root = rank() == root_rank
     payload = _to_bytes(obj) if is_root else None
     length = torch.tensor([payload.numel() if payload is not None else 0], dtype=torch.int64)
-    broadcast_(length, root_rank, _sub_name(name, "size"))
+    broadcast_(length, root_rank, _sub_name(name, "size"), process_set)
     if payload is None:
         payload = torch.empty(int(length[0]), dtype=torch.uint8)
-    broadcast_(payload, root_rank, _sub_name(name, "data"))
+    broadcast_(payload, root_rank, _sub_name(name, "data"), process_set)
     return obj if is_root else _from_bytes(payload)
 
 
-def allgather_object(obj: Any, name: str | None = None) -> list[Any]:
-    """Returns the list of every rank's ``obj``, in rank order."""
+def allgather_object(obj: Any, name: str | None = None, process_set: ProcessSet = global_process_set) -> list[Any]:
+    """Returns the list of every ``process_set`` rank's ``obj``, in rank order."""
     payload = _to_bytes(obj)
-    lengths = synchronize(allgather_async(torch.tensor([payload.numel()], dtype=torch.int64), _sub_name(name, "sizes")))
-    gathered = synchronize(allgather_async(payload, _sub_name(name, "data")))
+    lengths = synchronize(allgather_async(torch.tensor([payload.numel()], dtype=torch.int64), _sub_name(name, "sizes"),
+                                          process_set))
+    gathered = synchronize(allgather_async(payload, _sub_name(name, "data"), process_set))
     return [_from_bytes(part) for part in torch.split(gathered, lengths.tolist())]
 
 
@@ -95,7 +99,9 @@ def _receiver(local: Any, slot: _TensorSlot) -> torch.Tensor:
 
 def _initialize_state(optimizer: torch.optim.Optimizer) -> None:
     """Horovod's way to give an optimizer that has not stepped its state: one local step on zero
-    gradients, after which the parameters and gradients are put back as they were."""
+    gradients. The parameters are put back as they were (weight decay moves them even on zero
+    gradients); as in Horovod, a parameter that had no gradient keeps its zero one, so scripts may read
+    ``p.grad`` of every trainable parameter afterwards."""
     params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
     saved = [(p.detach().clone(), p.grad) for p in params]
     for p in params:
@@ -105,14 +111,15 @@ def _initialize_state(optimizer: torch.optim.Optimizer) -> None:
     with torch.no_grad():  # weight decay moves parameters even on zero gradients
         for p, (data, grad) in zip(params, saved):
             p.copy_(data)
-            p.grad = grad
+            if grad is not None:
+                p.grad = grad
 
 
 def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int) -> None:
     """Gives every rank ``root_rank``'s optimizer state and hyperparameters.
 
     As in Horovod, an optimizer that has not stepped yet first steps once on zero gradients (its
-    parameters are restored), so that its state exists (Adam's moments and step count, SGD's
+    parameters are restored; parameters without a gradient keep the zero one), so that its state exists (Adam's moments and step count, SGD's
     momentum buffers) and every rank ends up holding the root's. A rank whose state is still empty
     afterwards receives the layout of the root's, so ranks need not agree on what has stepped.
     """

@@ -130,6 +130,15 @@ def test_every_rank_output_line_arrives_prefixed(launcher_procs: list) -> None:
 
 
 @pytest.mark.timeout(60)
+def test_a_leading_python_runs_the_command_as_horovodrun_does(launcher_procs: list) -> None:
+    # horovodrun -np 2 python -m pytest ...: the interpreter token is replaced by the launcher's own.
+    code, out, err, _ = _run_launcher(launcher_procs, "-np", "2", "python", "-c",
+                                      "import os, sys; print('exe', sys.executable, os.environ['HOROVOD_RANK'])")
+    assert code == 0, err
+    assert sorted(out.splitlines()) == [f"[{r}]: exe {sys.executable} {r}" for r in range(2)], out
+
+
+@pytest.mark.timeout(60)
 def test_failing_rank_tears_down_the_others(launcher_procs: list, pid_dir: Path) -> None:
     code, out, err, elapsed = _run_launcher(
         launcher_procs, "-np", "3", JOB, "fail", str(pid_dir))

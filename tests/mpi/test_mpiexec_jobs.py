@@ -106,6 +106,9 @@ def test_rank_size_and_local_rank_come_from_mpi(backend: str) -> None:
         assert (queries["mpi_enabled"], queries["gloo_enabled"]) == (backend == "mpi", backend != "mpi"), queries
         assert queries["mpi_built"] is True and queries["gloo_built"] is True
         assert not any(queries[name] for name in ("rocm_built", "ccl_built", "ddl_built")), queries
+        # MPI's threading level counts only where MPI moves the data; one host is homogeneous.
+        assert queries["mpi_threads_supported"] is (backend == "mpi" and record["thread_multiple"]), queries
+        assert queries["is_homogeneous"] is True
 
 
 @pytest.mark.timeout(150)

@@ -10,7 +10,7 @@ import collective
 
 
 QUERIES = ["mpi_built", "mpi_enabled", "gloo_built", "gloo_enabled", "nccl_built", "cuda_built", "rocm_built",
-           "ccl_built", "ddl_built"]
+           "ccl_built", "ddl_built", "mpi_threads_supported", "is_homogeneous"]
 
 
 def main() -> None:
@@ -21,6 +21,7 @@ def main() -> None:
         "ours": [collective.rank(), collective.size(), collective.local_rank(), collective.local_size(),
                  collective.cross_rank(), collective.cross_size()],
         "mpi": [world.Get_rank(), world.Get_size(), node.Get_rank(), node.Get_size()],
+        "thread_multiple": MPI.Query_thread() == MPI.THREAD_MULTIPLE,
         "queries": {name: getattr(collective, name)() for name in QUERIES},
     }
     node.Free()

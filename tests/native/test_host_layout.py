@@ -30,3 +30,11 @@ def test_local_ranks_agree_with_the_python_topology(keys: list[str]) -> None:
         for local_rank, rank in enumerate(members):
             topology = topology_from_host_keys(rank, keys)
             assert (topology.local_rank, topology.local_size) == (local_rank, len(members))
+
+
+@pytest.mark.parametrize("keys, homogeneous", [
+    (["A", "B", "A", "B"], True), (["A", "A", "A", "B"], False), (["A"] * 3, True), (["x", "y", "y", "x", "z", "z"], True),
+    (["x", "y", "y", "x", "z"], False),
+])
+def test_is_homogeneous_when_every_host_runs_as_many_ranks(keys: list[str], homogeneous: bool) -> None:
+    assert all(topology_from_host_keys(rank, keys).homogeneous is homogeneous for rank in range(len(keys)))

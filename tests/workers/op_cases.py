@@ -213,6 +213,10 @@ def main() -> None:
             failures.append(f"nccl_built() {nccl!r}, cuda_built() {hvd.cuda_built()}")
         if [hvd.rocm_built(), hvd.ccl_built(), hvd.ddl_built()] != [False] * 3:
             failures.append("a ROCm, oneCCL or DDL path claims to be built")
+        if on_mpi is False and hvd.mpi_threads_supported() is not False:
+            failures.append("mpi_threads_supported() is not False on the native ring")
+        if hvd.is_homogeneous() is not True:  # every rank of these jobs runs on one host
+            failures.append(f"is_homogeneous() is {hvd.is_homogeneous()}")
 
     case.run_and_report("cases")
     hvd.shutdown()

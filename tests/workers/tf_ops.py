@@ -328,6 +328,11 @@ def barrier_join_objects(c: Checks, mode: str) -> None:
                 {"from": size - 1, "list": [1, 2]}, "broadcast_object")
         c.check(hvd.allgather_object(("rank", rank) * (rank + 1)) == [("rank", r) * (r + 1) for r in range(size)],
                 "allgather_object")
+        # Horovod's TF1 builder binds the arguments; scripts also branch on hvd._executing_eagerly().
+        bcast = hvd.broadcast_object_fn(root_rank=0, name="object_fn")
+        c.check(bcast({"rank": rank}) == {"rank": 0}, "broadcast_object_fn")
+        c.check(hvd._executing_eagerly() and hvd.util._executing_eagerly(), "_executing_eagerly when eager")
+        c.check(not tf.function(lambda: tf.constant(hvd.util._executing_eagerly()))(), "_executing_eagerly traced")
 
 
 def broadcast_variables(c: Checks, mode: str) -> None:
@@ -368,6 +373,15 @@ def process_sets(c: Checks, mode: str) -> None:
         mine, other = (evens, odds) if rank % 2 == 0 else (odds, evens)
         members, me = mine.ranks, mine.rank()
         c.check(mine.included() and not other.included() and mine.size() == len(members), "set membership")
+        # Horovod's id-keyed queries as int32 tensors, answered for sets this rank is in and not in.
+        ops = in_mode(mode, lambda: [hvd.size_op(process_set_id=mine.process_set_id),
+                                     hvd.size_op(process_set_id=other.process_set_id),
+                                     hvd.process_set_included_op(mine.process_set_id),
+                                     hvd.process_set_included_op(other.process_set_id),
+                                     hvd.process_set_included_op()])
+        c.check([int(to_numpy(t)) for t in ops] == [len(members), len(other.ranks), 1, 0, 1], f"set ops gave {ops}")
+        if mode == "eager":
+            c.raises(ValueError, "no process set with id 99", lambda: hvd.size_op(process_set_id=99), "unknown set id")
         x = tf.constant([float(rank + 1)] * 3, tf.float64)
         got = in_mode(mode, lambda t: hvd.allreduce(t, op=hvd.Sum, process_set=mine), x)
         c.close(got, np.full(3, float(sum(r + 1 for r in members))), "allreduce Sum within the set")
@@ -393,12 +407,24 @@ def process_sets(c: Checks, mode: str) -> None:
         # Horovod's allgather gradient: this rank's rows of the set's averaged output gradient.
         c.close(got, np.array([[2.0 * me + 1] * 2, [2.0 * me + 2] * 2]), "allgather gradient within the set")
         in_mode(mode, lambda: hvd.barrier(process_set=mine))
+        variable = tf.Variable(np.full(2, rank, np.float32))
+        in_mode(mode, lambda: hvd.broadcast_variables([variable], members[0], process_set=mine))
+        c.close(variable, np.full(2, float(members[0])), "broadcast_variables within the set")
+        variable.assign(np.full(2, rank, np.float32))
+        in_mode(mode, lambda: hvd.broadcast_([variable], members[-1], name="set_inplace", process_set=mine))
+        c.close(variable, np.full(2, float(members[-1])), "broadcast_ within the set")
+        if mode == "eager":
+            c.check(hvd.broadcast_object({"r": rank}, members[-1], process_set=mine) == {"r": members[-1]},
+                    "broadcast_object within the set")
+            c.check(hvd.allgather_object(rank, process_set=mine) == list(members), "allgather_object within the set")
         if size > 1:
             try:
                 hvd.allreduce(x, process_set=other)
                 c.check(False, "an allreduce on a set without this rank ran")
             except ValueError as e:
                 c.check(f"rank {rank} is not in process set" in str(e), f"unclear refusal: {e}")
+                # Horovod's op fails with tf.errors.InvalidArgumentError there.
+                c.check(isinstance(e, tf.errors.InvalidArgumentError), f"refusal is a {type(e).__mro__}")
     finally:
         hvd.remove_process_set(odds)
         hvd.remove_process_set(evens)

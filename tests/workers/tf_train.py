@@ -265,6 +265,11 @@ def fit_backward_passes_per_step(c: Checks, mode: str) -> None:
     same_on_all_ranks(c, model.get_weights(), "backward_passes_per_step=2")
     close_weights(c, model.get_weights(), reference.get_weights(), "backward_passes_per_step=2")
     c.check(int(model.optimizer.iterations.numpy()) == STEPS, f"iterations {model.optimizer.iterations}")
+    # Horovod's _agg_helper.counter: passes summed locally since the last reduction.
+    c.check(int(optimizer._agg_helper.counter.numpy()) == STEPS % 2, f"counter {optimizer._agg_helper.counter}")
+    model.train_on_batch(x[:BATCH], y[:BATCH])
+    c.check(int(optimizer._agg_helper.counter.numpy()) == (STEPS + 1) % 2, "counter after one more pass")
+    c.check(hvd.DistributedOptimizer(keras.optimizers.SGD(0.1))._agg_helper is None, "_agg_helper without aggregation")
 
 
 def learning_rate_warmup(c: Checks, mode: str) -> None:
@@ -366,6 +371,20 @@ def local_layers(c: Checks, mode: str) -> None:
     (tf.function(apply) if mode == "graph" else apply)()
     steps = [b - a for a, b in zip(model.get_weights(), before)]
     close_weights(c, steps, want, "PartialDistributedOptimizer")
+    # Horovod's _compute_gradients: the same reduced gradients, which apply_gradients then uses as they are.
+    for variable, value in zip(model.trainable_variables, before):
+        variable.assign(value)
+
+    def compute_and_apply() -> list[tf.Tensor]:
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((model(x) - y) ** 2)
+        pairs = optimizer._compute_gradients(loss, model.trainable_variables, tape=tape)
+        optimizer.apply_gradients(pairs)
+        return [g for g, _ in pairs]
+    reduced = (tf.function(compute_and_apply) if mode == "graph" else compute_and_apply)()
+    close_weights(c, [g.numpy() for g in reduced], want, "PartialDistributedOptimizer._compute_gradients")
+    steps = [b - a for a, b in zip(model.get_weights(), before)]
+    close_weights(c, steps, want, "apply_gradients after _compute_gradients reduces once")
 
     own_values = [w.copy() for w in model.get_weights()]
     for variable in model.variables:

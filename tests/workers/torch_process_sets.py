@@ -54,6 +54,11 @@ def main() -> None:
         got = hvd.allgather(torch.tensor([[float(rank)]], dtype=torch.float64), process_set=mine)
         close("allgather", got, torch.tensor([[float(r)] for r in members], dtype=torch.float64))
         hvd.barrier(process_set=mine)
+        # Python objects travel among the set's ranks only, from a global root as in broadcast.
+        if hvd.broadcast_object({"from": rank}, members[-1], process_set=mine) != {"from": members[-1]}:
+            failures.append("broadcast_object within the set")
+        if hvd.allgather_object(("rank", rank), name="set_objects", process_set=mine) != [("rank", r) for r in members]:
+            failures.append("allgather_object within the set")
 
     @case
     def allgather_gradient_within_the_set() -> None:
