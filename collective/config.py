@@ -196,6 +196,26 @@ def launched_by_mpi(environ: Mapping[str, str] | None = None) -> bool:
     return any(environ.get(name, "").strip() for name in MPI_LAUNCHER_VARIABLES)
 
 
+# Where a launcher puts a process's global rank and size, in the order Horovod's scripts look: horovodrun
+# and collective.run, then Open MPI, then MPICH/Hydra.
+LAUNCHER_RANK_SIZE_VARIABLES = (("HOROVOD_RANK", "HOROVOD_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+                                ("PMI_RANK", "PMI_SIZE"))
+
+
+def launcher_rank_and_size(environ: Mapping[str, str] | None = None) -> tuple[int, int] | None:
+    """The (rank, size) a launcher exported, before any init; None where no launcher did. A launcher that
+    set one of a pair and not the other is a RuntimeError naming both variables."""
+    environ = os.environ if environ is None else environ
+    for rank_name, size_name in LAUNCHER_RANK_SIZE_VARIABLES:
+        rank, size = environ.get(rank_name), environ.get(size_name)
+        if rank is not None and size is not None:
+            return int(rank), int(size)
+        if rank is not None or size is not None:
+            raise RuntimeError(f"cannot tell this process's rank and size: only one of {rank_name} and "
+                               f"{size_name} is set")
+    return None
+
+
 def default_host_key() -> str:
     """Identifies this physical machine: the hostname plus the kernel boot id.
 

@@ -1,0 +1,80 @@
+"""``horovod.common.util`` and ``horovod.runner.common.util.env`` as Horovod scripts and tests import them,
+under ``collective``: their answers, and the errors they name."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import collective
+from collective.common import util
+from collective.config import launcher_rank_and_size
+from collective.runner.common.util.env import get_env_rank_and_size
+
+
+def test_build_queries_are_the_packages_own() -> None:
+    for name in ("mpi_built", "gloo_built", "nccl_built", "cuda_built", "rocm_built", "ccl_built", "ddl_built"):
+        assert getattr(util, name)() == getattr(collective, name)(), name
+
+
+def test_check_extension_passes_for_an_installed_framework_and_names_a_missing_one() -> None:
+    util.check_extension("horovod.torch", "HOROVOD_WITH_PYTORCH", __file__, "mpi_lib")
+    util.check_extension("collective.tensorflow")
+    with pytest.raises(ImportError, match="horovod.mxnet needs mxnet, which is not installed"):
+        util.check_extension("horovod.mxnet", "HOROVOD_WITH_MXNET", __file__, "mpi_lib")
+
+
+def test_gpu_available_is_false_on_this_cpu_machine_and_true_only_with_a_device() -> None:
+    import torch
+
+    assert util.gpu_available("torch") is torch.cuda.is_available()
+    assert util.gpu_available("mxnet") is False
+
+
+def test_env_sets_and_restores_variables_even_when_the_block_raises(monkeypatch) -> None:
+    monkeypatch.setenv("HOROVOD_STALL_CHECK_TIME_SECONDS", "60")
+    monkeypatch.delenv("HOROVOD_CYCLE_TIME", raising=False)
+    with pytest.raises(KeyError):
+        with util.env(HOROVOD_STALL_CHECK_TIME_SECONDS=300, HOROVOD_CYCLE_TIME="0.5"):
+            assert os.environ["HOROVOD_STALL_CHECK_TIME_SECONDS"] == "300"
+            assert os.environ["HOROVOD_CYCLE_TIME"] == "0.5"
+            raise KeyError("inside")
+    assert os.environ["HOROVOD_STALL_CHECK_TIME_SECONDS"] == "60"
+    assert "HOROVOD_CYCLE_TIME" not in os.environ
+
+
+def test_split_list_keeps_order_and_balances_the_parts() -> None:
+    assert util.split_list(list(range(7)), 3) == [[0, 1, 2], [3, 4], [5, 6]]
+    assert util.split_list([1, 2], 4) == [[1], [2], [], []]
+    with pytest.raises(ValueError, match="at least one part, got 0"):
+        util.split_list([1], 0)
+
+
+def test_versions_compare_as_numbers() -> None:
+    assert util.is_version_greater_equal_than("2.13.0+cpu", "2.13")
+    assert util.is_version_greater_equal_than("2.10.1", "2.9.9")
+    assert not util.is_version_greater_equal_than("1.13.1", "2.0.0")
+    with pytest.raises(ValueError, match="not a version number: 'nightly'"):
+        util.is_version_greater_equal_than("nightly", "1.0")
+
+
+def test_rank_and_size_come_from_the_first_launcher_that_set_them() -> None:
+    assert launcher_rank_and_size({}) is None
+    assert launcher_rank_and_size({"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4",
+                                   "PMI_RANK": "0", "PMI_SIZE": "1"}) == (2, 4)
+    assert launcher_rank_and_size({"HOROVOD_RANK": "1", "HOROVOD_SIZE": "2", "PMI_RANK": "0", "PMI_SIZE": "1"}) \
+        == (1, 2)
+    with pytest.raises(RuntimeError, match="only one of PMI_RANK and PMI_SIZE is set"):
+        launcher_rank_and_size({"PMI_RANK": "3"})
+
+
+def test_get_env_rank_and_size_reads_this_process(monkeypatch) -> None:
+    for rank_name, size_name in (("HOROVOD_RANK", "HOROVOD_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+                                 ("PMI_RANK", "PMI_SIZE")):
+        monkeypatch.delenv(rank_name, raising=False)
+        monkeypatch.delenv(size_name, raising=False)
+    assert get_env_rank_and_size() is None
+    monkeypatch.setenv("HOROVOD_RANK", "3")
+    monkeypatch.setenv("HOROVOD_SIZE", "5")
+    assert get_env_rank_and_size() == (3, 5)
