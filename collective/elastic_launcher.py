@@ -47,6 +47,7 @@ from collective.run import (
     _Signalled,
     _positive_float,
     _positive_int,
+    rank_command,
 )
 
 DEFAULT_ELASTIC_TIMEOUT_S = 600.0  # Horovod's
@@ -236,7 +237,7 @@ class _Driver:
         pythonpath = _pythonpath_with_package(env.get("PYTHONPATH"))
         if pythonpath:
             env["PYTHONPATH"] = pythonpath
-        self._job.spawn(worker, [sys.executable, *self._script_args], env)  # type: ignore[arg-type]
+        self._job.spawn(worker, rank_command(self._script_args), env)  # type: ignore[arg-type]
         self._members.append(worker)
 
     def _reform(self, previous_updated: bool = False) -> None:

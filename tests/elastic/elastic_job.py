@@ -29,10 +29,12 @@ def write_discovery(directory: Path, hosts: list[str]) -> tuple[Path, Path]:
 
 class ElasticJob:
     def __init__(self, script: str, discovery: Path, *script_args: str, min_np: int, max_np: int,
-                 elastic_timeout_s: float = 60.0, timeout_s: float = 150.0) -> None:
+                 elastic_timeout_s: float = 60.0, timeout_s: float = 150.0, leading_python: bool = False) -> None:
+        """``leading_python``: the command as horovodrun takes it, ``... python script.py args``."""
         cmd = [sys.executable, "-m", "collective.run", "--min-np", str(min_np), "--max-np", str(max_np),
                "--host-discovery-script", str(discovery), "--elastic-timeout", str(elastic_timeout_s),
-               "--timeout", str(timeout_s), str(SCRIPTS / script), *script_args]
+               "--timeout", str(timeout_s), *(["python"] if leading_python else []), str(SCRIPTS / script),
+               *script_args]
         self.deadline = time.monotonic() + timeout_s + 30  # the launcher's own --timeout fires first
         self.lines: list[str] = []
         self._queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()

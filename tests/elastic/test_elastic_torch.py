@@ -76,7 +76,8 @@ def test_below_min_np_for_longer_than_the_elastic_timeout_fails_by_name(tmp_path
 
 def test_an_error_in_the_workers_own_code_is_not_retried(tmp_path):
     discovery, _ = write_discovery(tmp_path, ["hostA:2"])
-    with ElasticJob("torch_elastic_train.py", discovery, "--fail-rank", "1", min_np=2, max_np=2) as job:
+    with ElasticJob("torch_elastic_train.py", discovery, "--fail-rank", "1", min_np=2, max_np=2,
+                    leading_python=True) as job:
         code, output = job.finish()
     assert code == 1, output
     assert "worker hostA:1 (rank 1 of round 1) failed in its own code: exited with code 1: " \
