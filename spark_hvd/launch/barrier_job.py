@@ -5,11 +5,13 @@ from __future__ import annotations
 import queue
 import threading
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Union
 
+from collective.config import parse_host_port
 from spark_hvd.launch.barrier_task import RESULT_DDL, BarrierTask
 from spark_hvd.launch.connect_session import StageStartWatch, is_connect_session
+from spark_hvd.launch.driver_rendezvous import start_driver_rendezvous
 from spark_hvd.launch.output_collector import RankConnected
 from spark_hvd.launch.task_spec import TaskSpec
 
@@ -38,9 +40,13 @@ JobEvent = Union[JobFinished, JobFailed, StageRows]
 class BarrierJob:
     """One Spark job: a stage of ``num_proc`` barrier tasks over a one-row-per-partition range."""
 
-    def __init__(self, spark: Any, spec: TaskSpec, events: "queue.SimpleQueue[Any]") -> None:
+    def __init__(self, spark: Any, spec: TaskSpec, events: "queue.SimpleQueue[Any]",
+                 rendezvous_bind_host: str | None = None) -> None:
+        """``rendezvous_bind_host``: where the run's rendezvous store listens (driver_rendezvous.py), when the
+        tasks can dial the driver; default, the host they dial (the collector's)."""
         self._spark = spark
         self._spec = spec
+        self._rendezvous_bind_host = rendezvous_bind_host
         self._events = events
         self.group_id = f"spark_hvd.run-{uuid.uuid4().hex}"
         self._thread = threading.Thread(target=self._run, name="spark-hvd-job", daemon=True)
@@ -60,10 +66,19 @@ class BarrierJob:
         return not self._thread.is_alive()
 
     def _run(self) -> None:
+        server = None
         try:
             self._tag_jobs_of_this_thread()
-            n = self._spec.num_proc
-            frame = self._spark.range(0, n, 1, n).mapInArrow(BarrierTask(self._spec), RESULT_DDL, barrier=True)
+            spec = self._spec
+            # With nics the store must listen on those interfaces, which the driver's host may lack: rank 0
+            # serves it there, as before.
+            if spec.collector_address is not None and not spec.nics:
+                advertised = parse_host_port(spec.collector_address)[0]
+                server, address = start_driver_rendezvous(self._rendezvous_bind_host or advertised, advertised,
+                                                          spec.secret, spec.handshake_timeout_s)
+                spec = replace(spec, rendezvous_address=address)
+            n = spec.num_proc
+            frame = self._spark.range(0, n, 1, n).mapInArrow(BarrierTask(spec), RESULT_DDL, barrier=True)
             if is_connect_session(self._spark):
                 # No connection tells the driver a rank started: Connect's progress reports do.
                 def started() -> None:
@@ -78,6 +93,9 @@ class BarrierJob:
             self._events.put(StageRows(results, outboxes) if outboxes else JobFinished(results))
         except BaseException as e:  # noqa: BLE001 - every ending must reach the waiting caller
             self._events.put(JobFailed(e))
+        finally:
+            if server is not None:
+                server.stop()
 
     def _tag_jobs_of_this_thread(self) -> None:
         # Job groups are per thread (PySpark pins Python threads to JVM threads), so this does not

@@ -3,10 +3,12 @@
 One task per rank; rank = partition id. The task:
 1. connects to the driver's output collector (this is how the driver knows the rank started);
 2. starts the child process that will run fn, and sends it fn while the ranks meet;
-3. rank 0 starts a rendezvous server; every task contributes its host key to ONE
+3. publishes its host key at the rendezvous store the driver serves for the run, and reads its
+   peers' (driver_rendezvous.py); under Spark Connect, where the driver cannot be dialled, or with
+   nics, rank 0 starts the store instead and every task contributes its host key to ONE
    BarrierTaskContext.allGather, which also carries rank 0's rendezvous address;
-4. hands the child its COLLECTIVE_* environment and RankContext; the child's collective.init()
-   meets its peers through rank 0's rendezvous and builds the mesh;
+4. hands the child its Config and RankContext; the child's collective.init() meets its peers
+   at that store and builds the mesh;
 5. relays the child's output, and returns fn's pickled result, or reports the failure and fails.
 
 Under Spark Connect the driver cannot be dialled (TaskSpec.collector_address is None): step 1 is
@@ -25,6 +27,7 @@ from collective.bootstrap.interfaces import mesh_host
 from collective.config import Config, default_host_key, format_host_port, parse_host_port
 from collective.topology import topology_from_host_keys
 from spark_hvd.errors import RankFailure
+from spark_hvd.launch.driver_rendezvous import exchange_host_keys
 from spark_hvd.launch.rank_child import ChildOutcome, RankChild
 from spark_hvd.launch.rank_context import RankContext
 from spark_hvd.launch.rank_task import Sender, run_task
@@ -86,21 +89,28 @@ def _meet_and_wait(ctx: Any, spec: TaskSpec, rank: int, child: RankChild, gpu_ad
     task_addresses = tuple(info.address for info in ctx.getTaskInfos())
     server = None
     try:
-        rendezvous = None
-        if rank == 0:
-            server, rendezvous = _start_rendezvous(spec, task_addresses[0])
-        mine = {"host_key": default_host_key(), "rendezvous": rendezvous}
-        # The one barrier sync of the launch (each costs about a second in Spark 4.3).
-        gathered = [json.loads(message) for message in ctx.allGather(json.dumps(mine))]
+        if spec.rendezvous_address is not None:
+            # The driver serves the store (driver_rendezvous.py): the ranks meet without a barrier sync.
+            rendezvous = spec.rendezvous_address
+            host_keys = exchange_host_keys(rendezvous, spec.secret, rank, spec.num_proc, default_host_key(),
+                                           spec.connect_timeout_s)
+        else:
+            own_rendezvous = None
+            if rank == 0:
+                server, own_rendezvous = _start_rendezvous(spec, task_addresses[0])
+            mine = {"host_key": default_host_key(), "rendezvous": own_rendezvous}
+            # The one barrier sync of the launch (each costs about a second in Spark 4.3).
+            gathered = [json.loads(message) for message in ctx.allGather(json.dumps(mine))]
+            rendezvous, host_keys = gathered[0]["rendezvous"], [peer["host_key"] for peer in gathered]
         on_met()
-        topology = topology_from_host_keys(rank, [peer["host_key"] for peer in gathered])
+        topology = topology_from_host_keys(rank, host_keys)
         context = RankContext(
             rank=rank, size=topology.size, local_rank=topology.local_rank,
             local_size=topology.local_size, cross_rank=topology.cross_rank,
             cross_size=topology.cross_size, task_address=task_addresses[rank],
             task_addresses=task_addresses, gpu_addresses=gpu_addresses,
             stage_id=ctx.stageId(), task_attempt_id=ctx.taskAttemptId())
-        child.send_job(Config(rank=rank, size=spec.num_proc, rendezvous=gathered[0]["rendezvous"],
+        child.send_job(Config(rank=rank, size=spec.num_proc, rendezvous=rendezvous,
                               secret=spec.secret, nics=spec.nics), context.to_json())
         # Rank 0 keeps serving the rendezvous until its own fn is done: that covers every
         # init() that fn's peers can still make while rank 0 is alive to join them.

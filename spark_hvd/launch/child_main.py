@@ -27,6 +27,7 @@ import select
 import sys
 import threading
 import traceback
+import weakref
 from typing import Any, BinaryIO, NoReturn
 
 import cloudpickle
@@ -50,6 +51,7 @@ def main(argv: list[str]) -> int:
         frame = read_frame(launch)
         if frame is not None and frame[0].get("kind") == "preload":
             _preload(frame[0].get("modules") or [])
+            _freeze_imports()
             if not select.select([launch], [], [], _SPARE_IDLE_S)[0]:
                 os._exit(0)          # never adopted; nothing ran here
             frame = read_frame(launch)
@@ -111,10 +113,8 @@ def _exit_without_teardown() -> NoReturn:
 
 
 def _flush_open_files() -> None:
-    # Text layers first: they hand their characters to the binary buffers flushed after them. type(), not
-    # isinstance(): isinstance reads __class__, which some objects turn into a property that warns (torch's
-    # deprecated torch.distributed.reduce_op printed a FutureWarning at every rank's exit).
-    open_files = [obj for obj in gc.get_objects() if type(obj) in _WRITABLE_FILE_TYPES]
+    # Text layers first: they hand their characters to the binary buffers flushed after them.
+    open_files = [*_open_files(), *_files_frozen]
     open_files.sort(key=lambda f: not isinstance(f, io.TextIOWrapper))
     for stream in open_files:
         try:
@@ -125,6 +125,25 @@ def _flush_open_files() -> None:
 
 
 _WRITABLE_FILE_TYPES = (io.TextIOWrapper, io.BufferedWriter, io.BufferedRandom)
+# The files among the objects _freeze_imports() took out of the collector's sight (gc.get_objects skips them).
+_files_frozen: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+def _open_files() -> list[Any]:
+    # type(), not isinstance(): isinstance reads __class__, which some objects turn into a property that
+    # warns (torch's deprecated torch.distributed.reduce_op printed a FutureWarning at every rank's exit).
+    return [obj for obj in gc.get_objects() if type(obj) in _WRITABLE_FILE_TYPES]
+
+
+def _freeze_imports() -> None:
+    """Moves every object alive now (what the preload imported: torch alone is some 300,000) out of the
+    collector's generations, while a spare waits for its job. The exit's scan for open files then walks only
+    what the job made (it took 0.4 to 0.8 s after a fit on a loaded machine, with the task waiting), and
+    the collector's full passes during fn skip the frameworks' objects. The files among them are kept
+    (weakly), so the exit still flushes them."""
+    gc.collect()
+    _files_frozen.update(_open_files())
+    gc.freeze()
 
 
 def _preload(modules: list[str]) -> None:

@@ -140,7 +140,7 @@ def run(
         collector_bind_host=None if connect else _driver_bind_host(spark),
         where=f"the cluster has {shape.slots} task slot(s) (master {shape.master}), which other "
               "jobs may be holding", job_label=f"the Spark job on {shape.master}", keep_warm=keep_warm)
-    return run_ranks(launch, lambda spec, events: BarrierJob(spark, spec, events))
+    return run_ranks(launch, lambda spec, events: BarrierJob(spark, spec, events, launch.collector_bind_host))
 
 
 @dataclass(frozen=True)

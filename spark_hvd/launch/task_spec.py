@@ -24,6 +24,9 @@ class TaskSpec:
     exit_grace_s: float = 30.0    # after fn returns, how long its process may take to exit
     # Modules a spare rank child imports ahead of the next run in the same worker (spare_child.py); () none.
     keep_warm: tuple[str, ...] = ()
+    # "host:port" of the run's rendezvous store on the driver (driver_rendezvous.py), where the ranks meet;
+    # None: they meet through BarrierTaskContext.allGather and rank 0 serves the store.
+    rendezvous_address: str | None = None
 
     def __repr__(self) -> str:
         # Never print the secret (Spark logs closures' reprs in some error paths).

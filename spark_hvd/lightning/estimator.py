@@ -81,7 +81,8 @@ class TorchEstimator(HorovodEstimator):
 
     params_without_effect = _WITHOUT_EFFECT
 
-    warm_modules = ("torch", "pytorch_lightning", "collective.torch", "spark_hvd.lightning.trainer")
+    # torch._dynamo: see TorchEstimator.warm_modules.
+    warm_modules = ("torch", "torch._dynamo", "pytorch_lightning", "collective.torch", "spark_hvd.lightning.trainer")
 
     @keyword_only
     def __init__(self, *, num_proc: int | None = None, model: Any = None, backend: Any = None, store: Any = None,

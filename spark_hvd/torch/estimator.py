@@ -42,7 +42,9 @@ class TorchEstimator(HorovodEstimator):
     Store after every epoch; fitting again with the same ``run_id`` resumes after the last epoch.
     """
 
-    warm_modules = ("torch", "collective.torch", "spark_hvd.torch.trainer")
+    # torch._dynamo: torch.optim imports it at an optimizer's first step (about as long as importing torch
+    # itself), which would otherwise fall inside the fit's first broadcast (broadcast_optimizer_state).
+    warm_modules = ("torch", "torch._dynamo", "collective.torch", "spark_hvd.torch.trainer")
 
     @keyword_only
     def __init__(self, *, num_proc: int | None = None, model: Any = None, backend: Any = None, store: Any = None,

@@ -209,3 +209,36 @@ def test_a_spare_that_is_closed_unadopted_ends():
     spare = RankChild.spare(env, ("wave",))
     spare.close()
     assert not spare.waiting()
+
+
+def _writes_to_the_file_its_module_opened(directory):
+    import gc
+
+    import opened_at_import
+
+    opened_at_import.log.write("written by fn, never flushed")
+    unclosed = open(os.path.join(directory, "opened_by_fn.txt"), "w")
+    unclosed.write("buffered")
+    sys.modules["__main__"].kept_open = unclosed
+    return gc.get_freeze_count()
+
+
+def test_a_spare_froze_its_imports_and_its_exit_still_flushes_their_files(tmp_path):
+    """A spare moves what it imported out of the collector's sight (the exit's scan for open files then skips
+    it); a file opened by one of those imports is still flushed at the exit, as one fn opened is."""
+    (tmp_path / "opened_at_import.py").write_text(
+        "import os\nlog = open(os.path.join(os.path.dirname(__file__), 'opened_at_import.txt'), 'w')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *(p for p in sys.path if p)])}
+    spare = RankChild.spare(env, ("opened_at_import",))
+    try:
+        spare.adopt(0, env, lambda stream, text: None, None)
+        spare.send_payload_in_background(cloudpickle.dumps((_writes_to_the_file_its_module_opened,
+                                                            (str(tmp_path),), {})))
+        spare.send_job(ONE_RANK, CONTEXT)
+        outcome = spare.wait_outcome(exit_grace_s=10)
+    finally:
+        spare.close()
+    assert outcome.failure is None, outcome.failure
+    assert cloudpickle.loads(outcome.result) > 1000   # the interpreter's and the preload's objects
+    assert (tmp_path / "opened_at_import.txt").read_text() == "written by fn, never flushed"
+    assert (tmp_path / "opened_by_fn.txt").read_text() == "buffered"

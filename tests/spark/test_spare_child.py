@@ -53,3 +53,35 @@ def test_a_spare_of_another_environment_is_not_adopted(local_spark) -> None:
 def test_keep_warm_must_name_modules(local_spark) -> None:
     with pytest.raises(TypeError, match=r"keep_warm must be a list of module names"):
         spark_hvd.run(process_state, args=("x",), num_proc=2, spark=local_spark, keep_warm=["not a module"])
+
+
+def test_a_job_that_hides_the_workers_gpus_retires_their_spares_once(local_spark) -> None:
+    """pyspark's TorchDistributor(use_gpu=False) sets CUDA_VISIBLE_DEVICES="" in the Python workers its tasks
+    run in and leaves it so. A spare started before may have initialised CUDA with every GPU visible, so it is
+    not adopted (this is why a TorchDistributor job between two fits left no spare to adopt); the spares the
+    next run leaves carry the new value, and the run after that adopts them."""
+    def hide_gpus(batches):   # nested: Spark pickles it by value
+        import os
+
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+        yield from batches
+
+    def unhide_gpus(batches):
+        import os
+
+        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        yield from batches
+
+    try:
+        spark_hvd.run(process_state, args=("before",), num_proc=2, spark=local_spark, keep_warm=["wave"])
+        local_spark.range(0, 2, 1, 2).mapInArrow(hide_gpus, "id long").collect()
+        after = spark_hvd.run(environment_of, args=("CUDA_VISIBLE_DEVICES",), num_proc=2, spark=local_spark,
+                              keep_warm=["wave"])
+        # (Which worker each task lands in is Spark's choice; local[2] normally keeps the same two.)
+        assert any(value == "" for _, value in after), after
+        assert not any(preloaded for preloaded, value in after if value == ""), after
+        again = spark_hvd.run(environment_of, args=("CUDA_VISIBLE_DEVICES",), num_proc=2, spark=local_spark,
+                              keep_warm=["wave"])
+        assert any(preloaded and value == "" for preloaded, value in again), again
+    finally:
+        local_spark.range(0, 2, 1, 2).mapInArrow(unhide_gpus, "id long").collect()
