@@ -200,8 +200,9 @@ class _ElasticDriver:
                 f"the commit #{self._kept.seq} of stage {self._kept.stage}"
             self._say(f"elastic stage {stage}: {size} rank(s), starting from {resumes}")
             try:
-                return run_ranks(self._launch(stage, size),
-                                 lambda spec, events: BarrierJob(self._spark, spec, events))
+                launch = self._launch(stage, size)
+                return run_ranks(launch, lambda spec, events: BarrierJob(self._spark, spec, events,
+                                                                         launch.collector_bind_host))
             except _Grow as grow:
                 fruitless = 0
                 why = f"{grow.slots} slot(s) free, the stage used {size}: growing at that commit"
