@@ -43,6 +43,7 @@ class TorchEstimator(HorovodEstimator):
     """
 
     warm_modules = ("torch", "collective.torch", "spark_hvd.torch.trainer")
+    elastic_supported = True
 
     @keyword_only
     def __init__(self, *, num_proc: int | None = None, model: Any = None, backend: Any = None, store: Any = None,
@@ -60,7 +61,9 @@ class TorchEstimator(HorovodEstimator):
                  reader_pool_type: str | None = None, label_shapes: Any = None, inmemory_cache_all: bool = False,
                  use_gpu: bool = True, mp_start_method: str | None = None, backend_env: Any = None,
                  backward_passes_per_step: int = 1, reader: str = "arrow", learning_rate_scaling: str = "linear",
-                 output_cols: Any = None, start_timeout: float = 600.0, **unknown: Any) -> None:
+                 output_cols: Any = None, start_timeout: float = 600.0, elastic: bool = False,
+                 min_num_proc: int | None = None, max_num_proc: int | None = None,
+                 elastic_commit_steps: int | None = None, **unknown: Any) -> None:
         super().__init__()
         set_defaults(self, TORCH_PARAMS)
         self._set_init_params(self._input_kwargs)
@@ -184,6 +187,7 @@ class TorchEstimator(HorovodEstimator):
             result["history"],
             [InputSpec(c, columns[c].dtype, tuple(columns[c].shape)) for c in plan.feature_cols],
             self._output_specs(plan, output_cols, self._output_shapes), result["epoch_metrics"])
+        model._reformations = list(result.get("reformations", []))
         return model
 
 

@@ -56,6 +56,14 @@ def scale_learning_rate(optimizer: Any, factor: float) -> None:
         group["lr"] = group["lr"] * factor
 
 
+def unscaled_state(optimizer: Any, lr_factor: float) -> dict[str, Any]:
+    """The optimizer's state with the learning rate as the user gave it (what checkpoints and the model keep)."""
+    state = optimizer.state_dict()
+    for group in state["param_groups"]:
+        group["lr"] = group["lr"] / lr_factor
+    return state
+
+
 def train_rank(spec: TorchRankSpec) -> dict[str, Any] | None:
     import torch
 
@@ -102,13 +110,14 @@ def train_rank(spec: TorchRankSpec) -> dict[str, Any] | None:
                      metric_groups(objects.metrics, plan.label_cols))
     progress = RankProgress(rank)
     progress.start(first_epoch)
+    if plan.elastic is not None:
+        from spark_hvd.torch.elastic_training import train_elastic
+
+        return train_elastic(plan, hvd, model, optimizer, loop, progress, first_epoch, history, epoch_metrics)
     readers = plan.readers(rank, size)
 
     def unscaled_optimizer_state() -> dict[str, Any]:
-        state = optimizer.state_dict()
-        for group in state["param_groups"]:
-            group["lr"] = group["lr"] / lr_factor
-        return state
+        return unscaled_state(optimizer, lr_factor)
 
     try:
         for epoch in range(first_epoch, plan.epochs):

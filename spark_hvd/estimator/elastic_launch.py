@@ -1,0 +1,20 @@
+"""Launches an ``elastic=True`` fit's ranks through ``spark_hvd.run_elastic`` (driver side)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+from spark_hvd.estimator.elastic_plan import ElasticPlan
+
+
+def run_elastic_fit(fn: Callable[[], Any], elastic: ElasticPlan, backend: Any, spark: Any, env: Mapping[str, str],
+                    on_event: Callable[..., None], verbose: int, start_timeout: float) -> list[Any]:
+    """The ranks' results, as ``SparkBackend.run`` gives them; the backend's own run options (stdout, nics,
+    ...) apply, and the estimator's progress listens to rank 0 in every formation."""
+    from spark_hvd.launch.runner import run_elastic
+
+    options = {"verbose": verbose, "start_timeout": start_timeout, **backend.run_options}
+    options.pop("keep_warm", None)   # a relaunched stage starts its own processes
+    full_env = {**backend.env, **dict(env)}
+    return run_elastic(fn, num_proc=backend.num_processes(), min_num_proc=elastic.min_num_proc,
+                       max_num_proc=elastic.max_num_proc, env=full_env, spark=spark, on_event=on_event, **options)
