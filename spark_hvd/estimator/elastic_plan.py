@@ -63,14 +63,14 @@ def checked_elastic_bounds(estimator: Any, num_proc: int) -> tuple[int, int]:
                          "or fit with elastic=False (a refit with the same run_id resumes from the last epoch)")
     min_np = estimator.getMinNumProc() or num_proc
     max_np = estimator.getMaxNumProc() or max(num_proc, min_np)
+    if max_np < num_proc:
+        raise InputError(f"elastic=True: max_num_proc ({max_np}) is less than num_proc ({num_proc}), the ranks "
+                         "the fit starts with")
     if min_np > max_np:
         raise InputError(f"elastic=True: min_num_proc ({min_np}) is greater than max_num_proc ({max_np})")
     if min_np > num_proc:
         raise InputError(f"elastic=True: min_num_proc ({min_np}) is greater than num_proc ({num_proc}), the "
                          "ranks the fit starts with")
-    if max_np < num_proc:
-        raise InputError(f"elastic=True: max_num_proc ({max_np}) is less than num_proc ({num_proc}), the ranks "
-                         "the fit starts with")
     return min_np, max_np
 
 
