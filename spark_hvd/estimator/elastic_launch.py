@@ -11,7 +11,7 @@ def run_elastic_fit(fn: Callable[[], Any], elastic: ElasticPlan, backend: Any, s
                     on_event: Callable[..., None], verbose: int, start_timeout: float) -> list[Any]:
     """The ranks' results, as ``SparkBackend.run`` gives them; the backend's own run options (stdout, nics,
     ...) apply, and the estimator's progress listens to rank 0 in every formation."""
-    from spark_hvd.launch.runner import run_elastic
+    from spark_hvd import run_elastic
 
     options = {"verbose": verbose, "start_timeout": start_timeout, **backend.run_options}
     options.pop("keep_warm", None)   # a relaunched stage starts its own processes

@@ -13,21 +13,34 @@ from torch import nn
 
 class KilledAtStep(nn.Module):
     """``victim_rank`` dies at its ``kill_at_call``-th forward (1-based) while the job has ``while_size`` ranks;
-    any other rank, or any other size, trains as a plain two-layer classifier."""
+    any other rank, or any other size, trains as a plain two-layer classifier. With ``marker`` (a path), only
+    the first process to create that file dies: a relaunched stage (new processes, the same size) trains on."""
 
     def __init__(self, features: int, classes: int, victim_rank: int, kill_at_call: int, while_size: int = 2,
-                 seed: int = 0) -> None:
+                 seed: int = 0, marker: str | None = None) -> None:
         super().__init__()
         torch.manual_seed(seed)
         self.body = nn.Sequential(nn.Linear(features, 8), nn.Tanh(), nn.Linear(8, classes)).double()
         self.victim_rank, self.kill_at_call, self.while_size = victim_rank, kill_at_call, while_size
         self.calls = 0
+        self.marker = marker
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         import collective.torch as hvd
 
+        if not hvd.is_initialized():
+            return self.body(x)   # the driver's sample check: not a training step
         self.calls += 1
-        if (hvd.is_initialized() and hvd.size() == self.while_size and hvd.rank() == self.victim_rank
-                and self.calls == self.kill_at_call):
+        if (hvd.size() == self.while_size and hvd.rank() == self.victim_rank and self.calls == self.kill_at_call
+                and self._claim()):
             os.kill(os.getpid(), signal.SIGKILL)
         return self.body(x)
+
+    def _claim(self) -> bool:
+        if self.marker is None:
+            return True
+        try:
+            os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return False
+        return True

@@ -162,3 +162,70 @@ def test_killed_rank_mid_epoch_resumes_from_the_commit_on_one_rank(local_spark, 
     # The optimizer comes back with the learning rate as given (unscaled from the last formation's size).
     assert torch.load(io.BytesIO(late["optimizer_state"]), weights_only=True)["param_groups"][0]["lr"] \
         == pytest.approx(0.05)
+
+
+class _FakeState:
+    """The attributes enter_formation reads and writes, and the save it calls."""
+
+    def __init__(self, **attrs) -> None:
+        self.__dict__.update(attrs)
+        self.saves = 0
+
+    def save(self) -> None:
+        self.saves += 1
+
+
+class _World:
+    def __init__(self, size: int) -> None:
+        self._size = size
+
+    def size(self) -> int:
+        return self._size
+
+
+def _elastic_plan(bpps: int = 1, commit_steps: int = 3):
+    from spark_hvd.estimator.elastic_plan import ElasticPlan, EpochSteps
+
+    return ElasticPlan(commit_steps, 1, 2, EpochSteps(512, 0, 32, 32, bpps, True))
+
+
+@pytest.mark.parametrize("linear, lr_after", [(True, 0.05), (False, 0.1)])
+def test_reformation_rescales_the_learning_rate_and_keeps_the_epochs_fraction(linear, lr_after) -> None:
+    from spark_hvd.torch.elastic_training import enter_formation
+
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)   # 0.05 scaled for 2 ranks, under 'linear'
+    state = _FakeState(formations=1, epoch=1, step=3, steps=8, size=2, lr_size=2 if linear else 1, reformations=[])
+    enter_formation(state, _World(1), _elastic_plan(), optimizer, linear)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(lr_after)
+    assert (state.step, state.steps, state.size, state.formations, state.saves) == (6, 16, 1, 2, 1)
+    assert state.reformations == [{"epoch": 1, "step": 6, "size": 1, "previous_size": 2}]
+    # Growing back to 2 ranks: the rate follows the size again, and 6 of 16 steps is 3 of 8.
+    enter_formation(state, _World(2), _elastic_plan(), optimizer, linear)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.1)
+    assert (state.step, state.steps) == (3, 8)
+    assert [r["size"] for r in state.reformations] == [1, 2]
+
+
+def test_first_formation_records_nothing_and_keeps_the_rate() -> None:
+    from spark_hvd.torch.elastic_training import enter_formation
+
+    optimizer = torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.2)
+    state = _FakeState(formations=0, epoch=0, step=0, steps=8, size=2, lr_size=2, reformations=[])
+    enter_formation(state, _World(2), _elastic_plan(), optimizer, True)
+    assert (state.reformations, state.formations, optimizer.param_groups[0]["lr"]) == ([], 1, 0.2)
+
+
+def test_resumed_step_rounds_down_to_a_whole_accumulation_window() -> None:
+    plan = _elastic_plan(bpps=2)
+    assert plan.steps.at(2) == (8, 0) and plan.steps.at(3) == (6, 0)
+    assert plan.resumed_step(4, 8, 6) == 2    # 4/8 of 6 steps is 3, rounded down to a window of 2
+    assert plan.resumed_step(0, 8, 6) == 0
+
+
+def test_commit_steps_round_up_to_whole_accumulation_windows() -> None:
+    from spark_hvd.estimator.elastic_plan import EpochSteps
+
+    estimator = make_estimator(None, elastic_commit_steps=3, backward_passes_per_step=2)
+    assert estimator._elastic_plan(2, EpochSteps(512, 0, 32, 32, 2, True)).commit_steps == 4
+    assert make_estimator(None, elastic=False)._elastic_plan(2, EpochSteps(512, 0, 32, 32, 1, True)) is None
