@@ -229,3 +229,31 @@ def test_commit_steps_round_up_to_whole_accumulation_windows() -> None:
     estimator = make_estimator(None, elastic_commit_steps=3, backward_passes_per_step=2)
     assert estimator._elastic_plan(2, EpochSteps(512, 0, 32, 32, 2, True)).commit_steps == 4
     assert make_estimator(None, elastic=False)._elastic_plan(2, EpochSteps(512, 0, 32, 32, 1, True)) is None
+
+
+@pytest.fixture
+def ship_victim():
+    cloudpickle.register_pickle_by_value(elastic_victim)
+    yield
+    cloudpickle.unregister_pickle_by_value(elastic_victim)
+
+
+def _fit_losing_rank_1(spark, store, tmp_path, kill_at_call: int, name: str):
+    model = elastic_victim.KilledAtStep(4, 3, victim_rank=1, kill_at_call=kill_at_call,
+                                        marker=str(tmp_path / f"{name}.killed"))
+    estimator = make_estimator(store, model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
+                               min_num_proc=1, elastic_commit_steps=3, random_seed=5, run_id=name)
+    return estimator.fit(blobs(spark, 512))
+
+
+def test_fit_with_a_rank_killed_mid_epoch_resumes_from_the_commit(local_spark, store, tmp_path, ship_victim) -> None:
+    # local[2]: the lost task's slot is free again, so the relaunched stage has 2 ranks too.
+    late = _fit_losing_rank_1(local_spark, store, tmp_path, kill_at_call=5, name="late")
+    early = _fit_losing_rank_1(local_spark, store, tmp_path, kill_at_call=4, name="early")
+    assert late.getReformations() == [{"epoch": 0, "step": 3, "size": 2, "previous_size": 2}]
+    assert early.getReformations() == late.getReformations()
+    for (name, tensor), other in zip(late.getModel().state_dict().items(), early.getModel().state_dict().values()):
+        assert tensor.dtype == torch.float64, name
+        torch.testing.assert_close(tensor, other, rtol=0, atol=0)
+    assert [sorted(h) for h in late.getHistory()] == [["epoch", "train"]] * 2
+    assert late.getEpochMetrics() == early.getEpochMetrics()
