@@ -9,19 +9,22 @@
 """
 
 from spark_hvd.errors import (
+    CommitTooLargeError,
     DynamicAllocationError,
     ElasticNotSupportedError,
     IgnoredArgumentWarning,
     LaunchError,
     NotEnoughSlotsError,
     RankFailure,
+    ResetLimitError,
     RunError,
     SparkJobError,
     StartTimeoutError,
 )
 from spark_hvd.launch.rank_context import RankContext, rank_context
 from spark_hvd.launch.rank_events import emit_event
-from spark_hvd.launch.runner import run, run_elastic
+from spark_hvd.launch.elastic_runner import run_elastic
+from spark_hvd.launch.runner import run
 from spark_hvd.torch_distributor import TorchDistributor
 
 # Estimators, models and the Store import heavy frameworks, so they load on first use.
@@ -57,7 +60,7 @@ def __getattr__(name: str):  # noqa: ANN202 - module-level lazy attribute (PEP 5
 
 
 __all__ = [*_LAZY,
-    "DynamicAllocationError", "ElasticNotSupportedError", "IgnoredArgumentWarning", "LaunchError",
-    "NotEnoughSlotsError", "RankContext", "RankFailure", "RunError", "SparkJobError",
-    "StartTimeoutError", "TorchDistributor", "emit_event", "rank_context", "run", "run_elastic",
+    "CommitTooLargeError", "DynamicAllocationError", "ElasticNotSupportedError", "IgnoredArgumentWarning",
+    "LaunchError", "NotEnoughSlotsError", "RankContext", "RankFailure", "ResetLimitError", "RunError",
+    "SparkJobError", "StartTimeoutError", "TorchDistributor", "emit_event", "rank_context", "run", "run_elastic",
 ]

@@ -124,7 +124,15 @@ class ShardReadError(RuntimeError):
 
 
 class ElasticNotSupportedError(NotImplementedError):
-    """spark_hvd.run_elastic was called: elastic training (ranks joining and leaving) is not available yet."""
+    """spark_hvd.run_elastic cannot run here (a Spark Connect session: its ranks cannot reach the driver)."""
+
+
+class CommitTooLargeError(ValueError):
+    """spark_hvd.run_elastic: a committed state is larger than the driver keeps in memory (``max_commit_bytes``)."""
+
+
+class ResetLimitError(RuntimeError):
+    """spark_hvd.run_elastic: the job re-formed more than ``reset_limit`` times."""
 
 
 class IgnoredArgumentWarning(UserWarning):

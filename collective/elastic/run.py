@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
 from collective import runtime
+from collective.elastic import durable
 from collective.elastic.errors import ElasticTimeoutError, HostsUpdatedInterrupt, is_peer_loss
 from collective.elastic.state import State
 
@@ -37,6 +38,10 @@ def elastic_run(lifecycle: Lifecycle) -> Callable[[Callable[..., T]], Callable[.
             if not isinstance(state, State):
                 raise TypeError(f"an elastic.run function takes a State first, got {type(state).__name__}")
             skip_sync = False
+            commits = durable.installed()
+            if commits is not None:
+                _start_from_kept_commit(state, commits)
+                skip_sync = True  # done there
             while True:
                 if not skip_sync:
                     state.sync()
@@ -46,8 +51,10 @@ def elastic_run(lifecycle: Lifecycle) -> Callable[[Callable[..., T]], Callable[.
                     # Raised at a commit: the state is what was just committed, on every rank.
                     skip_sync = interrupt.skip_sync
                 except Exception as error:
-                    if not lifecycle.peer_loss(error):
-                        raise  # the caller's bug: every retry would raise it again
+                    if not lifecycle.peer_loss(error) or commits is not None:
+                        # The caller's bug (every retry would raise it again), or a launcher that replaces the
+                        # whole job after a lost peer: this process's run ends here.
+                        raise
                     state.restore()
                     skip_sync = False
                 reform(lifecycle)
@@ -57,6 +64,20 @@ def elastic_run(lifecycle: Lifecycle) -> Callable[[Callable[..., T]], Callable[.
         return wrapper
 
     return decorate
+
+
+def _start_from_kept_commit(state: State, commits: durable.DurableCommits) -> None:
+    """The first sync of a job that replaced a lost one: rank 0 restores the commit the launcher kept, every
+    rank takes it from rank 0, and the reset callbacks run, as after an in-process re-form (the learning rate
+    follows the new size)."""
+    initial = commits.take_initial()
+    if initial is not None and runtime.rank() == 0:
+        state.load_snapshot(initial)
+        state.restore()
+    state.sync()
+    if initial is not None:
+        state.reset()
+        state.on_reset()
 
 
 def reform(lifecycle: Lifecycle) -> None:

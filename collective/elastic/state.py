@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable, Iterable
 
+from collective.elastic import durable
 from collective.elastic.errors import HostsUpdatedInterrupt
 from collective.elastic.membership import hosts_updated, joined_round
 
@@ -25,6 +26,15 @@ class _Committable:
 
     def reset(self) -> None:
         """After a re-form, before the reset callbacks (a sampler re-partitions for the new size); none by default."""
+
+    def snapshot(self) -> Any:
+        """The last commit as one picklable object (what ``save`` kept; later saves replace it, never mutate
+        it), for a launcher that keeps commits outside the job's processes (``durable``)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot hand its commit to another process")
+
+    def load_snapshot(self, snapshot: Any) -> None:
+        """Makes ``snapshot`` (another process's ``snapshot()``) the last commit; ``restore`` then applies it."""
+        raise NotImplementedError(f"{type(self).__name__} cannot start from another process's commit")
 
 
 class State(_Committable):
@@ -53,6 +63,9 @@ class State(_Committable):
         """Saves the state in memory as the point to restore after a lost peer, then checks for added
         workers (which raises ``HostsUpdatedInterrupt`` on every rank alike)."""
         self.save()
+        commits = durable.installed()
+        if commits is not None and self._rank() == 0:
+            commits.sink(self.snapshot())
         self.check_host_updates()
 
     def check_host_updates(self) -> None:
@@ -86,6 +99,12 @@ class ObjectState(State):
             self._saved_state = self._bcast_object(self._saved_state, 0)
             self._set_attrs()
 
+    def snapshot(self) -> Any:
+        return self._saved_state
+
+    def load_snapshot(self, snapshot: Any) -> None:
+        self._saved_state = dict(snapshot)
+
     def _set_attrs(self) -> None:
         for name, value in self._saved_state.items():
             setattr(self, name, copy.deepcopy(value))
@@ -97,6 +116,13 @@ class StateHandler(_Committable):
 
     def __init__(self, value: Any) -> None:
         self.value = value
+        self._saved: Any = None   # what save() copied; a handler's save() replaces it
+
+    def snapshot(self) -> Any:
+        return self._saved
+
+    def load_snapshot(self, snapshot: Any) -> None:
+        self._saved = snapshot
 
 
 class HandlerState(ObjectState):
@@ -132,3 +158,16 @@ class HandlerState(ObjectState):
     def reset(self) -> None:
         for handler in self._handlers.values():
             handler.reset()
+
+    def snapshot(self) -> Any:
+        return {"handlers": {name: handler.snapshot() for name, handler in self._handlers.items()},
+                "attrs": super().snapshot()}
+
+    def load_snapshot(self, snapshot: Any) -> None:
+        handlers = snapshot["handlers"]
+        if set(handlers) != set(self._handlers):
+            raise ValueError(f"cannot start from a commit of {sorted(handlers)}: this state holds "
+                             f"{sorted(self._handlers)}")
+        for name, handler in self._handlers.items():
+            handler.load_snapshot(handlers[name])
+        super().load_snapshot(snapshot["attrs"])

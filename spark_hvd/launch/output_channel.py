@@ -36,7 +36,8 @@ KIND_LINE = "line"          # {"stream": "stdout"|"stderr", "text": str}
 KIND_NOTICE = "notice"      # {"text": str}: something the task itself wants the driver to show
 KIND_FAILURE = "failure"    # the RankFailure fields
 KIND_EVENT = "event"        # {"data": {...}}: spark_hvd.emit_event from fn
-KINDS = frozenset({KIND_LINE, KIND_NOTICE, KIND_FAILURE, KIND_EVENT})
+KIND_COMMIT = "commit"      # {"seq": n} + blob: rank 0's pickled commit (spark_hvd.run_elastic)
+KINDS = frozenset({KIND_LINE, KIND_NOTICE, KIND_FAILURE, KIND_EVENT, KIND_COMMIT})
 
 
 def auth_digest(secret: bytes, nonce: bytes, rank: int) -> bytes:
@@ -124,6 +125,9 @@ class OutputSender:
     def send_failure(self, failure: RankFailure) -> None:
         self._send({"kind": KIND_FAILURE, **failure.to_wire()})
 
+    def send_commit(self, seq: int, blob: bytes) -> None:
+        self._send({"kind": KIND_COMMIT, "seq": seq}, blob)
+
     def close(self) -> None:
         """Flushes and closes; the driver reads everything sent before it sees the end."""
         self._closing.set()
@@ -139,12 +143,12 @@ class OutputSender:
         if threading.current_thread() is not self._watcher:
             self._watcher.join(5.0)
 
-    def _send(self, header: dict[str, Any]) -> None:
+    def _send(self, header: dict[str, Any], blob: bytes = b"") -> None:
         with self._lock:
             if self._broken:
                 return
             try:
-                write_frame(self._stream, header)
+                write_frame(self._stream, header, blob)
             except (OSError, ValueError):
                 self._broken = True
 

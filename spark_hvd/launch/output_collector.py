@@ -25,6 +25,7 @@ from spark_hvd.errors import RankFailure
 from spark_hvd.launch.framing import FrameError, read_frame
 from spark_hvd.launch.output_channel import (
     CLIENT_HELLO_BYTES,
+    KIND_COMMIT,
     KIND_EVENT,
     KIND_FAILURE,
     KIND_LINE,
@@ -35,7 +36,6 @@ from spark_hvd.launch.output_channel import (
     server_hello,
 )
 
-_MAX_FRAME_BLOB_BYTES = 0  # output frames carry everything in the header
 DRIVER_TAG = "[spark_hvd]"
 
 
@@ -55,7 +55,15 @@ class RankEvent:
     data: dict
 
 
-CollectorEvent = Union[RankConnected, RankFailed, RankEvent]
+@dataclass(frozen=True)
+class RankCommitted:
+    """Rank 0's ``state.commit()`` under run_elastic: ``blob`` is the pickled snapshot, opaque to the driver."""
+    rank: int
+    seq: int
+    blob: bytes
+
+
+CollectorEvent = Union[RankConnected, RankFailed, RankEvent, RankCommitted]
 
 
 class OutputCollector:
@@ -77,10 +85,13 @@ class OutputCollector:
         timestamps: bool = False,
         handshake_timeout_s: float = DEFAULT_HANDSHAKE_TIMEOUT_S,
         max_pending: int = DEFAULT_MAX_PENDING,
+        max_commit_bytes: int = 0,
     ) -> None:
         """``timestamps``: prefix every echoed rank line with the driver's local time, as Horovod's
         ``prefix_output_with_timestamp`` does (``time.asctime()`` right before ``[rank]``).
-        ``bind_host``: the address the ranks dial (the driver's bind address under Spark); ``port``: 0, any free one."""
+        ``bind_host``: the address the ranks dial (the driver's bind address under Spark); ``port``: 0, any free one.
+        ``max_commit_bytes``: the largest commit a rank may send (run_elastic); 0, none (other frames have no blob)."""
+        self._max_blob_bytes = max_commit_bytes
         self._secret = secret
         self._num_ranks = num_ranks
         self._on_event = on_event
@@ -178,10 +189,10 @@ class OutputCollector:
             self._on_event(RankConnected(rank))
             stream = conn.makefile("rb")
             while True:
-                frame = read_frame(stream, max_blob_bytes=_MAX_FRAME_BLOB_BYTES)
+                frame = read_frame(stream, max_blob_bytes=self._max_blob_bytes)
                 if frame is None:
                     return
-                self._handle(rank, frame[0])
+                self._handle(rank, frame[0], frame[1])
         except (OSError, FrameError):
             return  # A task that dies mid-frame is reported by Spark; nothing to add here.
         finally:
@@ -190,7 +201,7 @@ class OutputCollector:
                     del self._open[rank]
                     self._all_closed.notify_all()
 
-    def _handle(self, rank: int, header: dict) -> None:
+    def _handle(self, rank: int, header: dict, blob: bytes = b"") -> None:
         kind = header.get("kind")
         if kind == KIND_LINE:
             text = str(header.get("text", ""))
@@ -208,3 +219,5 @@ class OutputCollector:
             self._on_event(RankEvent(rank, data if isinstance(data, dict) else {}))
         elif kind == KIND_FAILURE:
             self._on_event(RankFailed(RankFailure.from_wire(rank, header)))
+        elif kind == KIND_COMMIT and blob:
+            self._on_event(RankCommitted(rank, int(header.get("seq", 0)), blob))

@@ -18,7 +18,7 @@ from collective.processes import ChildProcess, describe_exit
 from collective.config import Config
 from spark_hvd.errors import RankFailure
 from spark_hvd.launch.framing import FrameError, read_frame, write_frame
-from spark_hvd.launch.rank_events import EVENT_KIND
+from spark_hvd.launch.rank_events import COMMIT_KIND, EVENT_KIND
 
 # After the child exits, how long its output may still trickle in: a grandchild that inherited
 # the pipes can hold them open forever, and its output is not worth hanging the task for.
@@ -56,6 +56,7 @@ class RankChild:
         self._early_lines: list[tuple[str, str]] | None = None    # a spare's, until adopted
         self._line_lock = threading.Lock()
         self._on_failure_report: Callable[[RankFailure], None] | None = None
+        self._on_commit: Callable[[int, bytes], None] | None = None
         launch_read, launch_write = os.pipe()
         result_read, result_write = os.pipe()
         try:
@@ -107,6 +108,10 @@ class RankChild:
             self._on_line = on_line
             for stream, text in early[-_SPARE_LINES_KEPT:]:
                 on_line(stream, text)
+
+    def relay_commits(self, on_commit: Callable[[int, bytes], None]) -> None:
+        """Rank 0's commits under spark_hvd.run_elastic go to ``on_commit(seq, pickled snapshot)``."""
+        self._on_commit = on_commit
 
     def _line(self, stream: str, text: str) -> None:
         with self._line_lock:
@@ -179,9 +184,13 @@ class RankChild:
 
     def _read_report(self, report: list, endings: "queue.SimpleQueue[str]") -> None:
         try:
-            # Events (spark_hvd.emit_event) come first, the one report frame last.
+            # Events (spark_hvd.emit_event) and commits come first, the one report frame last.
             while True:
                 frame = read_frame(self._results)
+                if frame is not None and frame[0].get("kind") == COMMIT_KIND:
+                    if self._on_commit is not None:
+                        self._on_commit(int(frame[0].get("seq", 0)), frame[1])
+                    continue
                 if frame is None or frame[0].get("kind") != EVENT_KIND:
                     report[0] = frame
                     if frame is not None and not frame[0].get("ok") and self._on_failure_report is not None:

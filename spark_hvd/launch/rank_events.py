@@ -13,6 +13,7 @@ from typing import Any, BinaryIO, Mapping
 from spark_hvd.launch.framing import write_frame
 
 EVENT_KIND = "event"
+COMMIT_KIND = "commit"   # {"seq": n} + the pickled snapshot of rank 0's commit (spark_hvd.run_elastic)
 
 _lock = threading.Lock()
 _stream: BinaryIO | None = None
@@ -37,12 +38,16 @@ def emit_event(data: Mapping[str, Any]) -> bool:
     (outside spark_hvd.run, or after fn returned); never raises for a closed channel."""
     if not isinstance(data, Mapping):
         raise TypeError(f"emit_event takes a mapping, got {type(data).__name__}")
-    header = {"kind": EVENT_KIND, "data": dict(data)}
+    return send_frame({"kind": EVENT_KIND, "data": dict(data)})
+
+
+def send_frame(header: dict[str, Any], blob: bytes = b"") -> bool:
+    """Writes one frame to the task, between fn's other frames; False where nobody listens."""
     with _lock:
         if _stream is None:
             return False
         try:
-            write_frame(_stream, header)
+            write_frame(_stream, header, blob)
         except (OSError, ValueError):
             return False
     return True

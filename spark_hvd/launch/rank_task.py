@@ -63,6 +63,7 @@ def run_task(spec: TaskSpec, rank: int, prepare: Prepare, meet: Meet, task_kind:
                 child.adopt(rank, env, sender.send_line, sender.send_event)
             else:
                 child = RankChild(rank, env, sender.send_line, sender.send_event, executable=spec.executable)
+            child.relay_commits(sender.send_commit)
             if driver_gone.is_set():
                 child.kill()
             child.send_payload_in_background(spec.payload)

@@ -21,7 +21,6 @@ from spark_hvd.launch import run_arguments as checked
 from spark_hvd.launch.barrier_job import BarrierJob, JobFailed, JobFinished, StageRows
 from spark_hvd.launch.connect_session import is_connect_session
 from spark_hvd.errors import (
-    ElasticNotSupportedError,
     LaunchError,
     RankFailure,
     RunError,
@@ -31,7 +30,14 @@ from spark_hvd.errors import (
 )
 from spark_hvd.launch.launch_checks import cluster_for_launch, resolve_num_proc
 from spark_hvd.launch.stage_outbox import frames_from_bytes
-from spark_hvd.launch.output_collector import DRIVER_TAG, OutputCollector, RankConnected, RankEvent, RankFailed
+from spark_hvd.launch.output_collector import (
+    DRIVER_TAG,
+    OutputCollector,
+    RankCommitted,
+    RankConnected,
+    RankEvent,
+    RankFailed,
+)
 from spark_hvd.launch.task_spec import TaskSpec
 from spark_hvd.torch_distributed_call import TorchDistributedCall
 
@@ -159,6 +165,12 @@ class RanksLaunch:
     timestamps: bool = False
     collector_bind_host: str | None = None  # where the collector listens; None: collector_host
     keep_warm: tuple[str, ...] = ()         # modules of a spare rank child left per worker (spare_child.py)
+    # run_elastic: keep_commit gets each commit rank 0 sends, as it arrives (in the collector's thread, also
+    # while a failed job winds down); after_commit is then called in the driver's thread, and what it raises
+    # ends the job. max_commit_bytes: the largest commit accepted.
+    keep_commit: Callable[[RankCommitted], None] | None = None
+    after_commit: Callable[[], None] | None = None
+    max_commit_bytes: int = 0
 
 
 def run_ranks(launch: RanksLaunch,
@@ -172,9 +184,18 @@ def run_ranks(launch: RanksLaunch,
     err = LineSink(launch.stderr if launch.stderr is not None else sys.stderr)
     out = LineSink(launch.stdout if launch.stdout is not None else sys.stdout)
     bind_host = launch.collector_bind_host or launch.collector_host
-    collector = OutputCollector(secret, launch.num_proc, events.put, out, err, echo=launch.verbose >= 1,
+    on_event = events.put
+    if launch.keep_commit is not None:
+        keep_commit = launch.keep_commit
+
+        def on_event(event: Any) -> None:
+            if isinstance(event, RankCommitted):
+                keep_commit(event)
+            events.put(event)
+    collector = OutputCollector(secret, launch.num_proc, on_event, out, err, echo=launch.verbose >= 1,
                                 tail_lines=launch.tail_lines, timestamps=launch.timestamps,
-                                bind_host=bind_host or "127.0.0.1", handshake_timeout_s=knobs.handshake_timeout_s)
+                                bind_host=bind_host or "127.0.0.1", handshake_timeout_s=knobs.handshake_timeout_s,
+                                max_commit_bytes=launch.max_commit_bytes)
     # Without a collector host the collector never listens: it only replays the stage's rows.
     address = None if launch.collector_host is None else format_host_port(launch.collector_host, collector.start())
     try:
@@ -192,36 +213,6 @@ def run_ranks(launch: RanksLaunch,
     return [_unpickle_result(rank, results[rank]) for rank in range(launch.num_proc)]
 
 
-def run_elastic(
-    fn: Callable[..., Any],
-    args: Sequence[Any] = (),
-    kwargs: Mapping[str, Any] | None = None,
-    num_proc: int | None = None,
-    min_np: int | None = None,
-    max_np: int | None = None,
-    start_timeout: float | None = None,
-    elastic_timeout: float | None = None,
-    reset_limit: int | None = None,
-    env: Mapping[str, str] | None = None,
-    stdout: IO | None = None,
-    stderr: IO | None = None,
-    verbose: int = 1,
-    nics: Collection[str] | None = None,
-    prefix_output_with_timestamp: bool = False,
-) -> list[Any]:
-    """Horovod's ``horovod.spark.run_elastic``, with its parameters; elastic runs are not available yet.
-
-    Raises ElasticNotSupportedError (a NotImplementedError) before anything launches, so that a
-    ported script fails at once with what to do instead rather than training differently.
-    """
-    raise ElasticNotSupportedError(
-        "spark_hvd.run_elastic: elastic training (ranks joining and leaving a running job) is not "
-        "available in spark-hvd yet. Use spark_hvd.run(fn, num_proc=...) with a fixed number of "
-        "ranks, and make fn checkpoint as it goes and resume from its last checkpoint (the "
-        "estimators do this by run_id: fit again with the same run_id), so that a failed run "
-        "restarts where it stopped.")
-
-
 class _Supervisor:
     """Waits for the job, and turns whatever ends it first into the result or one clear error."""
 
@@ -237,6 +228,7 @@ class _Supervisor:
         self._err = err
         self._verbose = launch.verbose
         self._on_event = launch.on_event
+        self._after_commit = launch.after_commit
         self._started: set[int] = set()
         self._failures: list[RankFailure] = []
         self._t0 = time.monotonic()
@@ -259,7 +251,10 @@ class _Supervisor:
                                        f"{time.monotonic() - self._t0:.1f}s")
                 elif isinstance(event, RankEvent):
                     if self._on_event is not None:
-                        self._deliver(event)
+                        self._deliver(lambda: self._on_event(event.rank, event.data))
+                elif isinstance(event, RankCommitted):
+                    if self._after_commit is not None:
+                        self._deliver(self._after_commit)
                 elif isinstance(event, RankFailed):
                     self._failures.append(event.failure)
                     if not (event.failure.peer_failure and self._await_root_cause()):
@@ -286,9 +281,9 @@ class _Supervisor:
             self._collector.replay(rank, frames)
         self._events.put(JobFinished(rows.results))
 
-    def _deliver(self, event: RankEvent) -> None:
+    def _deliver(self, callback: Callable[[], None]) -> None:
         try:
-            self._on_event(event.rank, event.data)
+            callback()
         except BaseException:
             # The caller's callback failed: the job has no one left to report to.
             self._cancel_and_wait()

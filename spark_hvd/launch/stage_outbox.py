@@ -46,6 +46,10 @@ class StageOutbox:
     def send_failure(self, failure: RankFailure) -> None:
         self._append({"kind": KIND_FAILURE, **failure.to_wire()})
 
+    def send_commit(self, seq: int, blob: bytes) -> None:
+        """Dropped: a commit is worth keeping only if it reaches the driver before the stage fails, which a row
+        cannot do (run_elastic refuses such a driver)."""
+
     def close(self) -> None:
         """Nothing to flush: the frames leave with the task's row."""
 

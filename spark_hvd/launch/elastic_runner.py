@@ -1,0 +1,274 @@
+"""Driver: ``spark_hvd.run_elastic``: elastic training as a series of barrier stages.
+
+A barrier stage cannot lose a task and go on (Spark fails the whole stage), so the job re-forms by stages:
+when one fails because a rank, an executor or a host was lost, the driver launches a new stage on the slots
+free now (between min and max ranks), and its ranks start from the last commit rank 0 sent to the driver.
+No custom driver RPC: commits travel on each rank's output connection (a ``commit`` frame), and the next
+stage gets the kept one inside its task payload. An exception of fn's own is not retried.
+
+Rejoin: when the cluster has more slots than the stage uses (and max allows), the driver ends the stage
+right after the next commit arrives and launches a larger one from that commit; no step is lost beyond
+those the ranks took while the stage wound down.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import IO, Any, Callable, Collection, Mapping, Sequence
+
+import cloudpickle
+
+from collective.elastic.errors import ElasticTimeoutError
+from collective.run import LineSink
+from spark_hvd.errors import ElasticNotSupportedError, ResetLimitError, RunError, SparkJobError, StartTimeoutError
+from spark_hvd.launch import run_arguments as checked
+from spark_hvd.launch.barrier_job import BarrierJob
+from spark_hvd.launch.connect_session import is_connect_session
+from spark_hvd.launch.elastic_rank import ElasticRankCall
+from spark_hvd.launch.launch_checks import describe_cluster, resolve_num_proc
+from spark_hvd.launch.output_collector import DRIVER_TAG, RankCommitted
+from spark_hvd.launch.runner import RanksLaunch, _active_session, _driver_bind_host, _driver_host, run_ranks
+
+# Horovod's default elastic timeout: how long the driver waits for min ranks' worth of slots.
+_DEFAULT_ELASTIC_TIMEOUT_S = 600.0
+# The largest commit the driver keeps in its memory by default (pickled bytes).
+DEFAULT_MAX_COMMIT_BYTES = 512 << 20
+# Spark tells Python nothing when executors come and go, so the slot count is polled this often.
+_SLOT_POLL_S = 0.5
+# While a stage runs, how often a commit may trigger a slot count (a JVM call) to look for rejoined slots.
+_GROW_CHECK_S = 1.0
+
+
+@dataclass
+class _Grow(Exception):
+    """Ends a stage right after a commit: more slots are free than it uses."""
+
+    slots: int
+
+
+@dataclass
+class _KeptCommit:
+    """The newest commit rank 0 sent, across stages (written by the collector's thread)."""
+
+    blob: bytes | None = None
+    stage: int = 0
+    seq: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def keep(self, stage: int, event: RankCommitted) -> None:
+        with self.lock:
+            if event.rank == 0:
+                self.blob, self.stage, self.seq = event.blob, stage, event.seq
+
+
+def run_elastic(
+    fn: Callable[..., Any],
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    num_proc: int | None = None,
+    min_np: int | None = None,
+    max_np: int | None = None,
+    start_timeout: float | None = None,
+    elastic_timeout: float | None = None,
+    reset_limit: int | None = None,
+    env: Mapping[str, str] | None = None,
+    stdout: IO | None = None,
+    stderr: IO | None = None,
+    verbose: int = 1,
+    nics: Collection[str] | None = None,
+    prefix_output_with_timestamp: bool = False,
+    *,
+    min_num_proc: int | None = None,
+    max_num_proc: int | None = None,
+    spark: Any = None,
+    max_commit_bytes: int = DEFAULT_MAX_COMMIT_BYTES,
+    tail_lines: int = 20,
+    on_event: Callable[[int, dict[str, Any]], None] | None = None,
+) -> list[Any]:
+    """Runs the elastic function ``fn(*args, **kwargs)`` (it uses ``hvd.elastic.run`` and commits its state)
+    on between ``min_num_proc`` and ``max_num_proc`` ranks, re-forming the job when ranks are lost or slots
+    come back; returns the results of the ranks of the last stage, in rank order.
+
+    Like ``horovod.spark.run_elastic``, with its parameters in its order (``min_np``/``max_np`` are Horovod
+    0.28's names of ``min_num_proc``/``max_num_proc``). Each stage is one Spark barrier stage, as in
+    ``spark_hvd.run``.
+
+    num_proc: ranks of the first stage; default, max_num_proc, else every slot of the cluster.
+    min_num_proc: fewest ranks to go on with; default, num_proc.
+    max_num_proc: most ranks; default, num_proc. Slots beyond the running stage's size make it grow at the
+        next commit, up to this.
+    start_timeout: seconds for every rank of a stage to start (as in ``spark_hvd.run``).
+    elastic_timeout: seconds to wait for min_num_proc free slots before a stage; then ElasticTimeoutError
+        naming the shortage. Default 600.
+    reset_limit: most re-formations (stages after the first); more raise ResetLimitError. Default: no limit.
+    env, stdout, stderr, verbose, nics, prefix_output_with_timestamp: as in ``spark_hvd.run``.
+    spark: the SparkSession; default, the active one.
+    max_commit_bytes: the largest pickled commit the driver keeps in memory; a larger one fails the job
+        with CommitTooLargeError at the commit after it.
+    tail_lines, on_event: as in ``spark_hvd.run``.
+
+    A rank that raises an exception of fn's own fails the job at once with RunError naming it, as in
+    ``spark_hvd.run``: retrying would raise it again. A lost rank (its process killed, its executor or host
+    lost) ends the stage; the next starts from the last commit that reached the driver.
+    """
+    min_num_proc = _alias("min_num_proc", min_num_proc, "min_np", min_np)
+    max_num_proc = _alias("max_num_proc", max_num_proc, "max_np", max_np)
+    start_timeout = checked.start_timeout_s(start_timeout)
+    elastic_timeout = _DEFAULT_ELASTIC_TIMEOUT_S if elastic_timeout is None else _positive("elastic_timeout",
+                                                                                          elastic_timeout)
+    if reset_limit is not None and (isinstance(reset_limit, bool) or not isinstance(reset_limit, int)
+                                    or reset_limit < 0):
+        raise ValueError(f"reset_limit must be a non-negative int or None, got {reset_limit!r}")
+    if isinstance(max_commit_bytes, bool) or not isinstance(max_commit_bytes, int) or max_commit_bytes < 1:
+        raise ValueError(f"max_commit_bytes must be a positive int, got {max_commit_bytes!r}")
+    env = checked.rank_env(env)
+    verbose = checked.verbose(verbose)
+    nics = checked.nics(nics)
+    timestamps = checked.flag("prefix_output_with_timestamp", prefix_output_with_timestamp)
+    spark = spark if spark is not None else _active_session()
+    if is_connect_session(spark):
+        raise ElasticNotSupportedError(
+            "spark_hvd.run_elastic needs a classic SparkSession: its ranks send their commits to the driver "
+            "while the stage runs, and the executors cannot dial a Spark Connect client. Use spark_hvd.run, "
+            "or run the driver on the cluster.")
+    bounds = _bounds(num_proc, min_num_proc, max_num_proc, spark)
+    err = LineSink(stderr if stderr is not None else sys.stderr)
+    driver = _ElasticDriver(
+        spark=spark, fn=fn, args=tuple(args), kwargs=dict(kwargs or {}), bounds=bounds,
+        elastic_timeout=elastic_timeout, reset_limit=reset_limit, max_commit_bytes=max_commit_bytes, err=err,
+        verbose=verbose,
+        launch_fields=dict(env=env, nics=nics, start_timeout=start_timeout, stdout=stdout, stderr=stderr,
+                           verbose=verbose, tail_lines=tail_lines, timestamps=timestamps, on_event=on_event))
+    return driver.run()
+
+
+@dataclass(frozen=True)
+class _Bounds:
+    first: int
+    min: int
+    max: int
+
+
+class _ElasticDriver:
+    def __init__(self, *, spark: Any, fn: Callable[..., Any], args: tuple, kwargs: dict, bounds: _Bounds,
+                 elastic_timeout: float, reset_limit: int | None, max_commit_bytes: int, err: LineSink,
+                 verbose: int, launch_fields: dict[str, Any]) -> None:
+        self._spark = spark
+        self._fn = fn
+        self._args = args
+        self._kwargs = kwargs
+        self._bounds = bounds
+        self._elastic_timeout = elastic_timeout
+        self._reset_limit = reset_limit
+        self._max_commit_bytes = max_commit_bytes
+        self._err = err
+        self._verbose = verbose
+        self._launch_fields = launch_fields
+        self._kept = _KeptCommit()
+        self._last_grow_check = 0.0
+
+    def run(self) -> list[Any]:
+        stage = 1
+        size = self._wait_for_slots(self._bounds.first)
+        while True:
+            resumes = "the script's initial state" if self._kept.blob is None else \
+                f"the commit #{self._kept.seq} of stage {self._kept.stage}"
+            self._say(f"elastic stage {stage}: {size} rank(s), starting from {resumes}")
+            try:
+                return run_ranks(self._launch(stage, size),
+                                 lambda spec, events: BarrierJob(self._spark, spec, events))
+            except _Grow as grow:
+                why = f"{grow.slots} slot(s) free, the stage used {size}: growing at that commit"
+            except RunError as error:
+                if not _lost_member(error):
+                    raise  # fn's own exception: a retry would raise it again
+                why = f"lost rank {error.rank} ({error.failure.summary})"
+            except (SparkJobError, StartTimeoutError) as error:
+                # No rank blamed (an executor lost before any report), or the slots counted were gone by the
+                # time the stage was scheduled: count again and relaunch.
+                why = f"the stage failed: {str(error).splitlines()[0]}"
+            self._say(f"elastic stage {stage} ended: {why}")
+            if self._reset_limit is not None and stage > self._reset_limit:
+                raise ResetLimitError(
+                    f"spark_hvd.run_elastic: the job re-formed {stage - 1} time(s), reset_limit={self._reset_limit}; "
+                    f"stage {stage} ended: {why}")
+            stage += 1
+            size = self._wait_for_slots(self._bounds.max)
+
+    def _launch(self, stage: int, size: int) -> RanksLaunch:
+        call = ElasticRankCall(self._fn, self._kept.blob, self._max_commit_bytes)
+        payload = cloudpickle.dumps((call, self._args, self._kwargs))
+        return RanksLaunch(
+            num_proc=size, payload=payload, collector_host=_driver_host(self._spark),
+            collector_bind_host=_driver_bind_host(self._spark),
+            where="other jobs may be holding the slots counted", job_label=f"elastic stage {stage}",
+            keep_commit=lambda event: self._kept.keep(stage, event),
+            after_commit=lambda: self._grow_if_slots(size), max_commit_bytes=self._max_commit_bytes,
+            **self._launch_fields)
+
+    def _grow_if_slots(self, size: int) -> None:
+        """After a commit: ends the stage when the cluster now has slots for more ranks (checked at most once
+        per _GROW_CHECK_S, since counting slots is a JVM call)."""
+        if size >= self._bounds.max or time.monotonic() - self._last_grow_check < _GROW_CHECK_S:
+            return
+        self._last_grow_check = time.monotonic()
+        slots = describe_cluster(self._spark).slots
+        if slots is not None and slots > size:
+            raise _Grow(slots)
+
+    def _wait_for_slots(self, most: int) -> int:
+        """Ranks for the next stage: the free slots, up to ``most``, once there are at least min."""
+        deadline = time.monotonic() + self._elastic_timeout
+        while True:
+            slots = describe_cluster(self._spark).slots
+            if slots is None:
+                return self._bounds.min  # cannot count: try the fewest, the start timeout guards it
+            if slots >= self._bounds.min:
+                return min(slots, most)
+            if time.monotonic() >= deadline:
+                raise ElasticTimeoutError(
+                    f"spark_hvd.run_elastic: the cluster has {slots} task slot(s), fewer than "
+                    f"min_num_proc={self._bounds.min}, for longer than elastic_timeout={self._elastic_timeout:g}s")
+            time.sleep(_SLOT_POLL_S)  # polling the slot count (rate limit), not synchronisation
+
+    def _say(self, text: str) -> None:
+        if self._verbose >= 1:
+            self._err.write_line(f"{DRIVER_TAG} ".encode(), text.encode())
+
+
+def _lost_member(error: RunError) -> bool:
+    """Whether the job's root failure is a lost rank (its process or executor died, or it only reacted to a
+    lost peer), not an exception of fn's own: a raised exception carries the child's traceback."""
+    root = error.failure
+    return root.peer_failure or root.traceback is None
+
+
+def _bounds(num_proc: int | None, min_num_proc: int | None, max_num_proc: int | None, spark: Any) -> _Bounds:
+    for name, value in (("num_proc", num_proc), ("min_num_proc", min_num_proc), ("max_num_proc", max_num_proc)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if num_proc is None:
+        num_proc = max_num_proc if max_num_proc is not None else resolve_num_proc(None, describe_cluster(spark))
+    low = num_proc if min_num_proc is None else min_num_proc
+    high = num_proc if max_num_proc is None else max_num_proc
+    if not low <= num_proc <= high:
+        raise ValueError(f"spark_hvd.run_elastic needs min_num_proc <= num_proc <= max_num_proc, got "
+                         f"{low} <= {num_proc} <= {high}")
+    return _Bounds(first=num_proc, min=low, max=high)
+
+
+def _alias(name: str, value: int | None, old_name: str, old_value: int | None) -> int | None:
+    if old_value is not None and value is not None and old_value != value:
+        raise ValueError(f"{old_name}={old_value} and {name}={value} disagree; {old_name} is Horovod 0.28's name "
+                         f"for {name}: pass one")
+    return value if value is not None else old_value
+
+
+def _positive(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+    return float(value)
+

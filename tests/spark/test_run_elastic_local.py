@@ -1,0 +1,77 @@
+"""spark_hvd.run_elastic on a local[2] session: a rank killed mid-run is replaced by a new stage that resumes
+from the last commit; an exception of fn's own is not retried; reset_limit and bad bounds fail by name."""
+
+from __future__ import annotations
+
+import io
+import re
+import sys
+
+import cloudpickle
+import numpy as np
+import pytest
+
+import elastic_functions
+import spark_hvd
+from elastic_data import reference_weights
+from elastic_functions import torch_elastic_train
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ship_elastic_functions() -> None:
+    cloudpickle.register_pickle_by_value(elastic_functions)
+    cloudpickle.register_pickle_by_value(sys.modules["elastic_data"])
+    yield
+    cloudpickle.unregister_pickle_by_value(elastic_functions)
+    cloudpickle.unregister_pickle_by_value(sys.modules["elastic_data"])
+
+
+def assert_reference_weights(result: dict) -> None:
+    w, b = reference_weights(result["sizes"])
+    np.testing.assert_allclose(result["w"], w, rtol=1e-10, atol=1e-12)
+    assert result["b"] == pytest.approx(b, rel=1e-10, abs=1e-12)
+
+
+def test_a_killed_rank_relaunches_the_stage_from_the_last_commit(local_spark, tmp_path) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    results = spark_hvd.run_elastic(torch_elastic_train, args=(9, 3, str(tmp_path)),
+                                    kwargs={"victim_rank": 1, "victim_step": 5}, num_proc=2, min_num_proc=1,
+                                    elastic_timeout=60, stdout=out, stderr=err, spark=local_spark)
+    assert [r["rank"] for r in results] == [0, 1]
+    # Step 5 died with rank 1 and step 4 was never committed: the new stage redoes them from step 3.
+    assert "[0]: RESUMED step=0 size=2" in out.getvalue()
+    assert "[0]: RESUMED step=3 size=2" in out.getvalue(), out.getvalue()
+    history = err.getvalue()
+    assert re.search(r"elastic stage 1 ended: lost rank 1 \(.*SIGKILL", history), history
+    assert "elastic stage 2: 2 rank(s), starting from the commit #1 of stage 1" in history, history
+    for result in results:
+        assert result["sizes"] == [2] * 9
+        assert_reference_weights(result)
+
+
+def test_an_exception_of_fns_own_is_not_retried_and_names_the_rank(local_spark, tmp_path) -> None:
+    err = io.StringIO()
+    with pytest.raises(spark_hvd.RunError) as raised:
+        spark_hvd.run_elastic(torch_elastic_train, args=(6, 3, str(tmp_path)), kwargs={"fail_rank": 1},
+                              num_proc=2, stdout=io.StringIO(), stderr=err, spark=local_spark)
+    assert raised.value.rank == 1
+    assert "ValueError: bad batch at step 2" in str(raised.value)
+    assert "elastic stage 2" not in err.getvalue()
+
+
+def test_reset_limit_zero_fails_at_the_first_lost_rank(local_spark, tmp_path) -> None:
+    with pytest.raises(spark_hvd.ResetLimitError, match=r"reset_limit=0.*lost rank 0"):
+        spark_hvd.run_elastic(torch_elastic_train, args=(9, 3, str(tmp_path)),
+                              kwargs={"victim_rank": 0, "victim_step": 4}, num_proc=2, reset_limit=0,
+                              stdout=io.StringIO(), stderr=io.StringIO(), spark=local_spark)
+
+
+def test_bounds_are_checked_before_anything_launches(local_spark) -> None:
+    with pytest.raises(ValueError, match=r"min_num_proc <= num_proc <= max_num_proc, got 3 <= 2 <= 2"):
+        spark_hvd.run_elastic(torch_elastic_train, num_proc=2, min_num_proc=3, spark=local_spark)
+    with pytest.raises(ValueError, match="min_np=1 and min_num_proc=2 disagree"):
+        spark_hvd.run_elastic(torch_elastic_train, num_proc=2, min_np=1, min_num_proc=2, spark=local_spark)
+    with pytest.raises(ValueError, match="reset_limit must be"):
+        spark_hvd.run_elastic(torch_elastic_train, num_proc=2, reset_limit=-1, spark=local_spark)
