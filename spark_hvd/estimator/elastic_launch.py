@@ -13,8 +13,9 @@ def run_elastic_fit(fn: Callable[[], Any], elastic: ElasticPlan, backend: Any, s
     ...) apply, and the estimator's progress listens to rank 0 in every formation."""
     from spark_hvd import run_elastic
 
-    options = {"verbose": verbose, "start_timeout": start_timeout, **backend.run_options}
+    options = {"spark": spark, "verbose": verbose, "start_timeout": start_timeout, **backend.run_options,
+               "on_event": on_event}
     options.pop("keep_warm", None)   # a relaunched stage starts its own processes
     full_env = {**backend.env, **dict(env)}
     return run_elastic(fn, num_proc=backend.num_processes(), min_num_proc=elastic.min_num_proc,
-                       max_num_proc=elastic.max_num_proc, env=full_env, spark=spark, on_event=on_event, **options)
+                       max_num_proc=elastic.max_num_proc, env=full_env, **options)
