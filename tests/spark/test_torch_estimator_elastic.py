@@ -257,3 +257,13 @@ def test_fit_with_a_rank_killed_mid_epoch_resumes_from_the_commit(local_spark, s
         torch.testing.assert_close(tensor, other, rtol=0, atol=0)
     assert [sorted(h) for h in late.getHistory()] == [["epoch", "train"]] * 2
     assert late.getEpochMetrics() == early.getEpochMetrics()
+
+
+def test_progress_keeps_the_first_start_across_relaunched_stages() -> None:
+    from spark_hvd.estimator.progress import EVENT_START, FitProgress
+
+    progress = FitProgress(epochs=2, steps_per_epoch=8, enabled=False)
+    progress.on_event(0, {"type": EVENT_START, "first_epoch": 0})
+    began = progress.started_at
+    progress.on_event(0, {"type": EVENT_START, "first_epoch": 1})
+    assert progress.started_at == began   # the fit's train time counts from the first stage
