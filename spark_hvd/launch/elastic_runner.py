@@ -23,12 +23,19 @@ import cloudpickle
 
 from collective.elastic.errors import ElasticTimeoutError
 from collective.run import LineSink
-from spark_hvd.errors import ElasticNotSupportedError, ResetLimitError, RunError, SparkJobError, StartTimeoutError
+from spark_hvd.errors import (
+    ElasticNotSupportedError,
+    ResetLimitError,
+    RunError,
+    SparkJobError,
+    StartTimeoutError,
+    spark_error_summary,
+)
 from spark_hvd.launch import run_arguments as checked
 from spark_hvd.launch.barrier_job import BarrierJob
 from spark_hvd.launch.connect_session import is_connect_session
 from spark_hvd.launch.elastic_rank import ElasticRankCall
-from spark_hvd.launch.launch_checks import describe_cluster, resolve_num_proc
+from spark_hvd.launch.launch_checks import ClusterShape, cluster_for_launch, describe_cluster, resolve_num_proc
 from spark_hvd.launch.output_collector import DRIVER_TAG, RankCommitted
 from spark_hvd.launch.runner import RanksLaunch, _active_session, _driver_bind_host, _driver_host, run_ranks
 
@@ -87,6 +94,7 @@ def run_elastic(
     max_commit_bytes: int = DEFAULT_MAX_COMMIT_BYTES,
     tail_lines: int = 20,
     on_event: Callable[[int, dict[str, Any]], None] | None = None,
+    keep_warm: Sequence[str] = (),
 ) -> list[Any]:
     """Runs the elastic function ``fn(*args, **kwargs)`` (it uses ``hvd.elastic.run`` and commits its state)
     on between ``min_num_proc`` and ``max_num_proc`` ranks, re-forming the job when ranks are lost or slots
@@ -108,7 +116,8 @@ def run_elastic(
     spark: the SparkSession; default, the active one.
     max_commit_bytes: the largest pickled commit the driver keeps in memory; a larger one fails the job
         with CommitTooLargeError at the commit after it.
-    tail_lines, on_event: as in ``spark_hvd.run``.
+    tail_lines, on_event, keep_warm: as in ``spark_hvd.run``; ``keep_warm=["torch"]`` also makes a
+        relaunched stage start sooner (its ranks' processes have imported torch already).
 
     A rank that raises an exception of fn's own fails the job at once with RunError naming it, as in
     ``spark_hvd.run``: retrying would raise it again. A lost rank (its process killed, its executor or host
@@ -116,6 +125,9 @@ def run_elastic(
     """
     min_num_proc = _alias("min_num_proc", min_num_proc, "min_np", min_np)
     max_num_proc = _alias("max_num_proc", max_num_proc, "max_np", max_np)
+    for name, value in (("num_proc", num_proc), ("min_num_proc", min_num_proc), ("max_num_proc", max_num_proc)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
     start_timeout = checked.start_timeout_s(start_timeout)
     elastic_timeout = _DEFAULT_ELASTIC_TIMEOUT_S if elastic_timeout is None else _positive("elastic_timeout",
                                                                                           elastic_timeout)
@@ -128,20 +140,25 @@ def run_elastic(
     verbose = checked.verbose(verbose)
     nics = checked.nics(nics)
     timestamps = checked.flag("prefix_output_with_timestamp", prefix_output_with_timestamp)
+    keep_warm = checked.module_names("keep_warm", keep_warm)
     spark = spark if spark is not None else _active_session()
     if is_connect_session(spark):
         raise ElasticNotSupportedError(
             "spark_hvd.run_elastic needs a classic SparkSession: its ranks send their commits to the driver "
             "while the stage runs, and the executors cannot dial a Spark Connect client. Use spark_hvd.run, "
             "or run the driver on the cluster.")
-    bounds = _bounds(num_proc, min_num_proc, max_num_proc, spark)
+    shape = cluster_for_launch(spark, num_proc or max_num_proc, start_timeout)
+    if shape.dynamic_allocation:
+        resolve_num_proc(1, shape)  # raises DynamicAllocationError, with what to do
+    bounds = _bounds(num_proc, min_num_proc, max_num_proc, shape)
     err = LineSink(stderr if stderr is not None else sys.stderr)
     driver = _ElasticDriver(
         spark=spark, fn=fn, args=tuple(args), kwargs=dict(kwargs or {}), bounds=bounds,
         elastic_timeout=elastic_timeout, reset_limit=reset_limit, max_commit_bytes=max_commit_bytes, err=err,
         verbose=verbose,
         launch_fields=dict(env=env, nics=nics, start_timeout=start_timeout, stdout=stdout, stderr=stderr,
-                           verbose=verbose, tail_lines=tail_lines, timestamps=timestamps, on_event=on_event))
+                           verbose=verbose, tail_lines=tail_lines, timestamps=timestamps, on_event=on_event,
+                           keep_warm=keep_warm))
     return driver.run()
 
 
@@ -189,7 +206,7 @@ class _ElasticDriver:
             except (SparkJobError, StartTimeoutError) as error:
                 # No rank blamed (an executor lost before any report), or the slots counted were gone by the
                 # time the stage was scheduled: count again and relaunch.
-                why = f"the stage failed: {str(error).splitlines()[0]}"
+                why = f"a task or executor was lost before any rank reported: {spark_error_summary(error.__cause__ or error)}"
             self._say(f"elastic stage {stage} ended: {why}")
             if self._reset_limit is not None and stage > self._reset_limit:
                 raise ResetLimitError(
@@ -246,12 +263,10 @@ def _lost_member(error: RunError) -> bool:
     return root.peer_failure or root.traceback is None
 
 
-def _bounds(num_proc: int | None, min_num_proc: int | None, max_num_proc: int | None, spark: Any) -> _Bounds:
-    for name, value in (("num_proc", num_proc), ("min_num_proc", min_num_proc), ("max_num_proc", max_num_proc)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+def _bounds(num_proc: int | None, min_num_proc: int | None, max_num_proc: int | None,
+            shape: ClusterShape) -> _Bounds:
     if num_proc is None:
-        num_proc = max_num_proc if max_num_proc is not None else resolve_num_proc(None, describe_cluster(spark))
+        num_proc = max_num_proc if max_num_proc is not None else resolve_num_proc(None, shape)
     low = num_proc if min_num_proc is None else min_num_proc
     high = num_proc if max_num_proc is None else max_num_proc
     if not low <= num_proc <= high:

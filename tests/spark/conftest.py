@@ -113,6 +113,30 @@ def standalone_spark(spark_environment: dict[str, str],
             yield spark
 
 
+@pytest.fixture(scope="module")
+def three_worker_cluster(spark_environment: dict[str, str],
+                         tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A session on a real master with three one-core workers, and the cluster itself (to kill and restart
+    a worker: ``cluster.kill_worker(i)``, ``cluster.restart_worker(i)``) as ``.cluster`` and ``.spark``."""
+    workers = [WorkerSpec(), WorkerSpec(), WorkerSpec()]
+    with StandaloneCluster(tmp_path_factory.mktemp("three-workers"), workers, os.environ) as cluster:
+        with _session(cluster.master_url, _cluster_conf(len(workers))) as spark:
+            yield SimpleNamespace(cluster=cluster, spark=spark)
+
+
+@pytest.fixture(scope="module")
+def elastic_functions_by_value() -> Iterator[None]:
+    """Ships tests/spark/elastic_functions.py and the modules it uses to the ranks by value."""
+    import elastic_functions
+
+    modules = [elastic_functions, sys.modules["elastic_data"], sys.modules["torch_elastic_model"]]
+    for module in modules:
+        cloudpickle.register_pickle_by_value(module)
+    yield
+    for module in modules:
+        cloudpickle.unregister_pickle_by_value(module)
+
+
 # Worker 1 pretends its executors are already restricted to two devices, so Spark's address
 # "1" must become physical device 6 in the rank's CUDA_VISIBLE_DEVICES.
 FAKE_GPU_WORKERS = [

@@ -6,10 +6,12 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "elastic" / "scripts"))
-from elastic_data import BASE_LR, FEATURES, shard  # noqa: E402
+from elastic_data import BASE_LR, reference_weights, shard  # noqa: E402
+from torch_elastic_model import zero_model_and_optimizer  # noqa: E402
 
 
 def claim(marker: str) -> bool:
@@ -21,24 +23,28 @@ def claim(marker: str) -> bool:
     return True
 
 
+def hold(gate: str, label: str) -> None:
+    """Waits until the test creates ``gate`` (a file): the test acts on the job (kills or restarts a worker)
+    while it is held at a known step. Every rank says so first, with its process id."""
+    if os.path.exists(gate):
+        return
+    print(f"HOLD {label} pid={os.getpid()}", flush=True)
+    while not os.path.exists(gate):
+        time.sleep(0.05)  # polls the test's gate file (a condition), not a guessed delay
+
+
 def torch_elastic_train(steps: int, commit_every: int, marker_dir: str, victim_rank: int = -1,
-                        victim_step: int = -1, fail_rank: int = -1, grow_to: int = 0) -> dict:
+                        victim_step: int = -1, fail_rank: int = -1, holds: tuple = ()) -> dict:
     """SGD on elastic_data's problem with a TorchState committed every ``commit_every`` steps. In the first
     stage, ``victim_rank`` SIGKILLs its own process after step ``victim_step``; ``fail_rank`` raises a
-    ValueError at step 2. ``grow_to``: rank 0 writes ``grow`` in marker_dir after step 2 (the test then frees
-    a slot), and training goes on until the job has that many ranks and then ``steps`` more steps."""
+    ValueError at step 2. ``holds``: (step, gate file) pairs: before that step, every rank waits for the gate."""
     import torch
 
     import collective.torch as hvd
 
     hvd.init()
-    model = torch.nn.Linear(FEATURES, 1).double()
-    with torch.no_grad():
-        model.weight.zero_()
-        model.bias.zero_()
-    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=BASE_LR * hvd.size()),
-                                         named_parameters=model.named_parameters())
-    state = hvd.elastic.TorchState(model=model, optimizer=optimizer, step=0, sizes=[], target=0)
+    model, optimizer = zero_model_and_optimizer(hvd)
+    state = hvd.elastic.TorchState(model=model, optimizer=optimizer, step=0, sizes=[])
 
     def rescale_lr() -> None:
         for group in optimizer.param_groups:
@@ -50,9 +56,10 @@ def torch_elastic_train(steps: int, commit_every: int, marker_dir: str, victim_r
     def train(state) -> None:
         if hvd.rank() == 0:
             print(f"RESUMED step={state.step} size={hvd.size()}", flush=True)
-        if not grow_to:
-            state.target = steps
-        while not state.target or state.step < state.target:
+        while state.step < steps:
+            for step, gate in holds:
+                if state.step == step:
+                    hold(gate, f"step={step} size={hvd.size()}")
             if hvd.rank() == fail_rank and state.step == 2:
                 raise ValueError("bad batch at step 2")
             x, y = (torch.from_numpy(a) for a in shard(state.step, hvd.rank(), hvd.size()))
@@ -64,13 +71,18 @@ def torch_elastic_train(steps: int, commit_every: int, marker_dir: str, victim_r
             state.step += 1
             if hvd.rank() == victim_rank and state.step == victim_step and claim(os.path.join(marker_dir, "victim")):
                 os.kill(os.getpid(), signal.SIGKILL)
-            if grow_to and hvd.rank() == 0 and state.step == 2:
-                claim(os.path.join(marker_dir, "grow"))
-            if grow_to and not state.target and hvd.size() >= grow_to:
-                state.target = state.step + steps
             if state.step % commit_every == 0:
                 state.commit()
 
     train(state)
     return {"rank": hvd.rank(), "size": hvd.size(), "w": model.weight.detach().numpy()[0].tolist(),
             "b": float(model.bias.item()), "sizes": list(state.sizes)}
+
+
+def assert_reference_weights(result: dict) -> None:
+    """The test's side: a rank's final weights are the float64 reference of the sizes its steps ran at."""
+    import numpy as np
+
+    w, b = reference_weights(result["sizes"])
+    np.testing.assert_allclose(result["w"], w, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(result["b"], b, rtol=1e-10, atol=1e-12)

@@ -139,7 +139,7 @@ class StandaloneCluster:
         spark_class = str(SPARK_HOME / "bin" / "spark-class")
         return [self._spawn_worker(first + i, spec, spark_class) for i, spec in enumerate(workers)]
 
-    def _spawn_worker(self, index: int, spec: WorkerSpec, spark_class: str) -> _Daemon:
+    def _spawn_worker(self, index: int, spec: WorkerSpec, spark_class: str, suffix: str = "") -> _Daemon:
         env = {**self.env, **spec.env}
         if spec.gpu_addresses is not None:
             script = self._discovery_script(index, spec.gpu_addresses)
@@ -147,10 +147,32 @@ class StandaloneCluster:
                                         f"-Dspark.worker.resource.gpu.discoveryScript={script}")
         work_dir = self.workdir / f"worker{index}"
         work_dir.mkdir(parents=True, exist_ok=True)
-        return self._spawn(f"worker{index}", [
+        return self._spawn(f"worker{index}{suffix}", [
             *spec.launch_prefix, spark_class, "org.apache.spark.deploy.worker.Worker", self.master_url,
             "--host", spec.host, "--port", "0", "--webui-port", "0",
             "--cores", str(spec.cores), "--memory", spec.memory, "--work-dir", str(work_dir)], env)
+
+    def kill_worker(self, index: int) -> int:
+        """SIGKILLs worker ``index``'s JVM together with its executors and their Python workers (the worker
+        starts them in its own process group, which it leads); returns the worker's PID. The driver then
+        loses that executor at once (its connection drops), as when a machine dies."""
+        daemon = self._worker_daemon(index)
+        os.killpg(daemon.proc.pid, signal.SIGKILL)
+        daemon.proc.wait(30)
+        return daemon.proc.pid
+
+    def worker_pid(self, index: int) -> int:
+        """The PID of worker ``index``'s JVM (its executors and their Python workers descend from it)."""
+        return self._worker_daemon(index).proc.pid
+
+    def restart_worker(self, index: int) -> None:
+        """Starts worker ``index`` again, as it was specified, and waits until it has registered."""
+        spark_class = str(SPARK_HOME / "bin" / "spark-class")
+        self._spawn_worker(index, self.workers[index], spark_class, suffix="-restarted").wait_for(
+            _WORKER_READY, self.start_timeout_s)
+
+    def _worker_daemon(self, index: int) -> _Daemon:
+        return [d for d in self._daemons if d.name.startswith(f"worker{index}")][-1]
 
     def _discovery_script(self, index: int, addresses: list[str]) -> Path:
         script = self.workdir / f"discover_gpus_worker{index}.sh"

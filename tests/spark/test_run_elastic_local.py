@@ -5,33 +5,13 @@ from __future__ import annotations
 
 import io
 import re
-import sys
 
-import cloudpickle
-import numpy as np
 import pytest
 
-import elastic_functions
 import spark_hvd
-from elastic_data import reference_weights
-from elastic_functions import torch_elastic_train
+from elastic_functions import assert_reference_weights, torch_elastic_train
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ship_elastic_functions() -> None:
-    cloudpickle.register_pickle_by_value(elastic_functions)
-    cloudpickle.register_pickle_by_value(sys.modules["elastic_data"])
-    yield
-    cloudpickle.unregister_pickle_by_value(elastic_functions)
-    cloudpickle.unregister_pickle_by_value(sys.modules["elastic_data"])
-
-
-def assert_reference_weights(result: dict) -> None:
-    w, b = reference_weights(result["sizes"])
-    np.testing.assert_allclose(result["w"], w, rtol=1e-10, atol=1e-12)
-    assert result["b"] == pytest.approx(b, rel=1e-10, abs=1e-12)
+pytestmark = [pytest.mark.usefixtures("elastic_functions_by_value"), pytest.mark.spark, pytest.mark.timeout(180)]
 
 
 def test_a_killed_rank_relaunches_the_stage_from_the_last_commit(local_spark, tmp_path) -> None:
@@ -75,3 +55,10 @@ def test_bounds_are_checked_before_anything_launches(local_spark) -> None:
         spark_hvd.run_elastic(torch_elastic_train, num_proc=2, min_np=1, min_num_proc=2, spark=local_spark)
     with pytest.raises(ValueError, match="reset_limit must be"):
         spark_hvd.run_elastic(torch_elastic_train, num_proc=2, reset_limit=-1, spark=local_spark)
+
+
+def test_a_spark_connect_session_is_refused_with_the_reason() -> None:
+    # A Connect client cannot be dialled by the executors, so commits could not reach it while a stage runs.
+    connect_session = type("SparkSession", (), {"__module__": "pyspark.sql.connect.session"})()
+    with pytest.raises(spark_hvd.ElasticNotSupportedError, match="cannot dial a Spark Connect client"):
+        spark_hvd.run_elastic(torch_elastic_train, num_proc=2, spark=connect_session)

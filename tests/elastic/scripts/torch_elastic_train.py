@@ -14,7 +14,8 @@ import threading
 import torch
 
 import collective.torch as hvd
-from elastic_data import BASE_LR, FEATURES, shard
+from elastic_data import BASE_LR, shard
+from torch_elastic_model import zero_model_and_optimizer
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=12)
@@ -26,12 +27,7 @@ parser.add_argument("--fail-rank", type=int, default=-1, help="raise a ValueErro
 args = parser.parse_args()
 
 hvd.init()
-model = torch.nn.Linear(FEATURES, 1).double()
-with torch.no_grad():
-    model.weight.zero_()
-    model.bias.zero_()
-optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=BASE_LR * hvd.size()),
-                                     named_parameters=model.named_parameters())
+model, optimizer = zero_model_and_optimizer(hvd)
 state = hvd.elastic.TorchState(model=model, optimizer=optimizer, step=0, sizes=[])
 
 
