@@ -44,3 +44,32 @@ class KilledAtStep(nn.Module):
         except FileExistsError:
             return False
         return True
+
+
+class HeldAtStep(nn.Module):
+    """Every rank, at its ``hold_at_call``-th forward while the job has ``while_size`` ranks, writes
+    ``<hold_dir>/held-<rank>-<pid>`` and waits until ``<hold_dir>/go`` exists (at most ``wait_s``), so that a
+    test can kill a chosen rank's worker at an exact step; any other size trains on."""
+
+    def __init__(self, features: int, classes: int, hold_at_call: int, while_size: int, hold_dir: str,
+                 wait_s: float = 150.0, seed: int = 0) -> None:
+        super().__init__()
+        torch.manual_seed(seed)
+        self.body = nn.Sequential(nn.Linear(features, 8), nn.Tanh(), nn.Linear(8, classes)).double()
+        self.hold_at_call, self.while_size, self.hold_dir, self.wait_s = hold_at_call, while_size, hold_dir, wait_s
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import time
+
+        import collective.torch as hvd
+
+        if not hvd.is_initialized():
+            return self.body(x)   # the driver's sample check: not a training step
+        self.calls += 1
+        if hvd.size() == self.while_size and self.calls == self.hold_at_call:
+            open(os.path.join(self.hold_dir, f"held-{hvd.rank()}-{os.getpid()}"), "w").close()
+            deadline = time.monotonic() + self.wait_s
+            while not os.path.exists(os.path.join(self.hold_dir, "go")) and time.monotonic() < deadline:
+                time.sleep(0.05)   # polls the test's gate (a condition), not a guessed delay
+        return self.body(x)
