@@ -216,7 +216,8 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
                 from spark_hvd.estimator.elastic_launch import run_elastic_fit
 
                 results = run_elastic_fit(self._rank_fn(plan), plan.elastic, backend, spark, env, progress.on_event,
-                                          verbose=self.getVerbose(), start_timeout=self.getStartTimeout())
+                                          verbose=self.getVerbose(), start_timeout=self.getStartTimeout(),
+                                          keep_warm=self.warm_modules)
             elif isinstance(backend, SparkBackend):
                 ours = {"spark": spark, "verbose": self.getVerbose(), "start_timeout": self.getStartTimeout(),
                         "on_event": progress.on_event, "keep_warm": self.warm_modules}

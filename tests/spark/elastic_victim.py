@@ -52,7 +52,7 @@ class HeldAtStep(nn.Module):
     test can kill a chosen rank's worker at an exact step; any other size trains on."""
 
     def __init__(self, features: int, classes: int, hold_at_call: int, while_size: int, hold_dir: str,
-                 wait_s: float = 150.0, seed: int = 0) -> None:
+                 wait_s: float = 300.0, seed: int = 0) -> None:
         super().__init__()
         torch.manual_seed(seed)
         self.body = nn.Sequential(nn.Linear(features, 8), nn.Tanh(), nn.Linear(8, classes)).double()
