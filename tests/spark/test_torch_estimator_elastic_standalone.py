@@ -47,7 +47,8 @@ def test_a_killed_worker_mid_epoch_finishes_on_two(three_worker_cluster, tmp_pat
     estimator = TorchEstimator(num_proc=3, model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
                                loss=class_loss, feature_cols=["features"], label_cols=["label"], batch_size=32,
                                epochs=2, store=Store.create(str(tmp_path / "store")), verbose=0, random_seed=5,
-                               elastic=True, min_num_proc=2, max_num_proc=3, elastic_commit_steps=3)
+                               elastic=True, min_num_proc=2, max_num_proc=3, elastic_commit_steps=3,
+                               start_timeout=120)
     df = blobs(spark, 768, partitions=3)
     outcome: dict = {}
 
