@@ -81,7 +81,8 @@ def train_elastic(plan: FitPlan, hvd: Any, model: Any, optimizer: Any, loop: Any
     train(state)
     if hvd.rank() != 0:
         return None
-    return {"state_dict": state_dict_bytes(model), "optimizer_state": torch_bytes(unscaled_state(optimizer, state.lr_size)),
+    return {"state_dict": state_dict_bytes(model),
+            "optimizer_state": torch_bytes(unscaled_state(optimizer, state.lr_size)),
             "history": state.history, "epoch_metrics": state.epoch_metrics, "reformations": state.reformations}
 
 

@@ -5,7 +5,8 @@ number of ranks (learning_rate_scaling='linear', Horovod's rule) -> broadcast pa
 state from rank 0 -> DistributedOptimizer -> per epoch: exactly ``train_steps`` steps on every rank (so
 uneven shards cannot desynchronise the allreduce), validation, metrics averaged across ranks,
 checkpoint by rank 0 (learning rate unscaled, so a resume on another number of ranks scales it anew),
-progress to the driver.
+progress to the driver. An elastic plan (``elastic=True``) runs the same epochs under ``hvd.elastic.run``,
+committing as it goes (elastic_training.py).
 """
 
 from __future__ import annotations
