@@ -57,7 +57,8 @@ class ElasticPlan:
 def checked_elastic_bounds(estimator: Any, num_proc: int) -> tuple[int, int]:
     """(min_num_proc, max_num_proc) of an ``elastic=True`` fit on ``num_proc`` ranks, checked before launch:
     each defaults to num_proc, and min_num_proc <= num_proc <= max_num_proc."""
-    name = type(estimator).__name__
+    # The public name (spark_hvd.lightning.TorchEstimator), since two estimators are called TorchEstimator.
+    name = f"{type(estimator).__module__.rsplit('.', 1)[0]}.{type(estimator).__name__}"
     if not estimator.elastic_supported:
         raise InputError(f"elastic=True: {name} has no elastic training yet; use spark_hvd.torch.TorchEstimator, "
                          "or fit with elastic=False (a refit with the same run_id resumes from the last epoch)")

@@ -74,7 +74,7 @@ def test_keras_estimator_refuses_elastic_before_launch(local_spark, store) -> No
 
     estimator = KerasEstimator(num_proc=2, feature_cols=["features"], label_cols=["label"], store=store,
                                elastic=True, verbose=0)
-    with pytest.raises(InputError, match=r"elastic=True: KerasEstimator has no elastic training yet"):
+    with pytest.raises(InputError, match=r"elastic=True: spark_hvd.keras.KerasEstimator has no elastic training yet"):
         estimator._check_elastic(_spark_backend(2))
 
 
@@ -267,3 +267,12 @@ def test_progress_keeps_the_first_start_across_relaunched_stages() -> None:
     began = progress.started_at
     progress.on_event(0, {"type": EVENT_START, "first_epoch": 1})
     assert progress.started_at == began   # the fit's train time counts from the first stage
+
+
+def test_lightning_estimator_refuses_elastic_by_its_public_name() -> None:
+    pytest.importorskip("pytorch_lightning")
+    from spark_hvd.errors import InputError
+    from spark_hvd.lightning import TorchEstimator as LightningEstimator
+
+    with pytest.raises(InputError, match=r"spark_hvd.lightning.TorchEstimator has no elastic training yet"):
+        LightningEstimator(elastic=True)._check_elastic(_spark_backend(2))
