@@ -143,7 +143,7 @@ def recovery(args: argparse.Namespace) -> None:
                     raise done["error"]
                 phase = {"detection": detected - killed_at, "slot count": relaunched - detected,
                          "relaunch (tasks, processes, imports, mesh)": started - relaunched,
-                         "state fetch (restore + broadcast)": resumed - started, "first step": first - resumed}
+                         "model built, commit restored and broadcast": resumed - started, "first step": first - resumed}
                 phase["kill -> training again"] = first - killed_at
                 phases.append(phase)
                 print(f"recovery {attempt + 1}: " + ", ".join(f"{k} {v:.2f}s" for k, v in phase.items()), flush=True)

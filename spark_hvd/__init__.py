@@ -21,6 +21,7 @@ from spark_hvd.errors import (
     SparkJobError,
     StartTimeoutError,
 )
+from collective.elastic.errors import ElasticTimeoutError
 from spark_hvd.launch.rank_context import RankContext, rank_context
 from spark_hvd.launch.rank_events import emit_event
 from spark_hvd.launch.elastic_runner import run_elastic
@@ -60,7 +61,8 @@ def __getattr__(name: str):  # noqa: ANN202 - module-level lazy attribute (PEP 5
 
 
 __all__ = [*_LAZY,
-    "CommitTooLargeError", "DynamicAllocationError", "ElasticNotSupportedError", "IgnoredArgumentWarning",
+    "CommitTooLargeError", "DynamicAllocationError", "ElasticNotSupportedError", "ElasticTimeoutError",
+    "IgnoredArgumentWarning",
     "LaunchError", "NotEnoughSlotsError", "RankContext", "RankFailure", "ResetLimitError", "RunError",
     "SparkJobError", "StartTimeoutError", "TorchDistributor", "emit_event", "rank_context", "run", "run_elastic",
 ]

@@ -47,6 +47,9 @@ DEFAULT_MAX_COMMIT_BYTES = 512 << 20
 _SLOT_POLL_S = 0.5
 # While a stage runs, how often a commit may trigger a slot count (a JVM call) to look for rejoined slots.
 _GROW_CHECK_S = 1.0
+# Stages in a row that Spark failed with no rank blamed and no commit made: a launch that keeps failing the same
+# way (an executor that cannot run the task at all), not lost members; the job then fails with the error.
+_FRUITLESS_STAGES = 3
 
 
 @dataclass
@@ -121,7 +124,8 @@ def run_elastic(
 
     A rank that raises an exception of fn's own fails the job at once with RunError naming it, as in
     ``spark_hvd.run``: retrying would raise it again. A lost rank (its process killed, its executor or host
-    lost) ends the stage; the next starts from the last commit that reached the driver.
+    lost) ends the stage; the next starts from the last commit that reached the driver. Three stages in a
+    row that Spark fails with no rank blamed and no commit made raise Spark's error (SparkJobError).
     """
     min_num_proc = _alias("min_num_proc", min_num_proc, "min_np", min_np)
     max_num_proc = _alias("max_num_proc", max_num_proc, "max_np", max_np)
@@ -189,6 +193,7 @@ class _ElasticDriver:
 
     def run(self) -> list[Any]:
         stage = 1
+        fruitless = 0
         size = self._wait_for_slots(self._bounds.first)
         while True:
             resumes = "the script's initial state" if self._kept.blob is None else \
@@ -198,20 +203,26 @@ class _ElasticDriver:
                 return run_ranks(self._launch(stage, size),
                                  lambda spec, events: BarrierJob(self._spark, spec, events))
             except _Grow as grow:
+                fruitless = 0
                 why = f"{grow.slots} slot(s) free, the stage used {size}: growing at that commit"
             except RunError as error:
                 if not _lost_member(error):
                     raise  # fn's own exception: a retry would raise it again
+                fruitless = 0
                 why = f"lost rank {error.rank} ({error.failure.summary})"
             except (SparkJobError, StartTimeoutError) as error:
                 # No rank blamed (an executor lost before any report), or the slots counted were gone by the
-                # time the stage was scheduled: count again and relaunch.
-                why = f"a task or executor was lost before any rank reported: {spark_error_summary(error.__cause__ or error)}"
+                # time the stage was scheduled: count again and relaunch, unless that keeps happening.
+                fruitless = 0 if self._kept.stage == stage else fruitless + 1
+                if fruitless >= _FRUITLESS_STAGES:
+                    raise
+                summary = spark_error_summary(error.__cause__ or error)
+                why = f"a task or executor was lost before any rank reported: {summary}"
             self._say(f"elastic stage {stage} ended: {why}")
             if self._reset_limit is not None and stage > self._reset_limit:
                 raise ResetLimitError(
-                    f"spark_hvd.run_elastic: the job re-formed {stage - 1} time(s), reset_limit={self._reset_limit}; "
-                    f"stage {stage} ended: {why}")
+                    f"spark_hvd.run_elastic: the job re-formed {stage - 1} time(s), "
+                    f"reset_limit={self._reset_limit}; stage {stage} ended: {why}")
             stage += 1
             size = self._wait_for_slots(self._bounds.max)
 

@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "elastic" / "scripts"))
-from elastic_data import BASE_LR, reference_weights, shard  # noqa: E402
-from torch_elastic_model import zero_model_and_optimizer  # noqa: E402
+from elastic_data import BASE_LR, reference_weights  # noqa: E402
+from torch_elastic_model import sgd_step, zero_model_and_optimizer  # noqa: E402
 
 
 def claim(marker: str) -> bool:
@@ -38,8 +38,6 @@ def torch_elastic_train(steps: int, commit_every: int, marker_dir: str, victim_r
     """SGD on elastic_data's problem with a TorchState committed every ``commit_every`` steps. In the first
     stage, ``victim_rank`` SIGKILLs its own process after step ``victim_step``; ``fail_rank`` raises a
     ValueError at step 2. ``holds``: (step, gate file) pairs: before that step, every rank waits for the gate."""
-    import torch
-
     import collective.torch as hvd
 
     hvd.init()
@@ -62,13 +60,7 @@ def torch_elastic_train(steps: int, commit_every: int, marker_dir: str, victim_r
                     hold(gate, f"step={step} size={hvd.size()}")
             if hvd.rank() == fail_rank and state.step == 2:
                 raise ValueError("bad batch at step 2")
-            x, y = (torch.from_numpy(a) for a in shard(state.step, hvd.rank(), hvd.size()))
-            optimizer.zero_grad()
-            loss = ((model(x) - y) ** 2).mean()
-            loss.backward()
-            optimizer.step()
-            state.sizes.append(hvd.size())
-            state.step += 1
+            sgd_step(hvd, model, optimizer, state)
             if hvd.rank() == victim_rank and state.step == victim_step and claim(os.path.join(marker_dir, "victim")):
                 os.kill(os.getpid(), signal.SIGKILL)
             if state.step % commit_every == 0:

@@ -62,3 +62,9 @@ def test_a_spark_connect_session_is_refused_with_the_reason() -> None:
     connect_session = type("SparkSession", (), {"__module__": "pyspark.sql.connect.session"})()
     with pytest.raises(spark_hvd.ElasticNotSupportedError, match="cannot dial a Spark Connect client"):
         spark_hvd.run_elastic(torch_elastic_train, num_proc=2, spark=connect_session)
+
+
+def test_too_few_slots_for_longer_than_the_elastic_timeout_names_the_shortage(local_spark) -> None:
+    with pytest.raises(spark_hvd.ElasticTimeoutError, match=r"2 task slot\(s\), fewer than min_num_proc=3, "
+                                                           r"for longer than elastic_timeout=1s"):
+        spark_hvd.run_elastic(torch_elastic_train, num_proc=3, min_num_proc=3, elastic_timeout=1, spark=local_spark)

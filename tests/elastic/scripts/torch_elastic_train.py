@@ -11,11 +11,9 @@ import json
 import os
 import threading
 
-import torch
-
 import collective.torch as hvd
-from elastic_data import BASE_LR, shard
-from torch_elastic_model import zero_model_and_optimizer
+from elastic_data import BASE_LR
+from torch_elastic_model import sgd_step, zero_model_and_optimizer
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=12)
@@ -59,13 +57,7 @@ def train(state):
             break
         if hvd.rank() == args.fail_rank and state.step == 2:
             raise ValueError("bad batch at step 2")
-        x, y = (torch.from_numpy(a) for a in shard(state.step, hvd.rank(), hvd.size()))
-        optimizer.zero_grad()
-        loss = ((model(x) - y) ** 2).mean()
-        loss.backward()
-        optimizer.step()
-        state.sizes.append(hvd.size())
-        state.step += 1
+        sgd_step(hvd, model, optimizer, state)
         if resets == 0 and hvd.rank() == args.victim_rank and state.step == args.victim_step:
             print(f"VICTIM pid={os.getpid()} step={state.step}", flush=True)
             threading.Event().wait()  # until the test kills this process
