@@ -14,6 +14,8 @@ with the same module and batch size, both forced by a ``noop`` write of all rows
 Each side fits --warmup times untimed, then --rounds times, back to back (printed as the cold fits: the
 first fit of a session starts its Python workers, and ours has no spare rank process yet; see
 spark_hvd.run's keep_warm).
+--elastic: instead, TorchEstimator with elastic=True (the default elastic_commit_steps) against
+elastic=False, alternating, --rounds each after --warmup each; target ratio (elastic / static) <= 1.05.
 Targets: fit ratio (ours / TorchDistributor) <= 0.45 and ours' fixed cost (wall minus train) <= 3 s;
 transform ratio (ours / predict_batch_udf) >= 0.8.
 """
@@ -59,7 +61,7 @@ def class_loss(output: Any, label: Any) -> Any:
     return nn.functional.cross_entropy(output, label.long())
 
 
-def fit_ours(df: Any, epochs: int) -> dict[str, float]:
+def fit_ours(df: Any, epochs: int, **params: Any) -> dict[str, float]:
     import torch
 
     from spark_hvd import Store, TorchEstimator
@@ -70,7 +72,7 @@ def fit_ours(df: Any, epochs: int) -> dict[str, float]:
                                batch_size=BATCH, epochs=epochs, shuffle=True, verbose=0,
                                # The same learning rate as the DDP peer, which does not scale it.
                                learning_rate_scaling="none",
-                               store=Store.create(tempfile.mkdtemp(prefix="bench-estimator-store-")))
+                               store=Store.create(tempfile.mkdtemp(prefix="bench-estimator-store-")), **params)
     began = time.monotonic()
     fitted = estimator.fit(df)
     timings = fitted.getFitTimings()
@@ -163,6 +165,30 @@ def transform_rates(spark: Any, df: Any, model: Any, rounds: int) -> dict[str, l
     return {name: values[1:] for name, values in rates.items()}
 
 
+def compare_elastic(df: Any, args: Any) -> None:
+    """The cost of elastic=True (commits every elastic_commit_steps steps, each sent to the driver) when
+    nothing fails: the two settings alternate, so that drift of the machine falls on both."""
+    from spark_hvd.estimator.params import DEFAULT_ELASTIC_COMMIT_STEPS
+
+    settings = {"elastic=False": {}, "elastic=True": {"elastic": True}}
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in settings}
+    for index in range(args.warmup + args.rounds):
+        for name, params in settings.items():
+            timings = fit_ours(df, args.epochs, **params)
+            if index >= args.warmup:
+                runs[name].append(timings)
+    print(f"elastic fit: {args.rows} rows x {FEATURES} features, {args.epochs} epochs, 2 ranks, batch {BATCH} per "
+          f"rank, commit every {DEFAULT_ELASTIC_COMMIT_STEPS} steps, {args.rounds} round(s); medians in seconds")
+    for name, timings in runs.items():
+        phases = {k: statistics.median(r[k] for r in timings) for k in timings[0]}
+        print(f"  TorchEstimator {name:14s} " + "  ".join(f"{k} {v:.2f}" for k, v in phases.items()))
+    for phase in ("train", "wall"):
+        ratio = (statistics.median(r[phase] for r in runs["elastic=True"])
+                 / statistics.median(r[phase] for r in runs["elastic=False"]))
+        print(f"elastic ratio ({phase}) elastic=True / elastic=False: {ratio:.3f} (target <= 1.05: "
+              f"{'met' if ratio <= 1.05 else 'missed'})")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="TorchEstimator fit and TorchModel.transform benchmark")
     parser.add_argument("--rows", type=int, default=200_000)
@@ -170,6 +196,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--warmup", type=int, default=1, help="untimed fits of each side first")
     parser.add_argument("--fit-only", action="store_true", help="skip the transform comparison")
+    parser.add_argument("--elastic", action="store_true", help="elastic=True against elastic=False")
     args = parser.parse_args()
     import cloudpickle
 
@@ -177,6 +204,10 @@ def main() -> int:
     spark = local_session("bench-estimator")
     spark.sparkContext.setLogLevel("ERROR")
     df = synthetic(spark, args.rows)
+    if args.elastic:
+        compare_elastic(df, args)
+        spark.stop()
+        return 0
     # Each side's fits back to back, as a notebook or a hyperparameter search runs them: a TorchDistributor
     # job in between left no spare rank process to adopt (measured; why is not established).
     for name, fit, runs in (("TorchEstimator", fit_ours, ours := []),

@@ -50,6 +50,11 @@ class SparkBackend(Backend):
         return self._num_proc
 
     @property
+    def env(self) -> dict[str, str]:
+        """The environment variables this backend gives every rank (a copy)."""
+        return dict(self._env)
+
+    @property
     def run_options(self) -> dict[str, Any]:
         """The spark_hvd.run keywords this backend was made with (a copy)."""
         return dict(self._run_options)

@@ -22,6 +22,7 @@ from pyspark.sql import DataFrame
 
 from spark_hvd.data.validation_split import normalized_validation
 from spark_hvd.errors import InputError
+from spark_hvd.estimator.elastic_plan import ElasticPlan, EpochSteps, check_no_elastic_params, checked_elastic_bounds
 from spark_hvd.estimator.mlflow_logging import start_mlflow_fit_log
 from spark_hvd.estimator.param_table import declare_params, set_defaults
 from spark_hvd.estimator.params import ESTIMATOR_PARAMS, LR_SCALING_POLICIES, READERS, default_output_cols
@@ -54,6 +55,7 @@ class FitPlan:
     transformation_edit_fields: list[Any] | None = None
     transformation_removed_fields: list[str] | None = None
     stop_on_nonfinite_loss: bool = True
+    elastic: ElasticPlan | None = None   # None: a static fit
 
     def reader_for(self, split: str, rank: int, size: int) -> Any:
         """This rank's reader of ``split``, as the plan says (shuffling only the training split)."""
@@ -88,6 +90,8 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
     # What the rank processes import (the framework): each Spark worker keeps a spare process that imported
     # them for the next fit (spark_hvd.run's keep_warm), so a fit's launch does not wait for the import.
     warm_modules: tuple[str, ...] = ()
+    # Whether _rank_fn trains under hvd.elastic when the plan is elastic (elastic=True).
+    elastic_supported = False
 
     def __init__(self) -> None:
         super().__init__()
@@ -146,6 +150,7 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         spark = df.sparkSession
         backend = self._backend(spark)
         num_proc = backend.num_processes()
+        self._check_elastic(backend)
         validation = normalized_validation(self.getValidation())
         status = FitStatus(enabled=self.getVerbose() >= 1)
         status.phase("checking the input columns")
@@ -183,7 +188,9 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
             raise InputError(f"fit_on_parquet: column(s) {missing} were not prepared; dataset {data.key!r} "
                              f"holds {list(data.columns)}")
         spark = SparkSession.active()
-        return self._fit_on_materialized(data, spark, self._backend(spark), began)
+        backend = self._backend(spark)
+        self._check_elastic(backend)
+        return self._fit_on_materialized(data, spark, backend, began)
 
     def _fit_on_materialized(self, data: Any, spark: Any, backend: Any, began: float,
                              status: FitStatus | None = None) -> Any:
@@ -205,7 +212,13 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         env = dict(self.getBackendEnv() or {})
         prepared = time.monotonic()
         try:
-            if isinstance(backend, SparkBackend):
+            if plan.elastic is not None:
+                from spark_hvd.estimator.elastic_launch import run_elastic_fit
+
+                results = run_elastic_fit(self._rank_fn(plan), plan.elastic, backend, spark, env, progress.on_event,
+                                          verbose=self.getVerbose(), start_timeout=self.getStartTimeout(),
+                                          keep_warm=self.warm_modules)
+            elif isinstance(backend, SparkBackend):
                 ours = {"spark": spark, "verbose": self.getVerbose(), "start_timeout": self.getStartTimeout(),
                         "on_event": progress.on_event, "keep_warm": self.warm_modules}
                 given = backend.run_options
@@ -227,17 +240,13 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         return model
 
     def _plan(self, data: Any, num_proc: int) -> FitPlan:
-        from spark_hvd.data import steps_per_epoch
-
         batch_size = self.getBatchSize()
         val_batch_size = self.getValBatchSize() or batch_size
         bpps = self.getBackwardPassesPerStep()
-        train_steps = steps_per_epoch(data.train_rows, num_proc, batch_size, self.getTrainStepsPerEpoch(),
-                                      whole_batches_only=self.whole_training_batches)
-        # Whole accumulation windows only, so that every epoch ends on an optimizer step.
-        train_steps = -(-train_steps // bpps) * bpps
-        val_steps = (steps_per_epoch(data.val_rows, num_proc, val_batch_size, self.getValidationStepsPerEpoch())
-                     if data.val_rows else 0)
+        epoch_steps = EpochSteps(data.train_rows, data.val_rows, batch_size, val_batch_size, bpps,
+                                 self.whole_training_batches, self.getTrainStepsPerEpoch(),
+                                 self.getValidationStepsPerEpoch())
+        train_steps, val_steps = epoch_steps.at(num_proc)
         shuffle_buffer = self.getShuffleBufferSize()
         label_shapes = self.getLabelShapes()
         return FitPlan(
@@ -252,7 +261,27 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
             if label_shapes else None,
             transformation_edit_fields=self.getTransformationEditFields(),
             transformation_removed_fields=self.getTransformationRemovedFields(),
-            stop_on_nonfinite_loss=self.getStopOnNonfiniteLoss())
+            stop_on_nonfinite_loss=self.getStopOnNonfiniteLoss(), elastic=self._elastic_plan(num_proc, epoch_steps))
+
+    def _elastic_plan(self, num_proc: int, epoch_steps: EpochSteps) -> ElasticPlan | None:
+        if not self.getElastic():
+            return None
+        min_np, max_np = checked_elastic_bounds(self, num_proc)
+        bpps = epoch_steps.backward_passes_per_step
+        commit_steps = -(-self.getElasticCommitSteps() // bpps) * bpps
+        return ElasticPlan(commit_steps, min_np, max_np, epoch_steps)
+
+    def _check_elastic(self, backend: Any) -> None:
+        """elastic=True's bounds, before anything is materialised or launched."""
+        from spark_hvd.common.backend import SparkBackend
+
+        if not self.getElastic():
+            check_no_elastic_params(self)
+            return
+        if not isinstance(backend, SparkBackend):
+            raise InputError(f"elastic=True runs on Spark's executors (spark_hvd.run_elastic): backend must be a "
+                             f"SparkBackend, got {type(backend).__name__}")
+        checked_elastic_bounds(self, backend.num_processes())
 
     def _seed(self, default: int) -> int:
         seed = self.getRandomSeed()

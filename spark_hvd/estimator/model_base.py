@@ -39,6 +39,8 @@ class HorovodModel(Model, MLWritable, MLReadable):
         self._input_specs: list[InputSpec] = []
         self._output_specs: list[OutputSpec] = []
         self._fit_timings: dict[str, float] = {}
+        # An elastic fit's re-formations, kept beside the history so that its format stays Horovod's.
+        self._reformations: list[dict[str, int]] = []
 
     def getFitTimings(self) -> dict[str, float]:
         """Seconds per phase of the fit that made this model (materialize, launch, train, return,
@@ -53,6 +55,11 @@ class HorovodModel(Model, MLWritable, MLReadable):
         """spark-hvd's flat view of the history, the same for every framework:
         ``[{"epoch": 0, "loss": ..., "<metric>": ..., "val_loss": ..., "val_<metric>": ...}, ...]``."""
         return [dict(entry) for entry in self._epoch_metrics]
+
+    def getReformations(self) -> list[dict[str, int]]:
+        """Where an ``elastic=True`` fit re-formed, in order: ``{"epoch", "step", "size", "previous_size"}``
+        each (training resumed at that epoch and step on ``size`` ranks); empty for a static fit."""
+        return [dict(entry) for entry in self._reformations]
 
     def _set_training_outcome(self, history: Any, input_specs: list[InputSpec], output_specs: list[OutputSpec],
                               epoch_metrics: list[dict[str, float]] | None = None) -> None:
@@ -98,6 +105,7 @@ class HorovodModel(Model, MLWritable, MLReadable):
     def _copy_internals_to(self, other: "HorovodModel") -> None:
         other._history = copy.deepcopy(self._history)
         other._epoch_metrics = [dict(entry) for entry in self._epoch_metrics]
+        other._reformations = [dict(entry) for entry in self._reformations]
         other._input_specs = list(self._input_specs)
         other._output_specs = list(self._output_specs)
 
@@ -117,6 +125,7 @@ class _HorovodModelWriter(MLWriter):
         extra = {
             "history": model._history,
             "epochMetrics": model._epoch_metrics,
+            "reformations": model._reformations,
             "inputSpecs": [[s.column, s.dtype, list(s.shape)] for s in model._input_specs],
             "outputSpecs": [[list(s.shape), s.label_kind, s.label_dtype] for s in model._output_specs],
         }
@@ -146,6 +155,7 @@ class _HorovodModelReader(MLReader):
             [OutputSpec(column, tuple(shape), kind, dtype) for column, (shape, kind, dtype)
              in zip(model.getOutputCols(), metadata.get("outputSpecs", []))],
             metadata.get("epochMetrics", []))
+        model._reformations = list(metadata.get("reformations", []))
         fs, root = fsspec.core.url_to_fs(path)
         model._load_data(fs, f"{root.rstrip('/')}/{_DATA_DIR}")
         return model

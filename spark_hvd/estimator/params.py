@@ -16,6 +16,8 @@ from spark_hvd.estimator.param_table import (
 LR_SCALING_POLICIES = ("none", "linear")
 READERS = ("arrow", "petastorm")
 READER_POOL_TYPES = ("thread", "process", "dummy")
+# Measured on bench/estimator.py --elastic: a commit every 50 steps costs under 5% of the fit (bench/RESULTS.md).
+DEFAULT_ELASTIC_COMMIT_STEPS = 50
 
 ESTIMATOR_PARAMS: list[ParamSpec] = [
     ParamSpec("num_proc", "number of ranks (one per task slot); default: every slot of the cluster. "
@@ -93,6 +95,15 @@ ESTIMATOR_PARAMS: list[ParamSpec] = [
     ParamSpec("use_gpu", "train on the GPU of each task when Spark assigns one", True,
               TypeConverters.toBoolean),
     ParamSpec("start_timeout", "seconds for every rank to start", 600.0, TypeConverters.toFloat),
+    ParamSpec("elastic", "train elastically (spark_hvd.run_elastic): a lost executor costs the steps since the "
+              "last commit, and training goes on at the new number of ranks", False, TypeConverters.toBoolean),
+    ParamSpec("min_num_proc", "elastic=True: the fewest ranks training goes on with; default num_proc", None,
+              to_optional(to_positive_int)),
+    ParamSpec("max_num_proc", "elastic=True: the most ranks the job grows to; default num_proc", None,
+              to_optional(to_positive_int)),
+    ParamSpec("elastic_commit_steps", "elastic=True: training steps between commits of the model, optimizer "
+              "and position (rounded up to a multiple of backward_passes_per_step); one more at each "
+              f"epoch's end", DEFAULT_ELASTIC_COMMIT_STEPS, to_positive_int),
 ]
 
 MODEL_PARAMS: list[ParamSpec] = [

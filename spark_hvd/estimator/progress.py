@@ -129,7 +129,12 @@ class FitProgress:
             return
         kind = data.get("type")
         if kind == EVENT_START:
-            self.started_at = self._epoch_started = time.monotonic()
+            now = time.monotonic()
+            if self.started_at is not None:
+                self.close()   # an elastic fit's next stage: its rank 0 starts again; training began before
+            else:
+                self.started_at = now
+            self._epoch_started = now
             self._start(int(data.get("first_epoch", 0)))
         elif kind == EVENT_STEP:
             self._step(int(data["epoch"]), int(data["step"]), data.get("loss"))

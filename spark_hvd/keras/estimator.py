@@ -70,7 +70,9 @@ class KerasEstimator(HorovodEstimator, KerasParams):
                  transformation_edit_fields: Any = None, transformation_removed_fields: Any = None,
                  tensorflow_dataset_prefetch_buffer_size: int | None = None, backward_passes_per_step: int = 1,
                  reader: str = "arrow", learning_rate_scaling: str = "linear", output_cols: Any = None,
-                 start_timeout: float = 600.0, **unknown: Any) -> None:
+                 start_timeout: float = 600.0, elastic: bool = False,
+                 min_num_proc: int | None = None, max_num_proc: int | None = None,
+                 elastic_commit_steps: int | None = None, **unknown: Any) -> None:
         super().__init__()
         set_defaults(self, KERAS_PARAMS)
         self._set_init_params(self._input_kwargs)

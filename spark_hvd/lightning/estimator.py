@@ -105,7 +105,9 @@ class TorchEstimator(HorovodEstimator):
                  val_async_data_loader_queue_size: int | None = None, use_gpu: bool = True,
                  mp_start_method: str | None = None, backend_env: Any = None, backward_passes_per_step: int = 1,
                  reader: str = "arrow", learning_rate_scaling: str = "linear", output_cols: Any = None,
-                 start_timeout: float = 600.0, **unknown: Any) -> None:
+                 start_timeout: float = 600.0, elastic: bool = False,
+                 min_num_proc: int | None = None, max_num_proc: int | None = None,
+                 elastic_commit_steps: int | None = None, **unknown: Any) -> None:
         super().__init__()
         _check_lightning_version()
         set_defaults(self, LIGHTNING_PARAMS)

@@ -60,14 +60,21 @@ class EpochLoop:
         self.transformation = ((objects.transformation_fn, plan.transformation_edit_fields,
                                 plan.transformation_removed_fields) if objects.transformation_fn else None)
 
-    def train_epoch(self, epoch: int, reader: Any, progress: Any) -> tuple[dict[str, Any], dict[str, float]]:
+    def train_epoch(self, epoch: int, reader: Any, progress: Any, steps: int | None = None, first_step: int = 0,
+                    after_step: Callable[[int, "_Totals"], None] | None = None,
+                    carried: np.ndarray | None = None) -> tuple[dict[str, Any], dict[str, float]]:
+        """Steps ``first_step`` to ``steps`` (default the plan's) of ``epoch``, skipping the shard's first
+        ``first_step`` batches; ``after_step(steps_done, totals)`` runs after each (an elastic fit's commits);
+        ``carried`` are every rank's sums of the epoch's steps before ``first_step``."""
         import torch
 
         self.model.train()
         totals = _Totals(len(self.metrics))
         batches = iter(reader.batches(epoch))
+        for _ in range(first_step):
+            next(batches)
         self.optimizer.zero_grad()
-        for step in range(self.plan.train_steps):
+        for step in range(first_step, self.plan.train_steps if steps is None else steps):
             features, labels, weights = self._tensors(next(batches))
             outputs, labels, loss = self._step(step, features, labels, weights)
             loss_value = float(loss.detach())
@@ -75,10 +82,12 @@ class EpochLoop:
             with torch.no_grad():
                 totals.add(loss_value, self._metric_values(outputs, labels), rows=len(labels[0]))
             progress.step(epoch, step + 1, loss_value)
-        loss, values = totals.averaged(self.hvd, "train")
+            if after_step is not None:
+                after_step(step + 1, totals)
+        loss, values = totals.averaged(self.hvd, "train", carried)
         return {"epoch": epoch, "train": self._horovod_entry(loss, values)}, self._flat(loss, values, prefix="")
 
-    def validate(self, epoch: int, reader: Any) -> tuple[dict[str, Any], dict[str, float]]:
+    def validate(self, epoch: int, reader: Any, steps: int | None = None) -> tuple[dict[str, Any], dict[str, float]]:
         import torch
 
         from spark_hvd.torch.batch_tensors import align_labels, as_outputs
@@ -87,7 +96,7 @@ class EpochLoop:
         totals = _Totals(len(self.metrics))
         batches = iter(reader.batches(epoch))
         with torch.no_grad():
-            for _ in range(self.plan.val_steps):
+            for _ in range(self.plan.val_steps if steps is None else steps):
                 features, labels, weights = self._tensors(next(batches))
                 outputs = as_outputs(self.model(*features))
                 labels = align_labels(outputs, labels, self.plan.label_shapes)
@@ -149,10 +158,16 @@ class _Totals:
         self.sums[:-1] += np.array([loss, *metric_values]) * rows
         self.sums[-1] += rows
 
-    def averaged(self, hvd: Any, split: str) -> tuple[float, list[float]]:
+    def summed(self, hvd: Any, split: str) -> np.ndarray:
+        """Every rank's sums added up."""
         import torch
 
-        total = hvd.allreduce(torch.from_numpy(self.sums.copy()), op=hvd.Sum, name=f"shvd.{split}.metrics").numpy()
+        return hvd.allreduce(torch.from_numpy(self.sums.copy()), op=hvd.Sum, name=f"shvd.{split}.metrics").numpy()
+
+    def averaged(self, hvd: Any, split: str, carried: np.ndarray | None = None) -> tuple[float, list[float]]:
+        total = self.summed(hvd, split)
+        if carried is not None:
+            total = total + carried
         rows = max(total[-1], 1.0)
         means = [float(value / rows) for value in total[:-1]]
         return means[0], means[1:]

@@ -40,11 +40,14 @@ class TorchEstimator(HorovodEstimator):
     rule); ``'none'`` keeps it. ``getHistory()`` is Horovod's list of ``{'epoch', 'train',
     'validation'}``. Checkpoints: rank 0 saves model and optimizer (learning rate unscaled) under the
     Store after every epoch; fitting again with the same ``run_id`` resumes after the last epoch.
+    ``elastic=True`` (with ``min_num_proc``, ``max_num_proc``, ``elastic_commit_steps``) fits through
+    ``spark_hvd.run_elastic``: a lost executor costs the steps since the last commit (docs/elastic.md).
     """
 
     # torch._dynamo: torch.optim imports it at an optimizer's first step (about as long as importing torch
     # itself), which would otherwise fall inside the fit's first broadcast (broadcast_optimizer_state).
     warm_modules = ("torch", "torch._dynamo", "collective.torch", "spark_hvd.torch.trainer")
+    elastic_supported = True
 
     @keyword_only
     def __init__(self, *, num_proc: int | None = None, model: Any = None, backend: Any = None, store: Any = None,
@@ -62,7 +65,9 @@ class TorchEstimator(HorovodEstimator):
                  reader_pool_type: str | None = None, label_shapes: Any = None, inmemory_cache_all: bool = False,
                  use_gpu: bool = True, mp_start_method: str | None = None, backend_env: Any = None,
                  backward_passes_per_step: int = 1, reader: str = "arrow", learning_rate_scaling: str = "linear",
-                 output_cols: Any = None, start_timeout: float = 600.0, **unknown: Any) -> None:
+                 output_cols: Any = None, start_timeout: float = 600.0, elastic: bool = False,
+                 min_num_proc: int | None = None, max_num_proc: int | None = None,
+                 elastic_commit_steps: int | None = None, **unknown: Any) -> None:
         super().__init__()
         set_defaults(self, TORCH_PARAMS)
         self._set_init_params(self._input_kwargs)
@@ -186,6 +191,7 @@ class TorchEstimator(HorovodEstimator):
             result["history"],
             [InputSpec(c, columns[c].dtype, tuple(columns[c].shape)) for c in plan.feature_cols],
             self._output_specs(plan, output_cols, self._output_shapes), result["epoch_metrics"])
+        model._reformations = list(result.get("reformations", []))
         return model
 
 

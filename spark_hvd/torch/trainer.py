@@ -5,7 +5,8 @@ number of ranks (learning_rate_scaling='linear', Horovod's rule) -> broadcast pa
 state from rank 0 -> DistributedOptimizer -> per epoch: exactly ``train_steps`` steps on every rank (so
 uneven shards cannot desynchronise the allreduce), validation, metrics averaged across ranks,
 checkpoint by rank 0 (learning rate unscaled, so a resume on another number of ranks scales it anew),
-progress to the driver.
+progress to the driver. An elastic plan (``elastic=True``) runs the same epochs under ``hvd.elastic.run``,
+committing as it goes (elastic_training.py).
 """
 
 from __future__ import annotations
@@ -56,6 +57,14 @@ def scale_learning_rate(optimizer: Any, factor: float) -> None:
         group["lr"] = group["lr"] * factor
 
 
+def unscaled_state(optimizer: Any, lr_factor: float) -> dict[str, Any]:
+    """The optimizer's state with the learning rate as the user gave it (what checkpoints and the model keep)."""
+    state = optimizer.state_dict()
+    for group in state["param_groups"]:
+        group["lr"] = group["lr"] / lr_factor
+    return state
+
+
 def train_rank(spec: TorchRankSpec) -> dict[str, Any] | None:
     import torch
 
@@ -102,13 +111,14 @@ def train_rank(spec: TorchRankSpec) -> dict[str, Any] | None:
                      metric_groups(objects.metrics, plan.label_cols))
     progress = RankProgress(rank)
     progress.start(first_epoch)
+    if plan.elastic is not None:
+        from spark_hvd.torch.elastic_training import train_elastic
+
+        return train_elastic(plan, hvd, model, optimizer, loop, progress, first_epoch, history, epoch_metrics)
     readers = plan.readers(rank, size)
 
     def unscaled_optimizer_state() -> dict[str, Any]:
-        state = optimizer.state_dict()
-        for group in state["param_groups"]:
-            group["lr"] = group["lr"] / lr_factor
-        return state
+        return unscaled_state(optimizer, lr_factor)
 
     try:
         for epoch in range(first_epoch, plan.epochs):
