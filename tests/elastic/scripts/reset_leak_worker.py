@@ -20,11 +20,20 @@ parser.add_argument("--resets", type=int, default=100)
 args = parser.parse_args()
 
 
+def _thread_name(task: str) -> str:
+    try:
+        with open(f"/proc/self/task/{task}/comm") as comm:
+            return comm.read().strip()
+    except FileNotFoundError:
+        return "(ended while counted)"
+
+
 def held() -> dict:
     # A segment is unlinked once both sides have opened it; its mapping stays until the mesh closes it.
     with open("/proc/self/maps") as maps:
         shm_maps = sum("/dev/shm/shvd-" in line for line in maps)
-    return {"threads": len(os.listdir("/proc/self/task")), "fds": len(os.listdir("/proc/self/fd")),
+    return {"threads": sorted(_thread_name(task) for task in os.listdir("/proc/self/task")),
+            "fds": len(os.listdir("/proc/self/fd")),
             "shm_names": len(glob.glob(f"/dev/shm/shvd-{os.getpid()}-*")), "shm_maps": shm_maps}
 
 
