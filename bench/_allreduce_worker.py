@@ -1,6 +1,7 @@
 """One rank of the allreduce benchmark (see bench/allreduce.py, which starts it).
 
-    python _allreduce_worker.py --impl {ours-shm,ours-tcp,ours-engine,ours-mpi,ours-mpi-engine,gloo,mpi} --sizes 4096 ... [--target-s S]
+    python _allreduce_worker.py --impl {ours-shm,ours-tcp,ours-engine,ours-mpi,ours-mpi-engine,gloo,mpi}
+        --sizes 4096 ... [--target-s S]
 
 Every implementation is measured by the same loop; a backend only supplies the in-place
 allreduce, a barrier and a way to agree on a number. Each rank prints one line per size:
@@ -265,8 +266,8 @@ def measure(backend: Backend, nbytes: int, target_s: float, min_iters: int, max_
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--impl", required=True, choices=["ours", "ours-shm", "ours-tcp", "ours-engine", "ours-flat", "ours-hier",
-                                                            "ours-mpi", "ours-mpi-engine", "gloo", "mpi"])
+    parser.add_argument("--impl", required=True, choices=["ours", "ours-shm", "ours-tcp", "ours-engine", "ours-flat",
+                                                            "ours-hier", "ours-mpi", "ours-mpi-engine", "gloo", "mpi"])
     parser.add_argument("--sizes", type=int, nargs="+", required=True, help="message sizes in bytes")
     parser.add_argument("--target-s", type=float, default=1.0, help="aim for this much timed work per size")
     parser.add_argument("--min-iters", type=int, default=5)

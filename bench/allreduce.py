@@ -71,7 +71,8 @@ LAYOUT_IMPLS = ("ours-flat", "ours-hier")
 OURS_OVER_MPI = ("ours-mpi", "ours-mpi-engine")
 # (ours, peer) pairs shown as ratios; the first three are what the targets are about.
 RATIOS = (("ours-shm", "mpi-shm"), ("ours-tcp", "gloo"), ("ours-tcp", "mpi-tcp"), ("ours-shm", "gloo"),
-          ("ours-engine", "ours-shm"), ("ours-engine", "gloo"), ("ours-mpi", "mpi-shm"), ("ours-mpi-engine", "mpi-shm"), ("ours-hier", "ours-flat"))
+          ("ours-engine", "ours-shm"), ("ours-engine", "gloo"), ("ours-mpi", "mpi-shm"),
+          ("ours-mpi-engine", "mpi-shm"), ("ours-hier", "ours-flat"))
 DEFAULT_SIZES = ("4K", "64K", "1M", "16M", "64M", "256M")
 QUICK_SIZES = ("4K", "64K", "1M", "16M")
 # Open MPI 5 renamed the vader BTL to sm. ob1 is forced in both cases so that neither UCX nor
