@@ -134,7 +134,7 @@ void Engine::loop() {
         wake_.wait_until(lock, next, [&] { return stop_requested_ || work_ready_; });
         work_ready_ = false;
       }
-      const bool news = cycle();
+      const bool go_on = cycle();
       bool waiting_on_peers;
       {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -146,10 +146,11 @@ void Engine::loop() {
       next = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                 std::chrono::duration<double, std::milli>(options_.cycle_time_ms));
       // Requests some peers have not submitted yet: go straight into the next round, which blocks (without
-      // spinning) until every peer sends its message, so a peer's submit completes them without waiting a
-      // cycle here. Only after a round with news: ranks that all wait on each other (a mismatch, a stall)
-      // fall back to the timer instead of exchanging empty rounds as fast as they can.
-      if (news && waiting_on_peers) next = Clock::now();
+      // spinning) until every peer sends its message, so a late peer's submit completes them at once, not
+      // at this rank's next tick. Not when every rank waits on another (a mismatch, a stall, or ranks
+      // that submitted in different orders) and the round brought nothing new: all would go on trading
+      // empty rounds as fast as they can, so they take the timer's pace (or a submit's) instead.
+      if (go_on && waiting_on_peers) next = Clock::now();
     }
   } catch (const Error& e) {
     int cause = e.peer_rank() >= 0 ? e.peer_rank() : mesh_.rank();
@@ -191,7 +192,8 @@ bool Engine::cycle() {
             list.shutdown_rank);
     fail_everything(e);
   }
-  return !mine.requests.empty() || !mine.cached.empty() || !list.responses.empty();
+  const bool news = !mine.requests.empty() || !mine.cached.empty() || !list.responses.empty();
+  return news || !list.every_rank_waiting;
 }
 
 ResponseList Engine::negotiate(const RankMessage& mine) {

@@ -77,8 +77,8 @@ class Engine {
     std::chrono::steady_clock::time_point enqueued;
   };
   void loop();
-  // One negotiation round; true when it brought news (this rank's new requests, or responses), after
-  // which a rank still holding unanswered requests starts the next round at once.
+  // One negotiation round; true when a rank still holding unanswered requests should start the next
+  // round at once (see loop()).
   bool cycle();
   bool worth_waking_for(const RequestSpec& spec);
   ResponseList negotiate(const RankMessage& mine);
