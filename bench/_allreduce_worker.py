@@ -1,6 +1,7 @@
 """One rank of the allreduce benchmark (see bench/allreduce.py, which starts it).
 
-    python _allreduce_worker.py --impl {ours-shm,ours-tcp,ours-mpi,ours-mpi-engine,gloo,mpi} --sizes 4096 ... [--target-s S]
+    python _allreduce_worker.py --impl {ours-shm,ours-tcp,ours-engine,ours-mpi,ours-mpi-engine,gloo,mpi}
+        --sizes 4096 ... [--target-s S]
 
 Every implementation is measured by the same loop; a backend only supplies the in-place
 allreduce, a barrier and a way to agree on a number. Each rank prints one line per size:
@@ -82,6 +83,24 @@ class Ours(Backend):
 
     def close(self) -> None:
         self.hvd.shutdown()
+
+
+class OursThroughEngine(Ours):
+    """Ours over shared memory, each call submitted to the background engine and waited for, as
+    collective.torch's and collective.tensorflow's calls go: adds the engine's negotiation to the data path."""
+
+    def __init__(self) -> None:
+        from collective._native import CollectiveKind
+        from collective.runtime import start_engine
+
+        super().__init__(shm=True)
+        self.name = "ours-engine"
+        self.engine = start_engine()
+        self.kind = CollectiveKind.ALLREDUCE
+
+    def prepare(self, buf: np.ndarray) -> Callable[[], None]:
+        engine, kind, name, op = self.engine, self.kind, f"bench.{buf.nbytes}", self.hvd.Sum
+        return lambda: engine.wait(engine.submit(kind, name, buf, op=op))
 
 
 class OursOnLayout(Ours):
@@ -184,6 +203,8 @@ class Mpi(Backend):
 def make_backend(impl: str, layout: list[str]) -> Backend:
     if impl in ("ours-shm", "ours-tcp"):
         return Ours(shm=impl == "ours-shm")
+    if impl == "ours-engine":
+        return OursThroughEngine()
     if impl in ("ours-flat", "ours-hier"):
         return OursOnLayout(layout, hierarchical=impl == "ours-hier")
     if impl == "ours":
@@ -245,8 +266,8 @@ def measure(backend: Backend, nbytes: int, target_s: float, min_iters: int, max_
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--impl", required=True, choices=["ours", "ours-shm", "ours-tcp", "ours-flat", "ours-hier",
-                                                            "ours-mpi", "ours-mpi-engine", "gloo", "mpi"])
+    parser.add_argument("--impl", required=True, choices=["ours", "ours-shm", "ours-tcp", "ours-engine", "ours-flat",
+                                                            "ours-hier", "ours-mpi", "ours-mpi-engine", "gloo", "mpi"])
     parser.add_argument("--sizes", type=int, nargs="+", required=True, help="message sizes in bytes")
     parser.add_argument("--target-s", type=float, default=1.0, help="aim for this much timed work per size")
     parser.add_argument("--min-iters", type=int, default=5)

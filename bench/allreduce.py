@@ -19,7 +19,10 @@ memory within a host, TCP across) with the allreduce forced flat or hierarchical
 ``--pin`` binds rank r to CPU r, as mpirun does by default; without it the two ranks of a 2-core machine
 sometimes share a core for a whole job, which swings small-call latency by 2x in either direction.
 
-``--baseline PYTHON`` also runs ours-shm and ours-tcp on an interpreter that imports another build of the
+``--impls ours-engine`` submits each call to the background engine and waits (as collective.torch does): the
+direct shm call plus the engine's negotiation.
+
+``--baseline PYTHON`` also runs ours-shm, ours-tcp and ours-engine on an interpreter that imports another build of the
 package, as ``ours-shm@base`` and ``ours-tcp@base``, interleaved with this build's rounds: a before/after
 comparison in one run. Such an interpreter, for an older commit REV (an editable install's import hook
 would shadow anything on PYTHONPATH, hence a venv of its own that sees this one's packages through a .pth):
@@ -58,8 +61,8 @@ from _baseline import SAFE_PATH, SUFFIX as BASELINE_SUFFIX, checked_baseline
 BENCH_DIR = Path(__file__).resolve().parent
 WORKER = BENCH_DIR / "_allreduce_worker.py"
 MARKER = "@@allreduce "
-OURS = ("ours-shm", "ours-tcp")
-IMPLS = ("ours-shm", "ours-tcp", "ours-mpi", "ours-mpi-engine", "gloo", "mpi-shm", "mpi-tcp")
+OURS = ("ours-shm", "ours-tcp", "ours-engine")
+IMPLS = ("ours-shm", "ours-tcp", "ours-engine", "ours-mpi", "ours-mpi-engine", "gloo", "mpi-shm", "mpi-tcp")
 # Ours on emulated hosts (--layout): the allreduce forced flat (host-ordered ring) or hierarchical.
 # Not run by default: they compare two of our algorithms, not ours against a peer.
 LAYOUT_IMPLS = ("ours-flat", "ours-hier")
@@ -68,7 +71,8 @@ LAYOUT_IMPLS = ("ours-flat", "ours-hier")
 OURS_OVER_MPI = ("ours-mpi", "ours-mpi-engine")
 # (ours, peer) pairs shown as ratios; the first three are what the targets are about.
 RATIOS = (("ours-shm", "mpi-shm"), ("ours-tcp", "gloo"), ("ours-tcp", "mpi-tcp"), ("ours-shm", "gloo"),
-          ("ours-mpi", "mpi-shm"), ("ours-mpi-engine", "mpi-shm"), ("ours-hier", "ours-flat"))
+          ("ours-engine", "ours-shm"), ("ours-engine", "gloo"), ("ours-mpi", "mpi-shm"),
+          ("ours-mpi-engine", "mpi-shm"), ("ours-hier", "ours-flat"))
 DEFAULT_SIZES = ("4K", "64K", "1M", "16M", "64M", "256M")
 QUICK_SIZES = ("4K", "64K", "1M", "16M")
 # Open MPI 5 renamed the vader BTL to sm. ob1 is forced in both cases so that neither UCX nor
@@ -450,8 +454,8 @@ def main(argv: list[str] | None = None) -> int:
                              "small-call latency then measures the code, not where the scheduler put the ranks")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results")
     parser.add_argument("--baseline", type=Path, default=None,
-                        help="a Python interpreter that imports another build of the package: ours-shm "
-                             "and ours-tcp also run on it, as ours-*@base (see the module docstring)")
+                        help="a Python interpreter that imports another build of the package: ours-shm, "
+                             "ours-tcp and ours-engine also run on it, as ours-*@base (see the module docstring)")
     args = parser.parse_args(argv)
     if args.baseline is not None:
         try:

@@ -4,6 +4,7 @@ MultiWorkerMirroredStrategy, on the same Keras 3 model and optimizer.
     .venv/bin/python bench/keras_step.py [--rounds 3] [--steps 40] [--batch 32] [--ranks 2]
     .venv/bin/python bench/keras_step.py --latency [--steps 500]   # the bridge's per-call cost
     .venv/bin/python bench/keras_step.py --profile [--rounds 3]    # where ours' step overhead goes
+    .venv/bin/python bench/keras_step.py --configs ours ours-fit single bare --baseline PYTHON
 
 An MLP of about 2.6M float32 parameters trains on CPU (one intra-op thread per process) on fixed
 random data. Configurations, each started as its own set of processes from here:
@@ -17,6 +18,9 @@ random data. Configurations, each started as its own set of processes from here:
   bare      the allreduce alone (Average) of the same bytes: one float32 array per model variable, all
             submitted to the same engine at once and waited for, on 2 ranks from collective.run; no
             TensorFlow, no copies (the engine reduces the arrays in place)
+--baseline PYTHON adds ours@base, ours-fit@base and bare@base (those of the chosen configurations): the same
+on an interpreter that imports another build of the package (see bench/_baseline.py), interleaved with the
+rest, so a before/after shares one run's load.
 Each process times every step after a warm-up; a configuration's time is the max over ranks of that
 rank's median step, and the reported figure the median over --rounds rounds, whose order of
 configurations rotates. Targets: ours / mwms <= 1.0; the step overhead (ours or ours-fit minus single)
@@ -35,12 +39,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _baseline import SAFE_PATH, SUFFIX as BASELINE_SUFFIX, checked_baseline
 from _step_runs import free_port, interleaved_medians, print_step_table, run_processes
 
 MARKER = "@@keras_step "
 STEP_CONFIGS = ("ours", "ours-fit", "mwms", "single")
 CONFIGS = STEP_CONFIGS + ("bare",)
 ROLES = CONFIGS + ("latency", "profile")
+BASELINE_CONFIGS = ("ours", "ours-fit", "bare")  # what --baseline also runs on the other build
 OVERHEAD_TARGET = 3.0  # step overhead / bare allreduce of the same bytes
 LAYERS = (1024, 1024, 1024, 512, 10)
 WARMUP_STEPS = 10
@@ -329,6 +335,11 @@ def commands(config: str, args: argparse.Namespace) -> list[tuple[list[str], dic
     me = [sys.executable, str(Path(__file__).resolve())]
     role = ["--role", config, "--batch", str(args.batch), "--steps", str(args.steps), "--ranks", str(args.ranks)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    if config.endswith(BASELINE_SUFFIX):
+        # The launcher, and so its ranks, on the baseline's interpreter (ranks use sys.executable).
+        role[1] = config.removesuffix(BASELINE_SUFFIX)
+        launcher = [str(args.baseline), *SAFE_PATH, "-m", "collective.run", "-np", str(args.ranks), "--timeout", "600"]
+        return [(launcher + me[1:] + role, env)]
     if config.startswith("ours") or config == "bare":
         launcher = [sys.executable, "-m", "collective.run", "-np", str(args.ranks), "--timeout", "600"]
         return [(launcher + me[1:] + role, env)]
@@ -352,18 +363,23 @@ def drive(args: argparse.Namespace) -> None:
           f"1 intra-op thread each, {args.steps} timed steps after {WARMUP_STEPS} warm-up, {args.rounds} "
           "interleaved rounds", flush=True)
     configs = [c for c in CONFIGS if c in args.configs]
+    if args.baseline is not None:
+        configs += [c + BASELINE_SUFFIX for c in BASELINE_CONFIGS if c in configs]
     step = interleaved_medians(configs, args.rounds, lambda config: run_config(config, args))
-    print_step_table([c for c in STEP_CONFIGS if c in step], step)
+    print_step_table([c for c in step if c.removesuffix(BASELINE_SUFFIX) in STEP_CONFIGS], step)
     if "mwms" in step:
         for config in ("ours", "ours-fit"):
             if config in step:
                 print(f"{config} / mwms step-time ratio: {step[config] / step['mwms']:.3f} (target <= 1.0)")
-    if "bare" in step and "single" in step:
-        print(f"\nbare allreduce of the same {params * 4 / 1e6:.1f} MB (float32): {step['bare'] * 1e3:.2f} ms")
-        for config in ("ours", "ours-fit"):
+    for suffix in ("", BASELINE_SUFFIX):
+        bare = "bare" + suffix
+        if bare not in step or "single" not in step:
+            continue
+        print(f"\n{bare} allreduce of the same {params * 4 / 1e6:.1f} MB (float32): {step[bare] * 1e3:.2f} ms")
+        for config in ("ours" + suffix, "ours-fit" + suffix):
             if config in step:
                 overhead = step[config] - step["single"]
-                print(f"{config} step overhead {overhead * 1e3:.1f} ms = {overhead / step['bare']:.2f} x the bare "
+                print(f"{config} step overhead {overhead * 1e3:.1f} ms = {overhead / step[bare]:.2f} x the {bare} "
                       f"allreduce (target <= {OVERHEAD_TARGET:g})")
 
 
@@ -381,8 +397,16 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true",
                         help="instead: where ours' step overhead goes (submit ops, wait op) against the plain step "
                              "and the bare allreduce, in one 2-rank job")
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="an interpreter that imports another build: adds "
+                             + ", ".join(c + BASELINE_SUFFIX for c in BASELINE_CONFIGS))
     parser.add_argument("--role", choices=ROLES, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.baseline is not None and args.role is None:
+        try:
+            print(f"baseline: {checked_baseline(args.baseline)}", flush=True)
+        except ValueError as e:
+            parser.error(str(e))
     if args.role is None:
         latency(args) if args.latency else profile(args) if args.profile else drive(args)
     elif args.role == "profile":

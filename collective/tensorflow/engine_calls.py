@@ -8,6 +8,7 @@ call per array would prevent.
 from __future__ import annotations
 
 import itertools
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -84,6 +85,20 @@ def aligned_copy(array: np.ndarray) -> np.ndarray:
     return out
 
 
+def reused_copy(array: np.ndarray, pool: dict[str, np.ndarray], key: str) -> np.ndarray:
+    """``aligned_copy(array)``, written into the buffer ``pool`` keeps under ``key`` when nothing else
+    holds that buffer any more. A result tensor wraps its buffer without copying and keeps it alive, so a
+    buffer that only the pool references is free; a fresh one (then kept) costs page faults that a step
+    with megabytes of gradients pays again at every step."""
+    held = pool.get(key)
+    # Three references when free: the pool's, ``held`` and getrefcount's own argument.
+    if held is not None and held.shape == array.shape and held.dtype == array.dtype and sys.getrefcount(held) == 3:
+        held[...] = array
+        return held
+    pool[key] = fresh = aligned_copy(array)
+    return fresh
+
+
 def _writable_copies(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Arrays the engine may reduce into. A view of a TensorFlow tensor's memory (a DLPack view, or
     anything not owning its data) is copied; an array that owns its data (a bfloat16 tensor's
@@ -119,7 +134,13 @@ def start_allreduce(arrays: Sequence[np.ndarray], names: Sequence[str | None], o
                     postscale: float = 1.0, grouped: bool = False, process_set: ProcessSet | None = None
                     ) -> InFlight:
     """``allreduce`` without the wait: the reduced values are in ``.arrays`` once ``.wait()`` returns."""
-    works = _writable_copies(arrays)
+    return start_allreduce_in_place(_writable_copies(arrays), names, op, prescale, postscale, grouped, process_set)
+
+
+def start_allreduce_in_place(works: Sequence[np.ndarray], names: Sequence[str | None], op: ReduceOp,
+                             prescale: float = 1.0, postscale: float = 1.0, grouped: bool = False,
+                             process_set: ProcessSet | None = None) -> InFlight:
+    """``start_allreduce`` on arrays the engine may reduce into as they are (C-contiguous, writable)."""
     group_of: list[tuple[int, int]] = [(-1, 0)] * len(works)
     if grouped:
         # The engine fuses a group into one buffer of one dtype, so a mixed group goes as one group per dtype.

@@ -30,10 +30,16 @@ from collective.tensorflow.bridge import run
 # last layers leave early; the MLP of bench/keras_step.py (10.5 MB) goes in three.
 BUCKET_BYTES = 2 << 20
 
-# Submitted buckets, by ticket, until the wait op collects them. A step that fails between a submit and
-# its wait leaves its entry here, which keeps the arrays alive while the engine may still use them.
-_in_flight: dict[int, engine_calls.InFlight] = {}
+# Submitted buckets, by ticket, until the wait op collects them: (the call site that submitted them,
+# the requests). A step that fails between a submit and its wait leaves its entries here; the site's
+# next step moves them to _abandoned, which keeps their arrays alive until the engine is done with them.
+_in_flight: dict[int, tuple[int, engine_calls.InFlight]] = {}
+_abandoned: list[engine_calls.InFlight] = []
 _tickets = itertools.count(1)
+# One id per traced (or eager) call of allreduce_overlapped: its ops run once per step, in order.
+_sites = itertools.count(1)
+# The arrays gradients are copied into and reduced in, by gradient name, reused from step to step.
+_buffers: dict[str, np.ndarray] = {}
 
 
 def _nbytes(tensor: tf.Tensor) -> int:
@@ -63,10 +69,19 @@ def allreduce_overlapped(tensors: Sequence[tf.Tensor], names: Sequence[str], op:
                          postscale: float, process_set: ProcessSet) -> list[tf.Tensor]:
     """Every tensor reduced across the set's ranks, submitted bucket by bucket (see the module)."""
     plan = buckets(tensors)
-    tickets = [_submit_op([tensors[i] for i in bucket], [names[i] for i in bucket], op, prescale, postscale,
-                          process_set) for bucket in plan]
-    order = [i for bucket in plan for i in bucket]
-    reduced = run(_wait, tickets, [tensors[i].dtype for i in order], [tensors[i].shape for i in order])
+    site = next(_sites)
+    tickets: list[tf.Tensor] = []
+    try:
+        for position, bucket in enumerate(plan):
+            tickets.append(_submit_op([tensors[i] for i in bucket], [names[i] for i in bucket], op, prescale,
+                                      postscale, process_set, site, starts_step=position == 0))
+        order = [i for bucket in plan for i in bucket]
+        reduced = run(_wait, tickets, [tensors[i].dtype for i in order], [tensors[i].shape for i in order])
+    except Exception:
+        # Eagerly, the buckets already submitted are known here (a graph's are reaped by its next step).
+        if tf.executing_eagerly():
+            _abandon([int(ticket) for ticket in tickets])
+        raise
     out: list[Any] = [None] * len(tensors)
     for index, tensor in zip(order, reduced):
         out[index] = tensor
@@ -74,21 +89,48 @@ def allreduce_overlapped(tensors: Sequence[tf.Tensor], names: Sequence[str], op:
 
 
 def _submit_op(tensors: list[tf.Tensor], names: list[str], op: ReduceOp, prescale: float, postscale: float,
-               process_set: ProcessSet) -> tf.Tensor:
+               process_set: ProcessSet, site: int, starts_step: bool) -> tf.Tensor:
     def submit(*arrays: np.ndarray) -> list[np.ndarray]:
+        if starts_step:
+            _abandon([ticket for ticket, (owner, _) in _in_flight.items() if owner == site])
+            _release_finished()
+        works = [engine_calls.reused_copy(a, _buffers, n) for a, n in zip(arrays, names)]
         ticket = next(_tickets)
-        _in_flight[ticket] = engine_calls.start_allreduce(arrays, names, op, prescale, postscale,
-                                                          process_set=process_set)
+        # Not as a group: the engine copies a group through its fusion buffer whole, where it reduces a
+        # large gradient in place (measured: a group per bucket made the Keras step slower).
+        _in_flight[ticket] = (site, engine_calls.start_allreduce_in_place(works, names, op, prescale, postscale,
+                                                                          process_set=process_set))
         return [np.array(ticket, np.int64)]
 
     (ticket,) = run(submit, tensors, [tf.int64], [tf.TensorShape([])])
     return ticket
 
 
+def _abandon(tickets: list[int]) -> None:
+    """Moves the buckets of a step that failed before its wait op out of ``_in_flight``."""
+    for ticket in tickets:
+        entry = _in_flight.pop(ticket, None)
+        if entry is not None:
+            _abandoned.append(entry[1])
+
+
+def _release_finished() -> None:
+    """Forgets the abandoned buckets whose requests the engine has finished (collecting their outcomes,
+    which nobody reads any more); the others stay until it has (the stall shutdown fails them in time)."""
+    for in_flight in list(_abandoned):
+        try:
+            if not all(in_flight.engine.poll(handle) for handle, _ in in_flight.requests):
+                continue
+            in_flight.wait()
+        except Exception:  # noqa: BLE001 - the step that owned them has already failed with its own error
+            pass
+        _abandoned.remove(in_flight)
+
+
 def _wait(*tickets: np.ndarray) -> list[np.ndarray]:
     """Every bucket's reduced arrays, in bucket order. Waits for all of them before raising the first
     error, since until then the engine may still write into the arrays."""
-    pending = [_in_flight.pop(int(ticket)) for ticket in tickets]
+    pending = [_in_flight.pop(int(ticket))[1] for ticket in tickets]
     error: Exception | None = None
     for in_flight in pending:
         try:

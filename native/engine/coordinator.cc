@@ -52,7 +52,16 @@ ResponseList Coordinator::process(const std::vector<RankMessage>& messages, Cloc
   respond(ready_in_order(), &list.responses);
   inspect_stalls(now, &list.responses, warnings);
   finish_join(&list.responses);
+  list.every_rank_waiting = every_rank_waiting();
   return list;
+}
+
+bool Coordinator::every_rank_waiting() const {
+  std::vector<bool> waiting = joined_;
+  for (const auto& [name, p] : table_) {
+    for (size_t r = 0; r < waiting.size(); ++r) waiting[r] = waiting[r] || p.submitted[r];
+  }
+  return std::all_of(waiting.begin(), waiting.end(), [](bool w) { return w; });
 }
 
 void Coordinator::fold_in(const std::vector<RankMessage>& messages, Clock::time_point now, ResponseList* list) {

@@ -46,6 +46,7 @@ class Coordinator {
   void respond(const std::vector<Table::iterator>& ready, std::vector<Response>* out);
   void inspect_stalls(Clock::time_point now, std::vector<Response>* out, std::vector<std::string>* warnings);
   void finish_join(std::vector<Response>* out);
+  bool every_rank_waiting() const;
 
   void add(int rank, const RequestSpec& spec, Clock::time_point now);
   bool ready(const Pending& p) const;

@@ -67,8 +67,23 @@ int64_t Engine::enqueue(RequestSpec spec, void* data) {
   req.enqueued = Clock::now();
   pending_handles_.insert(req.handle);
   int64_t handle = req.handle;
+  const bool wake = worth_waking_for(req.spec);
   queue_.push_back(std::move(req));
+  if (wake) {
+    work_ready_ = true;
+    wake_.notify_one();  // under the lock: the engine cannot miss it between its check and its sleep
+  }
   return handle;
+}
+
+// A group is negotiated whole, so waking for its first member would only send part of it: wake when
+// its last member arrives (the cycle timer still takes whatever is queued if the rest never comes).
+bool Engine::worth_waking_for(const RequestSpec& spec) {
+  if (spec.group < 0 || spec.group_size <= 1) return true;
+  int32_t& seen = group_seen_[spec.group];
+  if (++seen < spec.group_size) return false;
+  group_seen_.erase(spec.group);
+  return true;
 }
 
 bool Engine::poll(int64_t handle) {
@@ -115,15 +130,27 @@ void Engine::loop() {
     while (true) {
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait_until(lock, next, [&] { return stop_requested_; });
+        // Wakes on a submit, a stop, or the cycle timer: a submitted collective waits for no timer.
+        wake_.wait_until(lock, next, [&] { return stop_requested_ || work_ready_; });
+        work_ready_ = false;
       }
-      cycle();
+      const bool go_on = cycle();
+      bool waiting_on_peers;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (stopped_) break;
+        waiting_on_peers = !in_flight_.empty();
+      }
       // Counted from the end of the round: every rank receives the coordinator's answer at about the
-      // same moment, so this keeps all ranks' cycles in phase and a request waits about one cycle.
+      // same moment, so this keeps idle ranks' rounds in phase.
       next = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                 std::chrono::duration<double, std::milli>(options_.cycle_time_ms));
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (stopped_) break;
+      // Requests some peers have not submitted yet: go straight into the next round, which blocks (without
+      // spinning) until every peer sends its message, so a late peer's submit completes them at once, not
+      // at this rank's next tick. Not when every rank waits on another (a mismatch, a stall, or ranks
+      // that submitted in different orders) and the round brought nothing new: all would go on trading
+      // empty rounds as fast as they can, so they take the timer's pace (or a submit's) instead.
+      if (go_on && waiting_on_peers) next = Clock::now();
     }
   } catch (const Error& e) {
     int cause = e.peer_rank() >= 0 ? e.peer_rank() : mesh_.rank();
@@ -136,7 +163,7 @@ void Engine::loop() {
   }
 }
 
-void Engine::cycle() {
+bool Engine::cycle() {
   RankMessage mine;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -165,6 +192,8 @@ void Engine::cycle() {
             list.shutdown_rank);
     fail_everything(e);
   }
+  const bool news = !mine.requests.empty() || !mine.cached.empty() || !list.responses.empty();
+  return news || !list.every_rank_waiting;
 }
 
 ResponseList Engine::negotiate(const RankMessage& mine) {

@@ -29,7 +29,9 @@ namespace shvd {
 // Each collective's deadline is the mesh's (MeshOptions::timeout_s); so is each negotiation round's.
 struct EngineOptions {
   size_t fusion_threshold_bytes = 128 << 20;  // Horovod's default; 0 turns fusion off
-  double cycle_time_ms = 1.0;                 // Horovod's default
+  // An idle engine's negotiation round interval (Horovod's default). A submit starts a round at once, so
+  // this bounds only how soon a rank notices what its peers did without it: their requests, stalls, joins.
+  double cycle_time_ms = 1.0;
   size_t cache_capacity = 1024;               // response cache entries
   std::string timeline;                       // Chrome trace JSON, written by rank 0; empty = off
   double stall_check_s = 60.0;                // warn about tensors some ranks have not submitted; 0 = off
@@ -75,7 +77,10 @@ class Engine {
     std::chrono::steady_clock::time_point enqueued;
   };
   void loop();
-  void cycle();
+  // One negotiation round; true when a rank still holding unanswered requests should start the next
+  // round at once (see loop()).
+  bool cycle();
+  bool worth_waking_for(const RequestSpec& spec);
   ResponseList negotiate(const RankMessage& mine);
   ResponseList coordinate(const RankMessage& mine);
   ResponseList ask_coordinator(const RankMessage& mine);
@@ -103,6 +108,8 @@ class Engine {
   std::unordered_set<std::string> names_in_flight_;
   std::unordered_map<int64_t, HandleOutcome> done_;
   std::unordered_set<int64_t> pending_handles_;
+  bool work_ready_ = false;                         // a request (or a whole group) waits: run a round now
+  std::unordered_map<int32_t, int32_t> group_seen_;  // group -> members enqueued so far, until complete
   int64_t next_handle_ = 1;
   bool stop_requested_ = false;
   bool stopped_ = false;

@@ -98,6 +98,7 @@ std::vector<uint8_t> encode(const ResponseList& list) {
   put_frame_header(w, kResponseMagic);
   w.put<uint8_t>(list.shutdown ? 1 : 0);
   w.put<int32_t>(list.shutdown_rank);
+  w.put<uint8_t>(list.every_rank_waiting ? 1 : 0);
   w.put<uint32_t>(uint32_t(list.responses.size()));
   for (const Response& resp : list.responses) {
     w.put<uint8_t>(uint8_t(resp.type));
@@ -122,6 +123,7 @@ ResponseList decode_response_list(const uint8_t* data, size_t len) {
   ResponseList list;
   list.shutdown = r.get<uint8_t>() != 0;
   list.shutdown_rank = r.get<int32_t>();
+  list.every_rank_waiting = r.get<uint8_t>() != 0;
   uint32_t n = r.get<uint32_t>();
   for (uint32_t i = 0; i < n; ++i) {
     Response resp;

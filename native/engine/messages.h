@@ -48,6 +48,9 @@ struct ResponseList {
   std::vector<Response> responses;
   bool shutdown = false;
   int32_t shutdown_rank = -1;
+  // After this round every rank (joined ones included) holds a request some peer has not submitted: no
+  // rank is idle, so ranks that go straight into the next round would only trade empty ones.
+  bool every_rank_waiting = false;
 };
 
 // A signature identifies "the same request again" for the response cache.

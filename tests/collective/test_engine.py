@@ -32,6 +32,19 @@ def test_engine_behaviour(num_proc: int, tmp_path: Path) -> None:
     assert all(tid in rows for _, tid in phases)
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("num_proc", [2, 3])
+def test_submit_wakes_the_engine(num_proc: int) -> None:
+    # The worker's cycle time (2 min) exceeds this job's timeout: a collective that waited for the
+    # engine's timer instead of being started by its submit would fail the job.
+    job = run_job("engine_wake.py", num_proc, timeout_s=60)
+    assert job.returncode == 0, job.output[-4000:]
+    for rank in range(num_proc):
+        (record,) = job.records(rank)
+        assert len(record["ran"]) == 4
+        assert record["failures"] == [], record["failures"]
+
+
 @pytest.mark.timeout(60)
 def test_launcher_timeline_flag(tmp_path: Path) -> None:
     import subprocess

@@ -182,11 +182,17 @@ def main() -> None:
 
     def duplicate_name() -> None:
         engine = running_engine()
-        first = engine.submit(CollectiveKind.BARRIER, "dup", None)
+        # The first member of a group stays in flight until the second is submitted, however soon the
+        # engine runs it (a submit wakes the engine: a lone barrier may be done before the next call).
+        first, second = np.ones(2, np.float32), np.ones(2, np.float32)
+        group = {"group": 1_000_000, "group_size": 2}  # far from grouped calls' counter
+        held = engine.submit(CollectiveKind.ALLREDUCE, "dup", first, op=hvd.Sum, **group)
         try:
-            engine.submit(CollectiveKind.BARRIER, "dup", None)
+            engine.submit(CollectiveKind.ALLREDUCE, "dup", second, op=hvd.Sum, **group)
         finally:
-            engine.wait(first)
+            completing = engine.submit(CollectiveKind.ALLREDUCE, "dup.second", second, op=hvd.Sum, **group)
+            engine.wait(held)
+            engine.wait(completing)
 
     @case
     def a_call_rejected_on_one_rank_then_barrier() -> None:
