@@ -18,7 +18,7 @@ from typing import Any, Callable
 import collective
 from collective.bootstrap import RendezvousClient, RendezvousError
 from collective.config import Config, parse_host_port
-from collective.runtime import job_config
+from collective.runtime import current, job_config
 from spark_hvd.launch.rank_context import rank_context
 from spark_hvd.torch_distributed_env import torch_distributed_env
 
@@ -59,16 +59,19 @@ class TorchDistributedCall:
 
         context = rank_context()
         host, port = _rendezvous_address()
-        master_addr = host  # rank 0's host, as every peer already dials it (nics honoured)
         store = None
         with _rendezvous_client(host, port) as client:
             if context.rank == 0:
+                # Rank 0's own address, as its mesh peers already dial it (nics honoured); the rendezvous
+                # may be the driver's, on another host.
+                master_addr = _mesh_host() or client.local_address()
                 store = TCPStore(master_addr, 0, is_master=True, wait_for_workers=False,
                                  timeout=_STORE_TIMEOUT)
                 master_port = store.port
-                client.set(f"{_KEY_PREFIX}/master_port", str(master_port).encode())
+                client.set(f"{_KEY_PREFIX}/master", f"{master_port} {master_addr}".encode())
             else:
-                master_port = int(client.get(f"{_KEY_PREFIX}/master_port").decode())
+                port_text, master_addr = client.get(f"{_KEY_PREFIX}/master").decode().split(" ", 1)
+                master_port = int(port_text)
         os.environ.update(torch_distributed_env(context, master_addr, master_port, self.run_id,
                                                 node_per_task=self.node_per_task))
         result = self.fn(*args, **kwargs)
@@ -83,6 +86,11 @@ def _rendezvous_address() -> tuple[str, int]:
         raise RuntimeError("torch_distributed needs the job's rendezvous: run fn with spark_hvd.run or "
                            "spark_hvd.TorchDistributor, which set it")
     return parse_host_port(config.rendezvous)
+
+
+def _mesh_host() -> str | None:
+    """The address this rank published to its mesh peers (None on the MPI backend, which has no mesh)."""
+    return getattr(current(), "host", None)
 
 
 def _job_config() -> Config:
