@@ -130,16 +130,15 @@ def run_elastic(
     min_num_proc = _alias("min_num_proc", min_num_proc, "min_np", min_np)
     max_num_proc = _alias("max_num_proc", max_num_proc, "max_np", max_np)
     for name, value in (("num_proc", num_proc), ("min_num_proc", min_num_proc), ("max_num_proc", max_num_proc)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if value is not None:
+            checked.positive_int(name, value)
     start_timeout = checked.start_timeout_s(start_timeout)
     elastic_timeout = _DEFAULT_ELASTIC_TIMEOUT_S if elastic_timeout is None else _positive("elastic_timeout",
                                                                                           elastic_timeout)
     if reset_limit is not None and (isinstance(reset_limit, bool) or not isinstance(reset_limit, int)
                                     or reset_limit < 0):
         raise ValueError(f"reset_limit must be a non-negative int or None, got {reset_limit!r}")
-    if isinstance(max_commit_bytes, bool) or not isinstance(max_commit_bytes, int) or max_commit_bytes < 1:
-        raise ValueError(f"max_commit_bytes must be a positive int, got {max_commit_bytes!r}")
+    checked.positive_int("max_commit_bytes", max_commit_bytes)
     env = checked.rank_env(env)
     verbose = checked.verbose(verbose)
     nics = checked.nics(nics)

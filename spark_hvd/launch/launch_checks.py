@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from spark_hvd.errors import DynamicAllocationError, LaunchError, NotEnoughSlotsError
 from spark_hvd.launch.connect_session import conf_value, default_parallelism, is_connect_session
+from spark_hvd.launch.run_arguments import positive_int
 
 _DYNAMIC_ALLOCATION = "spark.dynamicAllocation.enabled"
 # Spark's own window for executors to register before scheduling begins (its default: 30 s).
@@ -95,8 +96,7 @@ def resolve_num_proc(num_proc: int | None, shape: ClusterShape) -> int:
                 f"spark_hvd.run found no task slots ({_describe_slots(shape)}); are executors registered?",
                 num_proc=0, slots=0)
         return shape.slots
-    if isinstance(num_proc, bool) or not isinstance(num_proc, int) or num_proc < 1:
-        raise ValueError(f"num_proc must be a positive int, got {num_proc!r}")
+    positive_int("num_proc", num_proc)
     if shape.slots is not None and num_proc > shape.slots:
         raise NotEnoughSlotsError(
             f"spark_hvd.run: num_proc={num_proc} needs {num_proc} task slots at once (one barrier "

@@ -52,8 +52,7 @@ def run_local(
     ``torch_distributed``: the ranks form one torchrun node, as under ``torchrun --standalone``
     (LOCAL_RANK = rank), sharing the devices in this process's CUDA_VISIBLE_DEVICES.
     """
-    if isinstance(num_proc, bool) or not isinstance(num_proc, int) or num_proc < 1:
-        raise ValueError(f"num_proc must be a positive int, got {num_proc!r}")
+    checked.positive_int("num_proc", num_proc)
     if checked.flag("torch_distributed", torch_distributed):
         fn = TorchDistributedCall(fn, uuid.uuid4().hex, node_per_task=False)
     ranks = RanksLaunch(

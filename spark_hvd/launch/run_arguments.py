@@ -25,6 +25,13 @@ def start_timeout_s(start_timeout: float | None) -> float:
     return float(start_timeout)
 
 
+def positive_int(name: str, value: Any) -> int:
+    """``value`` when it is an int of at least 1 (a bool is not); else a ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
 def rank_env(env: Mapping[str, str] | None) -> dict[str, str]:
     env = dict(env or {})
     bad = [k for k, v in env.items() if not (isinstance(k, str) and isinstance(v, str))]
