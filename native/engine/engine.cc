@@ -188,7 +188,8 @@ bool Engine::cycle() {
   if (list.shutdown) {
     // The rank left (it finished, or fn failed there): a peer failure, so launchers blame that rank.
     Error e(ErrorKind::kPeerFailure,
-            "rank " + std::to_string(list.shutdown_rank) + " shut down collectives while this rank's were pending",
+            "rank " + std::to_string(list.shutdown_rank) + " shut down collectives while this rank's were pending" +
+                pending_names(),
             list.shutdown_rank);
     fail_everything(e);
   }
@@ -268,6 +269,19 @@ void Engine::finish(std::string name, HandleOutcome outcome) {
     done_[handle] = std::move(outcome);
   }
   finished_.notify_all();
+}
+
+// The names a peer's exit leaves unfinished, so the error says which of this rank's calls it cut short.
+std::string Engine::pending_names() const {
+  std::vector<std::string> names;
+  for (const auto& [name, req] : in_flight_) names.push_back("'" + name + "'");
+  if (names.empty()) return "";
+  std::sort(names.begin(), names.end());
+  constexpr size_t kShown = 4;
+  std::string out = ": ";
+  for (size_t i = 0; i < names.size() && i < kShown; ++i) out += (i ? ", " : "") + names[i];
+  if (names.size() > kShown) out += " and " + std::to_string(names.size() - kShown) + " more";
+  return out;
 }
 
 void Engine::fail_everything(const Error& e) {

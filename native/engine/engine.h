@@ -91,6 +91,7 @@ class Engine {
   void drain_fusion_buffer(const Response& resp, std::chrono::steady_clock::time_point start,
                            std::chrono::steady_clock::time_point end);
   void finish(std::string name, HandleOutcome outcome);  // by value: it may name the request it erases
+  std::string pending_names() const;
   void fail_everything(const Error& e);
   OpContext context_for(const RequestSpec& spec);
   LocalRequest* local(const std::string& name);

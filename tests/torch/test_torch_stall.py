@@ -59,6 +59,22 @@ def test_stall_shutdown_fails_the_handle_naming_the_missing_rank(tmp_path: Path)
 
 
 @pytest.mark.timeout(60)
+def test_a_peer_that_shuts_down_is_named_with_the_call_it_left_pending(tmp_path: Path) -> None:
+    fifo = tmp_path / "release"
+    os.mkfifo(fifo)
+    with ManualJob("torch_stall.py", 2, "leave", str(fifo)) as job:
+        warning = first_line_with(job, 0, "stall:")
+        assert "left.behind" in warning, warning
+        release(fifo)
+        outputs = [job.finish(rank, timeout_s=30) for rank in range(2)]
+    for code, output in outputs:
+        assert code == 0, output
+    (result,) = records(outputs[0][1])
+    assert result["rank"] == 1, result
+    assert "rank 1 shut down" in result["error"] and "'left.behind'" in result["error"], result
+
+
+@pytest.mark.timeout(60)
 def test_crossed_submissions_fail_on_every_rank_naming_the_missing_one() -> None:
     with ManualJob("torch_stall.py", 2, "crossed", "-") as job:
         outputs = [job.finish(rank, timeout_s=40) for rank in range(2)]
@@ -66,5 +82,6 @@ def test_crossed_submissions_fail_on_every_rank_naming_the_missing_one() -> None
         assert code == 0, output
         (result,) = records(output)
         other = 1 - rank
-        assert f"order.{rank}" in result["error"] and f"rank(s) {other}" in result["error"], result
+        assert f"'order.{rank}'" in result["error"], result
         assert result["rank"] == other, result
+        assert f"rank(s) {other}" in result["error"] or f"rank {other} shut down" in result["error"], result

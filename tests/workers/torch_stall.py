@@ -4,8 +4,11 @@ argv: mode ("warn" or "deadline"), FIFO path. Run directly (tests/jobs.py Manual
 read rank 0's output while the job runs and release rank 1 only once it has seen what it expects.
   warn:     stall warning after 1 s; then rank 1 submits and both complete.
   deadline: stall shutdown after 1 s; rank 0's handle fails naming rank 1, which never submits.
+  leave:    rank 1 shuts down (once released) while rank 0 waits on a tensor it never submits; rank 0's
+            error names rank 1 and the call it cut short.
   crossed:  a program-order bug: each rank waits on a tensor the other never submits (no FIFO); the stall
-            shutdown (2 s) fails both, each naming the other rank.
+            shutdown (2 s) fails both, each naming the other rank (a rank whose peer failed first and shut
+            down gets a PeerFailureError that names the peer and its own pending call).
 """
 
 from __future__ import annotations
@@ -31,8 +34,22 @@ def main() -> None:
         try:
             hvd.allreduce(torch.ones(4), op=hvd.Sum, name=f"order.{hvd.rank()}")
             report(mode=mode, error="")
-        except hvd.CollectiveTimeoutError as exc:
+        except (hvd.CollectiveTimeoutError, hvd.PeerFailureError) as exc:
+            # The coordinator times out one name a round before the other when their submits straddle a
+            # round; the rank whose call failed first then shuts down, and that is what the other sees.
             report(mode=mode, error=str(exc), rank=exc.rank)
+        hvd.shutdown()
+        return
+    if mode == "leave":
+        hvd.init(stall_check_s=1)
+        if hvd.rank() != 0:
+            wait_for_release(fifo)
+        else:
+            try:
+                hvd.allreduce(torch.ones(4), op=hvd.Sum, name="left.behind")
+                report(mode=mode, error="")
+            except hvd.PeerFailureError as exc:
+                report(mode=mode, error=str(exc), rank=exc.rank)
         hvd.shutdown()
         return
     if mode == "warn":
