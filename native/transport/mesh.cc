@@ -605,6 +605,11 @@ void Mesh::wait_for_progress(const std::vector<SendItem>& sends, const std::vect
   for (int r = 0; r < options_.size; ++r) {
     if (!peers_[r]) continue;
     Peer& peer = *peers_[r];
+    // A TCP peer's goodbye closes its data socket, which the pass just before this one reads as the end.
+    // A shared-memory ring has no end to read: a peer sends all it ever will before it says goodbye, so
+    // a goodbye seen before a pass that moved nothing means what this rank waits for will never come.
+    if (peer.shm && peer.said_bye && active.recv[r] >= 0) peer_lost(peer, "expected data from it");
+    if (peer.shm && peer.said_bye && active.send[r] >= 0) peer_lost(peer, "was sending to it");
     if (active.recv[r] >= 0) {
       reading[r] = true;
       any_tcp |= !peer.shm;

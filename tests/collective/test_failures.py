@@ -1,4 +1,4 @@
-"""Unhappy paths: disagreeing ranks, a rank killed mid-allreduce, use before init, double init."""
+"""Unhappy paths: disagreeing ranks, a rank killed or leaving mid-allreduce, use before init, double init."""
 
 import json
 import time
@@ -53,6 +53,19 @@ def test_killed_rank_is_named_by_every_survivor_within_10s(num_proc: int, transp
             assert record["rank"] == victim, record
             assert f"rank {victim}" in record["message"]
             assert record["at"] - killed_at < 10.0, f"rank {rank} took {record['at'] - killed_at:.1f} s"
+
+
+@pytest.mark.timeout(60)
+def test_a_rank_that_leaves_mid_collective_is_named_at_once(transport: str) -> None:
+    # Over shared memory a goodbye closes no socket: the waiting rank must notice it all the same, not
+    # sit out the 60 s timeout (a Spark Connect rank whose fn failed leaves exactly this way).
+    result = run_job("leave_target.py", 2, transport, timeout_s=30)
+    assert result.returncode == 0, result.output
+    (left,) = result.records(1)
+    (seen,) = result.records(0)
+    assert seen["kind"] == "peer-failure" and seen["rank"] == 1, seen
+    assert "rank 1 has shut down" in seen["message"], seen
+    assert seen["at"] - left["at"] < 10.0, f"rank 0 took {seen['at'] - left['at']:.1f} s to notice"
 
 
 def test_ops_before_init_raise_not_initialized() -> None:

@@ -120,9 +120,12 @@ def test_a_failing_rank_is_named_with_its_traceback_and_last_lines(connect_spark
                                                                    client_never_listens: None) -> None:
     import spark_hvd
 
+    began = time.monotonic()
     with pytest.raises(spark_hvd.RunError) as caught:
         spark_hvd.run(raise_on_rank, args=(1,), num_proc=2, spark=connect_spark,
                       stdout=io.StringIO(), stderr=io.StringIO())
+    # Nothing cancels a Connect stage: the healthy rank must see rank 1 leave, not wait out its timeout.
+    assert time.monotonic() - began < 120, "the healthy rank sat out the collective timeout"
     assert caught.value.rank == 1
     assert "ValueError: boom from rank 1" in caught.value.failure.summary
     assert 'raise ValueError(f"boom from rank {bad_rank}")' in caught.value.failure.traceback
