@@ -28,15 +28,21 @@ def member_names(name: str | None, count: int) -> list[str | None]:
     return [f"{name}.{i}" for i in range(count)] if name else [None] * count
 
 
+def groups_by_dtype(dtypes: Sequence[Any]) -> list[tuple[int, int]]:
+    """``(group id, group size)`` for each member of one grouped call, given the members' dtypes. The
+    engine fuses a group into one buffer of one dtype, so a mixed group goes as one group per dtype. Every
+    framework takes its ids here: one counter per process keeps them unique when a process mixes them."""
+    ids = {dtype: (next(_group_ids), dtypes.count(dtype)) for dtype in dict.fromkeys(dtypes)}
+    return [ids[dtype] for dtype in dtypes]
+
+
 def submit_group(engine: Any, kind: CollectiveKind, members: Sequence[Member], **options: Any) -> list[tuple[int, DType]]:
     """Submits ``members`` as one group (``options`` as for ``Engine.submit``) and returns
     ``(handle, dtype)`` per member, for ``collective.engine.wait_all``. The memory behind every
     member must stay valid until its handle completes."""
-    # The engine fuses a group into one buffer of one dtype, so a mixed group goes as one group per dtype.
-    codes = [m.dtype for m in members]
-    groups = {code: (next(_group_ids), codes.count(code)) for code in dict.fromkeys(codes)}
+    groups = groups_by_dtype([m.dtype for m in members])
     return [
-        (engine.submit(kind, m.name, m.tensor, m.dtype, m.shape, group=groups[m.dtype][0],
-                       group_size=groups[m.dtype][1], **options), m.dtype)
-        for m in members
+        (engine.submit(kind, m.name, m.tensor, m.dtype, m.shape, group=group, group_size=group_size, **options),
+         m.dtype)
+        for m, (group, group_size) in zip(members, groups)
     ]

@@ -15,7 +15,7 @@ from typing import IO, Any, Callable, Mapping
 
 from collective.config import inherited_environ
 from spark_hvd.launch import run_arguments as checked
-from spark_hvd.errors import LaunchError
+from spark_hvd.launch.active_session import active_session, find_session
 from spark_hvd.launch.gpus import CUDA_VISIBLE_DEVICES, visible_devices
 from spark_hvd.launch.rank_context import rank_context
 from spark_hvd.script_call import ScriptCall
@@ -75,8 +75,10 @@ class TorchDistributor:
         self._tail_lines = tail_lines
         self._on_event = on_event
         # As in pyspark, a cluster run (or the driver's GPUs) needs the session at once.
-        self.spark = spark if spark is not None else (_active_session(required=not self.local_mode
-                                                                       or self.use_gpu))
+        if spark is None:
+            spark = active_session("spark_hvd.TorchDistributor", " for local_mode=False or use_gpu=True") \
+                if not self.local_mode or self.use_gpu else find_session()
+        self.spark = spark
         self._driver_gpus: list[str] = []
         self.num_tasks = self._num_tasks()
 
@@ -197,18 +199,3 @@ class RankZeroResult:
 def _conf(spark: Any, key: str, default: str) -> str:
     value = spark.conf.get(key, default)
     return default if value is None else str(value)
-
-
-def _active_session(required: bool) -> Any:
-    from pyspark.sql import SparkSession
-
-    session = SparkSession.getActiveSession()
-    if session is None:
-        try:
-            session = SparkSession.active()
-        except Exception:  # noqa: BLE001 - PySparkRuntimeError when there is none
-            session = None
-    if session is None and required:
-        raise LaunchError("spark_hvd.TorchDistributor needs a SparkSession for local_mode=False or "
-                          "use_gpu=True: create one, or pass spark=...")
-    return session

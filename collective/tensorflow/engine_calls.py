@@ -7,7 +7,6 @@ call per array would prevent.
 
 from __future__ import annotations
 
-import itertools
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -18,14 +17,12 @@ from collective._native import CollectiveKind
 from collective.dtypes import as_buffer, dtype_code, split_counts
 from collective.engine import Engine, wait_all
 from collective.errors import InvalidArgumentError
+from collective.grouped import groups_by_dtype
 from collective.process_sets import ProcessSet, global_rank_of, runtime_for
 from collective.reduce_ops import ReduceOp
 from collective.runtime import start_engine
 
 TENSOR_ALIGNMENT = 64
-# Members of one grouped allreduce share an id; ranks make grouped calls in the same order, so a
-# per-process counter gives the same id everywhere.
-_group_ids = itertools.count()
 # Arrays of a batch that failed part-way through submitting: the engine may still write into them.
 _stranded: list[Any] = []
 
@@ -143,10 +140,7 @@ def start_allreduce_in_place(works: Sequence[np.ndarray], names: Sequence[str | 
     """``start_allreduce`` on arrays the engine may reduce into as they are (C-contiguous, writable)."""
     group_of: list[tuple[int, int]] = [(-1, 0)] * len(works)
     if grouped:
-        # The engine fuses a group into one buffer of one dtype, so a mixed group goes as one group per dtype.
-        dtypes = [w.dtype for w in works]
-        ids = {d: (next(_group_ids), dtypes.count(d)) for d in dict.fromkeys(dtypes)}
-        group_of = [ids[d] for d in dtypes]
+        group_of = groups_by_dtype([w.dtype for w in works])
 
     def submit(engine: Engine, index: int, buffer: np.ndarray, name: str | None, code: int) -> int:
         group, group_size = group_of[index]

@@ -40,7 +40,6 @@ struct MeshOptions {
   double timeout_s = 300.0;  // deadline of each collective on this mesh (direct calls and the engine's)
   int spin_us = -1;     // busy-wait (pause) before yielding; -1 picks by cores vs local ranks
   int yield_us = 2000;  // then keep yielding the core this long before sleeping on a futex or poll()
-  std::string job_tag;  // distinguishes shm names of concurrent jobs
   // Allreduce in three steps (reduce-scatter within each host, allreduce across hosts, allgather within
   // each host): true forces it wherever there are several hosts (but a direct call whose tensors came inside
   // the descriptor round is reduced from those), false never, unset lets each call choose.

@@ -43,9 +43,9 @@ class SparkBackend(Backend):
     def num_processes(self) -> int:
         if self._num_proc is None:
             from spark_hvd.launch.launch_checks import describe_cluster, resolve_num_proc
-            from spark_hvd.launch.runner import _active_session as active_session
+            from spark_hvd.launch.active_session import active_session
 
-            spark = self._run_options.get("spark") or active_session()
+            spark = self._run_options.get("spark") or active_session("SparkBackend")
             self._num_proc = resolve_num_proc(None, describe_cluster(spark))
         return self._num_proc
 

@@ -37,7 +37,8 @@ from spark_hvd.launch.connect_session import is_connect_session
 from spark_hvd.launch.elastic_rank import ElasticRankCall
 from spark_hvd.launch.launch_checks import ClusterShape, cluster_for_launch, describe_cluster, resolve_num_proc
 from spark_hvd.launch.output_collector import DRIVER_TAG, RankCommitted
-from spark_hvd.launch.runner import RanksLaunch, _active_session, _driver_bind_host, _driver_host, run_ranks
+from spark_hvd.launch.active_session import active_session
+from spark_hvd.launch.runner import RanksLaunch, _driver_bind_host, _driver_host, run_ranks
 
 # Horovod's default elastic timeout: how long the driver waits for min ranks' worth of slots.
 _DEFAULT_ELASTIC_TIMEOUT_S = 600.0
@@ -133,8 +134,10 @@ def run_elastic(
         if value is not None:
             checked.positive_int(name, value)
     start_timeout = checked.start_timeout_s(start_timeout)
-    elastic_timeout = _DEFAULT_ELASTIC_TIMEOUT_S if elastic_timeout is None else _positive("elastic_timeout",
-                                                                                          elastic_timeout)
+    elastic_timeout = _DEFAULT_ELASTIC_TIMEOUT_S if elastic_timeout is None else checked.positive_seconds(
+        "elastic_timeout", elastic_timeout)
+    _check_order(num_proc if min_num_proc is None else min_num_proc, num_proc,
+                 num_proc if max_num_proc is None else max_num_proc)
     if reset_limit is not None and (isinstance(reset_limit, bool) or not isinstance(reset_limit, int)
                                     or reset_limit < 0):
         raise ValueError(f"reset_limit must be a non-negative int or None, got {reset_limit!r}")
@@ -144,7 +147,7 @@ def run_elastic(
     nics = checked.nics(nics)
     timestamps = checked.flag("prefix_output_with_timestamp", prefix_output_with_timestamp)
     keep_warm = checked.module_names("keep_warm", keep_warm)
-    spark = spark if spark is not None else _active_session()
+    spark = spark if spark is not None else active_session("spark_hvd.run_elastic")
     if is_connect_session(spark):
         raise ElasticNotSupportedError(
             "spark_hvd.run_elastic needs a classic SparkSession: its ranks send their commits to the driver "
@@ -280,10 +283,18 @@ def _bounds(num_proc: int | None, min_num_proc: int | None, max_num_proc: int | 
         num_proc = max_num_proc if max_num_proc is not None else resolve_num_proc(None, shape)
     low = num_proc if min_num_proc is None else min_num_proc
     high = num_proc if max_num_proc is None else max_num_proc
-    if not low <= num_proc <= high:
-        raise ValueError(f"spark_hvd.run_elastic needs min_num_proc <= num_proc <= max_num_proc, got "
-                         f"{low} <= {num_proc} <= {high}")
+    _check_order(low, num_proc, high)
     return _Bounds(first=num_proc, min=low, max=high)
+
+
+def _check_order(low: int | None, num_proc: int | None, high: int | None) -> None:
+    """min_num_proc <= num_proc <= max_num_proc among those known; checked before the session is looked
+    at, and again once the cluster's slots have filled in the defaults."""
+    known = [value for value in (low, num_proc, high) if value is not None]
+    if known != sorted(known):
+        shown = " <= ".join(str(value) if value is not None else name for name, value in
+                            (("min_num_proc", low), ("num_proc", num_proc), ("max_num_proc", high)))
+        raise ValueError(f"spark_hvd.run_elastic needs min_num_proc <= num_proc <= max_num_proc, got {shown}")
 
 
 def _alias(name: str, value: int | None, old_name: str, old_value: int | None) -> int | None:
@@ -291,10 +302,4 @@ def _alias(name: str, value: int | None, old_name: str, old_value: int | None) -
         raise ValueError(f"{old_name}={old_value} and {name}={value} disagree; {old_name} is Horovod 0.28's name "
                          f"for {name}: pass one")
     return value if value is not None else old_value
-
-
-def _positive(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
-    return float(value)
 

@@ -19,10 +19,14 @@ def start_timeout_s(start_timeout: float | None) -> float:
     """``None`` means Horovod's default: HOROVOD_SPARK_START_TIMEOUT, else 600 s."""
     if start_timeout is None:
         return spark_start_timeout_s()
-    if isinstance(start_timeout, bool) or not isinstance(start_timeout, (int, float)) \
-            or not (math.isfinite(start_timeout) and start_timeout > 0):
-        raise ValueError(f"start_timeout must be a positive number of seconds, got {start_timeout!r}")
-    return float(start_timeout)
+    return positive_seconds("start_timeout", start_timeout)
+
+
+def positive_seconds(name: str, value: Any) -> float:
+    """``value`` as a float when it is a finite number above 0 (a bool is not); else a ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+    return float(value)
 
 
 def positive_int(name: str, value: Any) -> int:

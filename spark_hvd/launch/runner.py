@@ -18,6 +18,7 @@ from collective.config import config_from_env, format_host_port
 from collective.failure_report import REPORT_LAG_S, root_cause
 from collective.run import LineSink
 from spark_hvd.launch import run_arguments as checked
+from spark_hvd.launch.active_session import active_session
 from spark_hvd.launch.barrier_job import BarrierJob, JobFailed, JobFinished, StageRows
 from spark_hvd.launch.connect_session import is_connect_session
 from spark_hvd.errors import (
@@ -124,7 +125,7 @@ def run(
     torch_distributed = checked.flag("torch_distributed", torch_distributed)
     executable = checked.executable(executable)
     keep_warm = checked.module_names("keep_warm", keep_warm)
-    spark = spark if spark is not None else _active_session()
+    spark = spark if spark is not None else active_session("spark_hvd.run")
     shape = cluster_for_launch(spark, num_proc, start_timeout)
     num_proc = resolve_num_proc(num_proc, shape)
     # A Connect client may be unreachable from the executors: the ranks never dial it (StageOutbox).
@@ -384,16 +385,6 @@ def _unpickle_result(rank: int, blob: bytes) -> Any:
     except Exception as e:
         raise SparkJobError(f"spark_hvd.run: the driver cannot unpickle rank {rank}'s return value: "
                             f"{type(e).__name__}: {e}") from e
-
-
-def _active_session() -> Any:
-    from pyspark.sql import SparkSession
-
-    try:
-        # The thread's active session, else the default one (a new thread has no active session).
-        return SparkSession.active()
-    except Exception as e:  # noqa: BLE001 - PySparkRuntimeError when there is none
-        raise LaunchError("spark_hvd.run needs a SparkSession: create one, or pass spark=...") from e
 
 
 def _driver_host(spark: Any) -> str:

@@ -59,7 +59,7 @@ def test_killed_rank_is_named_by_every_survivor_within_10s(num_proc: int, transp
 def test_a_rank_that_leaves_mid_collective_is_named_at_once(transport: str) -> None:
     # Over shared memory a goodbye closes no socket: the waiting rank must notice it all the same, not
     # sit out the 60 s timeout (a Spark Connect rank whose fn failed leaves exactly this way).
-    result = run_job("leave_target.py", 2, transport, timeout_s=30)
+    result = run_job("kill_target.py", 2, transport, "leave", timeout_s=30)
     assert result.returncode == 0, result.output
     (left,) = result.records(1)
     (seen,) = result.records(0)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -55,6 +57,24 @@ def test_bounds_are_checked_before_anything_launches(local_spark) -> None:
         spark_hvd.run_elastic(torch_elastic_train, num_proc=2, min_np=1, min_num_proc=2, spark=local_spark)
     with pytest.raises(ValueError, match="reset_limit must be"):
         spark_hvd.run_elastic(torch_elastic_train, num_proc=2, reset_limit=-1, spark=local_spark)
+    with pytest.raises(ValueError, match="elastic_timeout must be a positive number of seconds, got inf"):
+        spark_hvd.run_elastic(torch_elastic_train, num_proc=2, elastic_timeout=float("inf"), spark=local_spark)
+
+
+def test_without_a_session_the_bounds_come_first_then_the_missing_session_is_named() -> None:
+    # A fresh interpreter: this one's tests have a session that SparkSession.active() would find.
+    script = (
+        "import spark_hvd\n"
+        "for kwargs in ({'min_num_proc': 3, 'max_num_proc': 2}, {'num_proc': 2}):\n"
+        "    try:\n"
+        "        spark_hvd.run_elastic(print, **kwargs)\n"
+        "    except Exception as e:\n"
+        "        print(type(e).__name__, e)\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.splitlines() == [
+        "ValueError spark_hvd.run_elastic needs min_num_proc <= num_proc <= max_num_proc, got 3 <= num_proc <= 2",
+        "LaunchError spark_hvd.run_elastic needs a SparkSession: create one, or pass spark=...",
+    ], out.stdout + out.stderr
 
 
 def test_a_spark_connect_session_is_refused_with_the_reason() -> None:

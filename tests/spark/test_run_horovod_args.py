@@ -200,6 +200,7 @@ def test_start_timeout_none_reads_horovods_variable(local_spark, monkeypatch: py
     ({"extra_mpi_args": 5}, TypeError, "extra_mpi_args"),
     ({"start_timeout": -1}, ValueError, "start_timeout"),
     ({"start_timeout": "600"}, ValueError, "start_timeout"),
+    ({"start_timeout": float("nan")}, ValueError, "start_timeout must be a positive number of seconds, got nan"),
     ({"prefix_output_with_timestamp": "yes"}, TypeError, "prefix_output_with_timestamp"),
     ({"verbose": "2"}, TypeError, "verbose"),
     ({"env": {"A": 1}}, TypeError, "env"),

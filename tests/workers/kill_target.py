@@ -1,6 +1,7 @@
 """Loops large allreduces until a peer is SIGKILLed by the test, then reports the error and when it came.
 
-argv: transport (shm/tcp), mode (direct/engine), and optionally a host layout (one host name per rank,
+argv: transport (shm/tcp), mode (direct/engine; or leave: rank 1 shuts down at once, in order, and
+reports when, while the others loop direct), and optionally a host layout (one host name per rank,
 comma-separated): the ranks then take those host keys and the hierarchical allreduce."""
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ def main() -> None:
     hvd.init(enable_shm=(sys.argv[1] == "shm"), timeout_s=60, **hosts)
     if sys.argv[2:3] == ["engine"]:
         start_engine()
+    if sys.argv[2:3] == ["leave"] and hvd.rank() == 1:
+        hvd.shutdown()
+        report(kind="left", at=time.time())
+        return
     data = np.ones(4_000_000, np.float32)
     print("looping", flush=True)
     try:
