@@ -39,6 +39,7 @@ from spark_hvd.launch.launch_checks import ClusterShape, cluster_for_launch, des
 from spark_hvd.launch.output_collector import DRIVER_TAG, RankCommitted
 from spark_hvd.launch.active_session import active_session
 from spark_hvd.launch.runner import RanksLaunch, _driver_bind_host, _driver_host, run_ranks
+from spark_hvd.launch.stored_commits import MAX_REFERENCE_BYTES, CommitSpill, as_store, stored_path
 
 # Horovod's default elastic timeout: how long the driver waits for min ranks' worth of slots.
 _DEFAULT_ELASTIC_TIMEOUT_S = 600.0
@@ -64,15 +65,19 @@ class _Grow(Exception):
 class _KeptCommit:
     """The newest commit rank 0 sent, across stages (written by the collector's thread)."""
 
-    blob: bytes | None = None
+    spill: CommitSpill | None = None
+    blob: bytes | None = None     # the pickled commit, or a reference to it in spill's Store
     stage: int = 0
     seq: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def keep(self, stage: int, event: RankCommitted) -> None:
+        if event.rank != 0:
+            return
         with self.lock:
-            if event.rank == 0:
-                self.blob, self.stage, self.seq = event.blob, stage, event.seq
+            replaced, self.blob, self.stage, self.seq = self.blob, event.blob, stage, event.seq
+        if self.spill is not None and replaced != event.blob:
+            self.spill.forget(replaced)
 
 
 def run_elastic(
@@ -96,6 +101,7 @@ def run_elastic(
     max_num_proc: int | None = None,
     spark: Any = None,
     max_commit_bytes: int = DEFAULT_MAX_COMMIT_BYTES,
+    commit_store: Any = None,
     tail_lines: int = 20,
     on_event: Callable[[int, dict[str, Any]], None] | None = None,
     keep_warm: Sequence[str] = (),
@@ -118,8 +124,11 @@ def run_elastic(
     reset_limit: most re-formations (stages after the first); more raise ResetLimitError. Default: no limit.
     env, stdout, stderr, verbose, nics, prefix_output_with_timestamp: as in ``spark_hvd.run``.
     spark: the SparkSession; default, the active one.
-    max_commit_bytes: the largest pickled commit the driver keeps in memory; a larger one fails the job
-        with CommitTooLargeError at the commit after it.
+    max_commit_bytes: the largest pickled commit the driver keeps in memory. A larger one goes to
+        ``commit_store``; without one, it fails the job with CommitTooLargeError at the commit after it.
+    commit_store: a Store (or a path or URL for ``Store.create``) that every host reads and writes: rank 0
+        writes the commits over ``max_commit_bytes`` there, under a directory of this run's that is deleted
+        when the run ends; only a reference to each travels to the driver.
     tail_lines, on_event, keep_warm: as in ``spark_hvd.run``; ``keep_warm=["torch"]`` also makes a
         relaunched stage start sooner (its ranks' processes have imported torch already).
 
@@ -142,6 +151,7 @@ def run_elastic(
                                     or reset_limit < 0):
         raise ValueError(f"reset_limit must be a non-negative int or None, got {reset_limit!r}")
     checked.positive_int("max_commit_bytes", max_commit_bytes)
+    store = as_store(commit_store)
     env = checked.rank_env(env)
     verbose = checked.verbose(verbose)
     nics = checked.nics(nics)
@@ -160,7 +170,8 @@ def run_elastic(
     err = LineSink(stderr if stderr is not None else sys.stderr)
     driver = _ElasticDriver(
         spark=spark, fn=fn, args=tuple(args), kwargs=dict(kwargs or {}), bounds=bounds,
-        elastic_timeout=elastic_timeout, reset_limit=reset_limit, max_commit_bytes=max_commit_bytes, err=err,
+        elastic_timeout=elastic_timeout, reset_limit=reset_limit, max_commit_bytes=max_commit_bytes,
+        spill=CommitSpill.for_run(store) if store is not None else None, err=err,
         verbose=verbose,
         launch_fields=dict(env=env, nics=nics, start_timeout=start_timeout, stdout=stdout, stderr=stderr,
                            verbose=verbose, tail_lines=tail_lines, timestamps=timestamps, on_event=on_event,
@@ -177,7 +188,8 @@ class _Bounds:
 
 class _ElasticDriver:
     def __init__(self, *, spark: Any, fn: Callable[..., Any], args: tuple, kwargs: dict, bounds: _Bounds,
-                 elastic_timeout: float, reset_limit: int | None, max_commit_bytes: int, err: LineSink,
+                 elastic_timeout: float, reset_limit: int | None, max_commit_bytes: int, spill: CommitSpill | None,
+                 err: LineSink,
                  verbose: int, launch_fields: dict[str, Any]) -> None:
         self._spark = spark
         self._fn = fn
@@ -190,16 +202,24 @@ class _ElasticDriver:
         self._err = err
         self._verbose = verbose
         self._launch_fields = launch_fields
-        self._kept = _KeptCommit()
+        self._kept = _KeptCommit(spill)
         self._last_grow_check = 0.0
 
     def run(self) -> list[Any]:
+        try:
+            return self._run_stages()
+        finally:
+            if self._kept.spill is not None:
+                self._kept.spill.remove_all()
+
+    def _run_stages(self) -> list[Any]:
         stage = 1
         fruitless = 0
         size = self._wait_for_slots(self._bounds.first)
         while True:
             resumes = "the script's initial state" if self._kept.blob is None else \
-                f"the commit #{self._kept.seq} of stage {self._kept.stage}"
+                f"the commit #{self._kept.seq} of stage {self._kept.stage}" + \
+                (" (kept in commit_store)" if stored_path(self._kept.blob) else "")
             self._say(f"elastic stage {stage}: {size} rank(s), starting from {resumes}")
             try:
                 launch = self._launch(stage, size)
@@ -230,14 +250,16 @@ class _ElasticDriver:
             size = self._wait_for_slots(self._bounds.max)
 
     def _launch(self, stage: int, size: int) -> RanksLaunch:
-        call = ElasticRankCall(self._fn, self._kept.blob, self._max_commit_bytes)
+        call = ElasticRankCall(self._fn, self._kept.blob, self._max_commit_bytes, self._kept.spill)
         payload = cloudpickle.dumps((call, self._args, self._kwargs))
         return RanksLaunch(
             num_proc=size, payload=payload, collector_host=_driver_host(self._spark),
             collector_bind_host=_driver_bind_host(self._spark),
             where="other jobs may be holding the slots counted", job_label=f"elastic stage {stage}",
             keep_commit=lambda event: self._kept.keep(stage, event),
-            after_commit=lambda: self._grow_if_slots(size), max_commit_bytes=self._max_commit_bytes,
+            after_commit=lambda: self._grow_if_slots(size),
+            max_commit_bytes=self._max_commit_bytes if self._kept.spill is None else max(self._max_commit_bytes,
+                                                                                         MAX_REFERENCE_BYTES),
             **self._launch_fields)
 
     def _grow_if_slots(self, size: int) -> None:

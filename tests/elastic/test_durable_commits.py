@@ -104,3 +104,31 @@ def test_commit_sender_names_a_commit_over_the_limit_at_the_next_commit():
     sender.close(10)
     with pytest.raises(CommitTooLargeError, match=r"over max_commit_bytes=100"):
         sender.offer({"step": 2})
+
+
+def test_a_commit_over_the_limit_goes_to_the_store_and_the_driver_deletes_what_it_replaced(tmp_path):
+    import cloudpickle
+
+    from spark_hvd import Store
+    from spark_hvd.launch.elastic_runner import _KeptCommit
+    from spark_hvd.launch.output_collector import RankCommitted
+    from spark_hvd.launch.stored_commits import CommitSpill, stored_path
+
+    spill = CommitSpill.for_run(Store.create(str(tmp_path)))
+    sent: list[tuple[int, bytes]] = []
+    sender = CommitSender(100, lambda header, blob: sent.append((header["seq"], blob)) or True, spill=spill)
+    big = {"weights": b"x" * 1000}
+    sender.offer(big)
+    sender.close(10)
+    ((seq, reference),) = sent
+    path = stored_path(reference)
+    assert path is not None and spill.store.exists(path) and len(reference) < 200, reference
+    assert cloudpickle.loads(spill.read(reference)) == big
+
+    kept = _KeptCommit(spill)
+    kept.keep(1, RankCommitted(0, seq, reference))
+    kept.keep(1, RankCommitted(0, seq + 1, pickle.dumps({"step": 2})))   # a small one: kept in memory
+    assert not spill.store.exists(path), "the replaced commit's file was left behind"
+    assert kept.blob == pickle.dumps({"step": 2})
+    spill.remove_all()
+    assert spill.store.list(spill.store.get_runs_path()) == []

@@ -38,7 +38,7 @@ def driver(monkeypatch: pytest.MonkeyPatch, endings: list, reset_limit: int | No
     monkeypatch.setattr(elastic_runner, "_driver_bind_host", lambda spark: None)
 
     elastic = _ElasticDriver(spark=None, fn=print, args=(), kwargs={}, bounds=_Bounds(first=2, min=1, max=2),
-                             elastic_timeout=1.0, reset_limit=reset_limit, max_commit_bytes=1 << 20,
+                             elastic_timeout=1.0, reset_limit=reset_limit, max_commit_bytes=1 << 20, spill=None,
                              err=LineSink(err), verbose=1,
                              launch_fields=dict(env={}, start_timeout=10.0, stdout=None, stderr=None, verbose=1,
                                                 tail_lines=5, on_event=None))

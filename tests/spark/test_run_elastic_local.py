@@ -77,6 +77,28 @@ def test_without_a_session_the_bounds_come_first_then_the_missing_session_is_nam
     ], out.stdout + out.stderr
 
 
+def test_commits_over_the_memory_limit_go_through_the_store_and_are_deleted_at_the_end(local_spark, tmp_path):
+    store_dir = tmp_path / "store"
+    out, err = io.StringIO(), io.StringIO()
+    # max_commit_bytes=1: every commit is written to the Store; the driver only holds references.
+    results = spark_hvd.run_elastic(torch_elastic_train, args=(9, 3, str(tmp_path)),
+                                    kwargs={"victim_rank": 1, "victim_step": 5}, num_proc=2, min_num_proc=1,
+                                    elastic_timeout=60, max_commit_bytes=1, commit_store=str(store_dir),
+                                    stdout=out, stderr=err, spark=local_spark)
+    assert "[0]: RESUMED step=3 size=2" in out.getvalue(), out.getvalue()
+    assert "elastic stage 2: 2 rank(s), starting from the commit #1 of stage 1 (kept in commit_store)" in \
+        err.getvalue(), err.getvalue()
+    for result in results:
+        assert_reference_weights(result)
+    assert list((store_dir / "runs").iterdir()) == [], "the run's stored commits were left behind"
+
+
+def test_a_commit_over_the_limit_without_a_store_names_commit_store(local_spark, tmp_path) -> None:
+    with pytest.raises(spark_hvd.RunError, match=r"over max_commit_bytes=1 .*pass commit_store="):
+        spark_hvd.run_elastic(torch_elastic_train, args=(6, 3, str(tmp_path)), num_proc=2, max_commit_bytes=1,
+                              stdout=io.StringIO(), stderr=io.StringIO(), spark=local_spark)
+
+
 def test_a_spark_connect_session_is_refused_with_the_reason() -> None:
     # A Connect client cannot be dialled by the executors, so commits could not reach it while a stage runs.
     connect_session = type("SparkSession", (), {"__module__": "pyspark.sql.connect.session"})()
