@@ -67,17 +67,6 @@ def test_elastic_on_a_non_spark_backend_fails_before_launch(local_spark, store) 
                                    None, r"elastic=True runs on Spark's executors.*got OneRank")
 
 
-def test_keras_estimator_refuses_elastic_before_launch(local_spark, store) -> None:
-    pytest.importorskip("keras")
-    from spark_hvd.errors import InputError
-    from spark_hvd.keras import KerasEstimator
-
-    estimator = KerasEstimator(num_proc=2, feature_cols=["features"], label_cols=["label"], store=store,
-                               elastic=True, verbose=0)
-    with pytest.raises(InputError, match=r"elastic=True: spark_hvd.keras.KerasEstimator has no elastic training yet"):
-        estimator._check_elastic(_spark_backend(2))
-
-
 def _spark_backend(num_proc):
     from spark_hvd.common.backend import SparkBackend
 

@@ -1,0 +1,116 @@
+"""KerasEstimator(elastic=True) on local[2] with real TF/Keras: its params, the checks before launch, the
+commit schedule, and a fit whose rank is killed mid-epoch resuming from the last commit."""
+
+from __future__ import annotations
+
+import cloudpickle
+import numpy as np
+import pytest
+
+keras = pytest.importorskip("keras")
+
+import keras_elastic_victim  # noqa: E402
+import keras_models  # noqa: E402
+from estimator_data import assert_fit_fails_before_launch, blobs  # noqa: E402
+from keras_models import classifier  # noqa: E402
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ship_test_objects_by_value():
+    for module in (keras_models, keras_elastic_victim):
+        cloudpickle.register_pickle_by_value(module)
+    yield
+    for module in (keras_models, keras_elastic_victim):
+        cloudpickle.unregister_pickle_by_value(module)
+
+
+@pytest.fixture
+def store(tmp_path):
+    from spark_hvd import Store
+
+    return Store.create(str(tmp_path / "store"))
+
+
+def make_estimator(store, **overrides):
+    from spark_hvd import KerasEstimator
+
+    settings = dict(num_proc=2, model=classifier(4, 3), optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
+                    loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), feature_cols=["features"],
+                    label_cols=["label"], batch_size=32, epochs=2, store=store, verbose=0, elastic=True)
+    settings.update(overrides)
+    return KerasEstimator(**settings)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"min_num_proc": 3, "max_num_proc": 2}, r"min_num_proc \(3\) is greater than max_num_proc \(2\)"),
+    ({"min_num_proc": 3, "max_num_proc": 4}, r"min_num_proc \(3\) is greater than num_proc \(2\)"),
+    ({"max_num_proc": 1}, r"max_num_proc \(1\) is less than num_proc \(2\)"),
+    ({"elastic": False, "max_num_proc": 3}, r"max_num_proc given without elastic=True"),
+])
+def test_bad_elastic_bounds_fail_before_launch(local_spark, store, overrides, message) -> None:
+    assert_fit_fails_before_launch(local_spark, store, make_estimator, overrides, None, message)
+
+
+def test_elastic_params_save_and_load(tmp_path) -> None:
+    from spark_hvd import KerasEstimator
+
+    path = str(tmp_path / "estimator")
+    make_estimator(None, min_num_proc=1, max_num_proc=3, elastic_commit_steps=7).save(path)
+    loaded = KerasEstimator.load(path)
+    assert (loaded.getElastic(), loaded.getMinNumProc(), loaded.getMaxNumProc(), loaded.getElasticCommitSteps()) \
+        == (True, 1, 3, 7)
+    assert KerasEstimator().getElastic() is False
+
+
+class _State:
+    def __init__(self) -> None:
+        self.batch, self.commits = 0, []
+
+    def commit(self) -> None:
+        self.commits.append(self.batch)
+
+
+def test_commits_fall_on_multiples_of_the_commit_steps_and_not_on_the_epochs_last_step() -> None:
+    from spark_hvd.keras.elastic_training import StepCommits
+
+    state = _State()
+    commits = StepCommits(state, batches_per_commit=2, steps=6)
+    state.batch = 3                      # resumed mid-epoch after step 3 (a re-formation at another size)
+    for batch in range(3):
+        state.batch += 1
+        commits.on_train_batch_end(batch)
+    commits.on_epoch_end(0)
+    # Step 4, then none at step 6 (the epoch's last): the epoch-end commit holds the validated epoch.
+    assert state.commits == [4, 6]
+
+
+def _fit_losing_rank_1(spark, store, tmp_path, kill_at_call: int, name: str):
+    victim = keras_elastic_victim.KillAtBatch(victim_rank=1, kill_at_call=kill_at_call,
+                                              marker=str(tmp_path / f"{name}.killed"))
+    estimator = make_estimator(store, min_num_proc=1, elastic_commit_steps=2, random_seed=5, run_id=name,
+                               validation=0.25, callbacks=[victim])
+    model = estimator.fit(blobs(spark, 512))
+    assert (tmp_path / f"{name}.killed").exists(), "the victim never died"
+    return model
+
+
+def test_fit_with_a_rank_killed_mid_epoch_resumes_from_the_commit(local_spark, store, tmp_path) -> None:
+    # About 384 training rows: 6 steps an epoch on 2 ranks, commits after steps 2 and 4. Rank 1 dies at the
+    # start of step 4 ("late": step 3 was applied but not committed) or of step 3 ("early": right after the
+    # commit); local[2] frees the lost task's slot, so the relaunched stage has 2 ranks again.
+    late = _fit_losing_rank_1(local_spark, store, tmp_path, kill_at_call=4, name="late")
+    early = _fit_losing_rank_1(local_spark, store, tmp_path, kill_at_call=3, name="early")
+    assert late.getReformations() == [{"epoch": 0, "step": 2, "size": 2, "previous_size": 2}]
+    assert early.getReformations() == late.getReformations()
+    # The rolled-back step 3 leaves no trace: the model equals the one restarted from the same commit.
+    for mine, theirs in zip(late.getModel().get_weights(), early.getModel().get_weights()):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-6, atol=1e-7)
+    # Horovod's history: one value per epoch and metric, no epoch twice after the resume.
+    history = late.getHistory()
+    assert sorted(history) == ["loss", "val_loss"] and all(len(v) == 2 for v in history.values())
+    np.testing.assert_allclose(history["val_loss"], early.getHistory()["val_loss"], rtol=1e-6)
+    # The returned optimizer holds the learning rate as given (unscaled from the last formation's size).
+    rate = late.getModel().optimizer.learning_rate
+    assert float(keras.ops.convert_to_numpy(rate)) == pytest.approx(0.05)
