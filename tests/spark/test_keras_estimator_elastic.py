@@ -11,7 +11,7 @@ keras = pytest.importorskip("keras")
 
 import keras_elastic_victim  # noqa: E402
 import keras_models  # noqa: E402
-from estimator_data import assert_fit_fails_before_launch, blobs  # noqa: E402
+from estimator_data import BAD_ELASTIC_BOUNDS, assert_fit_fails_before_launch, blobs  # noqa: E402
 from keras_models import classifier  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]
@@ -44,9 +44,7 @@ def make_estimator(store, **overrides):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"min_num_proc": 3, "max_num_proc": 2}, r"min_num_proc \(3\) is greater than max_num_proc \(2\)"),
-    ({"min_num_proc": 3, "max_num_proc": 4}, r"min_num_proc \(3\) is greater than num_proc \(2\)"),
-    ({"max_num_proc": 1}, r"max_num_proc \(1\) is less than num_proc \(2\)"),
+    *BAD_ELASTIC_BOUNDS,
     ({"elastic": False, "max_num_proc": 3}, r"max_num_proc given without elastic=True"),
 ])
 def test_bad_elastic_bounds_fail_before_launch(local_spark, store, overrides, message) -> None:
