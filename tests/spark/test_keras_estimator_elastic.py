@@ -1,5 +1,6 @@
 """KerasEstimator(elastic=True) on local[2] with real TF/Keras: its params, the checks before launch, the
-commit schedule, and a fit whose rank is killed mid-epoch resuming from the last commit."""
+commit schedule, a fit whose rank is killed mid-epoch resuming from the last commit, and its rank function
+under the local elastic launcher going on at one rank (in-process re-form, the learning rate rescaled)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ keras = pytest.importorskip("keras")
 import keras_elastic_victim  # noqa: E402
 import keras_models  # noqa: E402
 from estimator_data import BAD_ELASTIC_BOUNDS, assert_fit_fails_before_launch, blobs  # noqa: E402
+from estimator_elastic_job import run_rank_fn_elastic  # noqa: E402
 from keras_models import classifier  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]
@@ -111,4 +113,35 @@ def test_fit_with_a_rank_killed_mid_epoch_resumes_from_the_commit(local_spark, s
     np.testing.assert_allclose(history["val_loss"], early.getHistory()["val_loss"], rtol=1e-6)
     # The returned optimizer holds the learning rate as given (unscaled from the last formation's size).
     rate = late.getModel().optimizer.learning_rate
+    assert float(keras.ops.convert_to_numpy(rate)) == pytest.approx(0.05)
+
+
+def test_killed_rank_under_the_local_launcher_goes_on_at_one_rank(local_spark, store, tmp_path) -> None:
+    from spark_hvd.common.util import DEFAULT_SPLIT_SEED
+    from spark_hvd.data import check_schema, materialize_checked
+    from spark_hvd.estimator.sample import read_sample
+    from spark_hvd.keras.saving import model_from_bytes
+
+    df = blobs(local_spark, 512)
+    victim = keras_elastic_victim.KillAtBatch(victim_rank=1, kill_at_call=5, marker=str(tmp_path / "killed"))
+    logs = tmp_path / "epoch-logs"
+    logs.mkdir()
+    estimator = make_estimator(store, min_num_proc=1, elastic_commit_steps=3, random_seed=5,
+                               callbacks=[victim, keras_models.EpochLog(str(logs))])
+    data = materialize_checked(df, store, check_schema(df, ["features"], ["label"], None, None),
+                               DEFAULT_SPLIT_SEED, 2)
+    estimator._check_sample(read_sample(data, rows=2))   # as fit does before _rank_fn
+    plan = estimator._plan(data, 2)
+    assert (plan.train_steps, plan.elastic.commit_steps) == (8, 3)
+    # keras_models and the victim go by value already (this module's fixture).
+    result = run_rank_fn_elastic(tmp_path, estimator._rank_fn(plan), "one-rank", by_value=[])
+    # Rank 1 died at the start of step 5 (step 4 uncommitted): the commit after step 3 of 8 resumes on the
+    # survivor, in the same process, at the same fraction of the epoch: step 6 of 16.
+    assert result["reformations"] == [{"epoch": 0, "step": 6, "size": 1, "previous_size": 2}]
+    assert [entry["epoch"] for entry in result["history"]] == [0, 1]
+    # The rate in effect follows the size (0.1 on 2 ranks, 0.05 on one: every epoch ended on one rank); the
+    # returned model holds it as given.
+    assert [(e["epoch"], e["lr"]) for e in keras_models.read_epoch_logs(str(logs), 0)] == \
+        [(0, pytest.approx(0.05)), (1, pytest.approx(0.05))]
+    rate = model_from_bytes(result["model"]).optimizer.learning_rate
     assert float(keras.ops.convert_to_numpy(rate)) == pytest.approx(0.05)
