@@ -2,9 +2,9 @@
 framework): the step within the epoch and the learning rate follow the new size, and a re-formation is
 recorded in the state's ``reformations``.
 
-The state carries ``epoch``, ``step`` (of ``steps`` in the committed epoch; Keras's callbacks call it ``batch``), ``size``, ``lr_size`` (the
-size the learning rate is scaled for), ``formations`` and ``reformations``; the framework gives how to
-multiply its optimizer's learning rate.
+The state carries ``epoch``, ``step`` (of ``steps`` in the committed epoch; Keras's callbacks call it
+``batch``), ``size``, ``lr_size`` (the size the learning rate is scaled for), ``formations`` and
+``reformations``; the framework gives how to multiply its optimizer's learning rate.
 """
 
 from __future__ import annotations

@@ -26,7 +26,8 @@ class EpochRecorder(keras.callbacks.Callback):
         self._started = False
 
     def on_train_begin(self, logs: dict | None = None) -> None:
-        # Once: an elastic fit calls model.fit epoch by epoch, and the driver reads a start as a new stage.
+        # Once: an elastic fit resumed mid-epoch calls model.fit twice, and the driver reads a start as a
+        # new stage.
         if not self._started:
             self._started = True
             self.progress.start(self.history[-1]["epoch"] + 1 if self.history else 0)
