@@ -114,6 +114,11 @@ def test_fit_with_a_rank_killed_mid_epoch_resumes_from_the_commit(local_spark, s
     # The returned optimizer holds the learning rate as given (unscaled from the last formation's size).
     rate = late.getModel().optimizer.learning_rate
     assert float(keras.ops.convert_to_numpy(rate)) == pytest.approx(0.05)
+    # The re-formations are saved with the model.
+    from spark_hvd.keras import KerasModel
+
+    late.save(str(tmp_path / "late-model"))
+    assert KerasModel.load(str(tmp_path / "late-model")).getReformations() == late.getReformations()
 
 
 def test_killed_rank_under_the_local_launcher_goes_on_at_one_rank(local_spark, store, tmp_path) -> None:
