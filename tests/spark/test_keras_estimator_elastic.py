@@ -86,6 +86,33 @@ def test_commits_fall_on_multiples_of_the_commit_steps_and_not_on_the_epochs_las
     assert state.commits == [4, 6]
 
 
+def test_a_resumed_epochs_metrics_carry_the_committed_steps_sums() -> None:
+    from types import SimpleNamespace
+
+    from spark_hvd.keras.elastic_training import CarriedMetrics
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(128, 4)).astype("float32"), rng.integers(0, 3, 128)
+
+    def compiled():
+        model = classifier(4, 3, seed=1)
+        model.compile(optimizer=keras.optimizers.SGD(0.1), metrics=["accuracy"],
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        return model
+
+    whole = compiled().fit(x, y, batch_size=32, shuffle=False, verbose=0).history
+    # The same epoch in two fits: 2 steps, a commit (save), then the 2 steps left, as after a re-formation.
+    model, state = compiled(), SimpleNamespace(batch=0, metric_sums=None)
+    carried = CarriedMetrics(state, average=lambda values: values)   # one rank: its own sums
+    model.fit(x[:64], y[:64], batch_size=32, shuffle=False, verbose=0, callbacks=[carried])
+    carried.save()
+    state.batch = 2
+    resumed = model.fit(x[64:], y[64:], batch_size=32, shuffle=False, verbose=0, callbacks=[carried]).history
+    assert resumed["loss"][0] == pytest.approx(whole["loss"][0], rel=1e-5)
+    assert resumed["accuracy"][0] == pytest.approx(whole["accuracy"][0], rel=1e-6)
+    assert state.metric_sums is None   # the epoch's end: the next epoch starts from none
+
+
 def _fit_losing_rank_1(spark, store, tmp_path, kill_at_call: int, name: str):
     victim = keras_elastic_victim.KillAtBatch(victim_rank=1, kill_at_call=kill_at_call,
                                               marker=str(tmp_path / f"{name}.killed"))
