@@ -1,7 +1,9 @@
 """The cost of one ``TorchState.commit()`` against one training step of bench/estimator.py's model, in one
 process (no Spark, no peers): what ``TorchEstimator(elastic=True)`` adds per ``elastic_commit_steps`` steps.
+``--framework keras``: ``KerasState.commit()`` against a ``train_on_batch`` step of the same MLP in Keras
+(what ``KerasEstimator(elastic=True)`` adds).
 
-    .venv/bin/python bench/elastic_commit.py [--steps 200] [--commit-steps 50]
+    .venv/bin/python bench/elastic_commit.py [--steps 200] [--commit-steps 50] [--framework keras]
 
 Prints the median step and commit times of --rounds rounds and the overhead of a commit every
 --commit-steps steps, as a share of the step time (target: <= 5% at the default of 50).
@@ -13,6 +15,7 @@ import argparse
 import statistics
 import sys
 import time
+from typing import Any, Callable
 
 import torch
 
@@ -24,24 +27,12 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--commit-steps", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--framework", choices=("torch", "keras"), default="torch")
     args = parser.parse_args()
 
-    import collective.torch as hvd
-
-    hvd.init()
-    model = make_mlp()
-    optimizer = hvd.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=LR),
-                                         named_parameters=model.named_parameters())
-    x, y = torch.randn(BATCH, FEATURES), torch.randint(0, CLASSES, (BATCH,))
-
-    def step() -> None:
-        optimizer.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        optimizer.step()
-
+    hvd, step, state = keras_parts() if args.framework == "keras" else torch_parts()
     for _ in range(20):   # warm-up: allocator, first-call costs
         step()
-    state = hvd.elastic.TorchState(model=model, optimizer=optimizer, epoch=0, step=0, history=[], sums=None)
     steps, commits = [], []
     for _ in range(args.rounds):   # interleaved, so that drift of the machine falls on both
         began = time.perf_counter()
@@ -59,6 +50,48 @@ def main() -> int:
           f"(target <= 5%: {'met' if share <= 0.05 else 'missed'})")
     hvd.shutdown()
     return 0
+
+
+def torch_parts() -> tuple[Any, Callable[[], None], Any]:
+    """collective.torch, one training step of the MLP, and TorchState as TorchEstimator's."""
+    import collective.torch as hvd
+
+    hvd.init()
+    model = make_mlp()
+    optimizer = hvd.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=LR),
+                                         named_parameters=model.named_parameters())
+    x, y = torch.randn(BATCH, FEATURES), torch.randint(0, CLASSES, (BATCH,))
+
+    def step() -> None:
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+    return hvd, step, hvd.elastic.TorchState(model=model, optimizer=optimizer, epoch=0, step=0, history=[],
+                                             sums=None)
+
+
+def keras_parts() -> tuple[Any, Callable[[], None], Any]:
+    """collective.keras, one train_on_batch step of the same MLP, and KerasState as KerasEstimator's."""
+    import keras
+    import numpy as np
+
+    import collective.keras as hvd
+
+    hvd.init()
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(128, activation="relu"),
+                              keras.layers.Dense(128, activation="relu"), keras.layers.Dense(CLASSES)])
+    optimizer = hvd.DistributedOptimizer(keras.optimizers.Adam(LR))
+    model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    optimizer.build(model.trainable_variables)
+    x = np.random.default_rng(0).random((BATCH, FEATURES), dtype=np.float32)
+    y = np.random.default_rng(1).integers(0, CLASSES, BATCH)
+
+    def step() -> None:
+        model.train_on_batch(x, y)
+
+    return hvd, step, hvd.elastic.KerasState(model, optimizer, epoch=0, batch=0, history=[])
 
 
 if __name__ == "__main__":

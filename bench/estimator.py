@@ -16,6 +16,7 @@ first fit of a session starts its Python workers, and ours has no spare rank pro
 spark_hvd.run's keep_warm).
 --elastic: instead, TorchEstimator with elastic=True (the default elastic_commit_steps) against
 elastic=False, alternating, --rounds each after --warmup each; target ratio (elastic / static) <= 1.05.
+--elastic --framework keras: the same with KerasEstimator, on a Keras MLP of the same shape and Adam settings.
 Targets: fit ratio (ours / TorchDistributor) <= 0.45 and ours' fixed cost (wall minus train) <= 3 s;
 transform ratio (ours / predict_batch_udf) >= 0.8.
 """
@@ -78,6 +79,26 @@ def fit_ours(df: Any, epochs: int, **params: Any) -> dict[str, float]:
     timings = fitted.getFitTimings()
     timings["wall"] = time.monotonic() - began
     fit_ours.last_model = fitted  # type: ignore[attr-defined]
+    return timings
+
+
+def fit_keras(df: Any, epochs: int, **params: Any) -> dict[str, float]:
+    """KerasEstimator on the MLP of make_mlp and fit_ours's settings; its fit timings and wall seconds."""
+    import keras
+
+    from spark_hvd import KerasEstimator, Store
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(128, activation="relu"),
+                              keras.layers.Dense(128, activation="relu"), keras.layers.Dense(CLASSES)])
+    estimator = KerasEstimator(num_proc=2, model=model, optimizer=keras.optimizers.Adam(LR),
+                               loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                               feature_cols=["features"], label_cols=["label"], batch_size=BATCH, epochs=epochs,
+                               shuffle=True, verbose=0, learning_rate_scaling="none",
+                               store=Store.create(tempfile.mkdtemp(prefix="bench-estimator-store-")), **params)
+    began = time.monotonic()
+    timings = estimator.fit(df).getFitTimings()
+    timings["wall"] = time.monotonic() - began
     return timings
 
 
@@ -171,17 +192,18 @@ def compare_elastic(df: Any, args: Any) -> None:
     from spark_hvd.estimator.params import DEFAULT_ELASTIC_COMMIT_STEPS
 
     settings = {"elastic=False": {}, "elastic=True": {"elastic": True}}
+    fit, estimator = (fit_keras, "KerasEstimator") if args.framework == "keras" else (fit_ours, "TorchEstimator")
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in settings}
     for index in range(args.warmup + args.rounds):
         for name, params in settings.items():
-            timings = fit_ours(df, args.epochs, **params)
+            timings = fit(df, args.epochs, **params)
             if index >= args.warmup:
                 runs[name].append(timings)
     print(f"elastic fit: {args.rows} rows x {FEATURES} features, {args.epochs} epochs, 2 ranks, batch {BATCH} per "
           f"rank, commit every {DEFAULT_ELASTIC_COMMIT_STEPS} steps, {args.rounds} round(s); medians in seconds")
     for name, timings in runs.items():
         phases = {k: statistics.median(r[k] for r in timings) for k in timings[0]}
-        print(f"  TorchEstimator {name:14s} " + "  ".join(f"{k} {v:.2f}" for k, v in phases.items()))
+        print(f"  {estimator} {name:14s} " + "  ".join(f"{k} {v:.2f}" for k, v in phases.items()))
     for phase in ("train", "wall"):
         ratio = (statistics.median(r[phase] for r in runs["elastic=True"])
                  / statistics.median(r[phase] for r in runs["elastic=False"]))
@@ -197,6 +219,8 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=1, help="untimed fits of each side first")
     parser.add_argument("--fit-only", action="store_true", help="skip the transform comparison")
     parser.add_argument("--elastic", action="store_true", help="elastic=True against elastic=False")
+    parser.add_argument("--framework", choices=("torch", "keras"), default="torch",
+                        help="the estimator --elastic compares")
     args = parser.parse_args()
     import cloudpickle
 

@@ -23,9 +23,14 @@ class EpochRecorder(keras.callbacks.Callback):
         self.progress = RankProgress(rank)
         self.loss_guard = LossGuard(rank, plan.stop_on_nonfinite_loss)
         self._epoch = 0
+        self._started = False
 
     def on_train_begin(self, logs: dict | None = None) -> None:
-        self.progress.start(self.history[-1]["epoch"] + 1 if self.history else 0)
+        # Once: an elastic fit resumed mid-epoch calls model.fit twice, and the driver reads a start as a
+        # new stage.
+        if not self._started:
+            self._started = True
+            self.progress.start(self.history[-1]["epoch"] + 1 if self.history else 0)
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._epoch = epoch

@@ -45,6 +45,8 @@ class KerasEstimator(HorovodEstimator, KerasParams):
     saves the model in the native ``.keras`` format (weights and optimizer state) under the Store after
     every epoch; fitting again with the same ``run_id`` resumes after the last completed epoch, with the
     checkpoint_callback's best model and value. Custom layers, losses and metrics go in ``custom_objects``.
+    ``elastic=True`` (with ``min_num_proc``, ``max_num_proc``, ``elastic_commit_steps``) fits through
+    ``spark_hvd.run_elastic``: a lost executor costs the steps since the last commit (docs/elastic.md).
     """
 
     # Horovod's KerasEstimator rounds a training epoch up: ceil(rows / (batch_size * num_proc)).
@@ -53,6 +55,7 @@ class KerasEstimator(HorovodEstimator, KerasParams):
     param_replacements = KERAS_REPLACEMENTS
 
     warm_modules = ("tensorflow", "keras", "collective.keras", "spark_hvd.keras.trainer")
+    elastic_supported = True
 
     @keyword_only
     def __init__(self, *, num_proc: int | None = None, model: Any = None, backend: Any = None, store: Any = None,
@@ -175,4 +178,5 @@ class KerasEstimator(HorovodEstimator, KerasParams):
             keras_history(result["history"]),
             [InputSpec(c, columns[c].dtype, tuple(columns[c].shape)) for c in plan.feature_cols],
             self._output_specs(plan, output_cols, self._sample[1].output_shapes), result["history"])
+        model._reformations = list(result.get("reformations", []))
         return model

@@ -29,8 +29,11 @@ class FeedSpec:
 
 
 class Feed:
-    def __init__(self, reader: Any, spec: FeedSpec, steps: int, first_epoch: int) -> None:
+    def __init__(self, reader: Any, spec: FeedSpec, steps: int, first_epoch: int, skip: int = 0) -> None:
+        """``skip``: batches of the first pass's shard left out before its ``steps`` (an elastic fit resuming
+        mid-epoch); later passes start at their shard's first batch."""
         self.reader, self.spec, self.steps = reader, spec, steps
+        self._skip = skip
         self.error: BaseException | None = None   # the user's own error, clearer than tf.data's wrapping
         self._stopped = False
         self._epoch = first_epoch                 # the reader pass the next pass draws from
@@ -54,6 +57,9 @@ class Feed:
     def _peek(self) -> tuple[Any, ...]:
         stream = iter(self.reader.batches(self._epoch))
         self._epoch += 1
+        for _ in range(self._skip):
+            next(stream)
+        self._skip = 0
         first = self._next(stream)
         self._pending = (first, stream)
         return first

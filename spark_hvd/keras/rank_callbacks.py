@@ -1,6 +1,7 @@
 """The callbacks of one rank's ``model.fit``, in Horovod's order (runs in the rank child):
 
-1. ``BroadcastGlobalVariablesCallback(0)``: every rank starts from rank 0's weights and optimizer state;
+1. ``BroadcastGlobalVariablesCallback(0)``: every rank starts from rank 0's weights and optimizer state
+   (not in an elastic fit: there the state's sync does it, and hvd.elastic's callbacks come last);
 2. ``MetricAverageCallback()``: the logs every later callback sees are averaged over the ranks;
 3. the user's ``callbacks`` (a TensorBoard one writes, on rank 0, to the run's logs under the Store, and
    is left out on the other ranks, which would write the same files);
@@ -99,8 +100,12 @@ class LogsSync(keras.callbacks.Callback):
 
 
 def rank_callbacks(hvd: Any, rank: int, user_callbacks: list[Any], checkpoint: CheckpointFile | None,
-                   recorder: keras.callbacks.Callback, logs_dir: str, store: Any, run_id: str) -> list[Any]:
-    callbacks: list[Any] = [hvd.BroadcastGlobalVariablesCallback(0), hvd.MetricAverageCallback()]
+                   recorder: keras.callbacks.Callback, logs_dir: str, store: Any, run_id: str,
+                   broadcast: bool = True) -> list[Any]:
+    """``broadcast=False``: an elastic fit, whose state's sync gives every rank rank 0's variables instead."""
+    callbacks: list[Any] = [hvd.MetricAverageCallback()]
+    if broadcast:
+        callbacks.insert(0, hvd.BroadcastGlobalVariablesCallback(0))
     boards = [c for c in user_callbacks if isinstance(c, keras.callbacks.TensorBoard)]
     if rank == 0:
         callbacks += user_callbacks

@@ -5,15 +5,17 @@ num_proc (``learning_rate_scaling='linear'``), wrapped in DistributedOptimizer a
 restores the last checkpoint, if any -> ``model.fit`` over this rank's shard with exactly ``train_steps``
 steps per epoch on every rank (so uneven shards cannot desynchronise the allreduce), ``initial_epoch``
 after the checkpoint, with the callbacks of rank_callbacks.py -> rank 0 returns the model (the one the
-checkpoint_callback saved, when there is one) with its learning rate unscaled, and the history.
+checkpoint_callback saved, when there is one) with its learning rate unscaled, and the history. An
+elastic plan (``elastic=True``) runs the epochs under ``hvd.elastic.run`` instead (elastic_training.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 import cloudpickle
 import keras
@@ -78,16 +80,24 @@ def train_rank(spec: KerasRankSpec) -> dict[str, Any] | None:
         first_epoch, history, rate = hvd.broadcast_object((first_epoch, history, learning_rate(optimizer)),
                                                           root_rank=0, name="shvd.resume")
         optimizer.learning_rate = rate
-        if first_epoch < plan.epochs:
+        logs_dir = os.path.join(local_dir, "logs")
+        extra: dict[str, Any] = {}
+        if plan.elastic is not None:
+            from spark_hvd.keras.elastic_training import fit_elastic
+
+            outcome = fit_elastic(spec, objects, model, optimizer, first_epoch, history, factor, checkpoint_file,
+                                  logs_dir, hvd)
+            history, factor, extra["reformations"] = outcome.history, outcome.lr_size, outcome.reformations
+        elif first_epoch < plan.epochs:
             history = _fit(spec, objects, model, rank, size, first_epoch, history, factor, checkpoint_file,
-                           os.path.join(local_dir, "logs"), hvd)
-        if rank != 0:
+                           logs_dir, hvd)
+        if hvd.rank() != 0:
             return None
         if checkpoint_file is not None:
             checkpoint_file.load_into(model, optimizer, _loading_objects(objects))
         from spark_hvd.keras.learning_rate import unscaled_model_bytes
 
-        return {"model": unscaled_model_bytes(model, factor), "history": history}
+        return {"model": unscaled_model_bytes(model, factor), "history": history, **extra}
 
 
 def _resume(plan: FitPlan, rank: int, model: Any, optimizer: Any, objects: KerasObjects, factor: int,
@@ -128,13 +138,27 @@ def _fit(spec: KerasRankSpec, objects: KerasObjects, model: Any, rank: int, size
     feeds = {split: Feed(reader, feed_spec, plan.train_steps if split == "train" else plan.val_steps, first_epoch)
              for split, reader in readers.items()}
     try:
-        model.fit(feeds["train"].dataset(endless=True), steps_per_epoch=plan.train_steps, epochs=plan.epochs,
-                  initial_epoch=first_epoch, callbacks=callbacks, verbose=0,
-                  validation_data=feeds["val"].dataset(endless=False) if "val" in feeds else None,
-                  validation_steps=plan.val_steps or None)
+        with clearer_fit_errors(feeds.values()):
+            model.fit(feeds["train"].dataset(endless=True), steps_per_epoch=plan.train_steps, epochs=plan.epochs,
+                      initial_epoch=first_epoch, callbacks=callbacks, verbose=0,
+                      validation_data=feeds["val"].dataset(endless=False) if "val" in feeds else None,
+                      validation_steps=plan.val_steps or None)
+    finally:
+        for reader in readers.values():
+            reader.close()
+    return recorder.history
+
+
+@contextlib.contextmanager
+def clearer_fit_errors(feeds: Iterable[Any]) -> Iterator[None]:
+    """Around a ``model.fit`` over ``feeds``: an error in transformation_fn reaches fit wrapped by tf.data,
+    so the user's own is raised instead, and a peer's failure stays one (``_as_peer_failure``); the feeds
+    stop at the end."""
+    feeds = list(feeds)
+    try:
+        yield
     except Exception as e:
-        # An error in transformation_fn reaches fit wrapped by tf.data; the user's own is clearer.
-        for feed in feeds.values():
+        for feed in feeds:
             if feed.error is not None:
                 raise feed.error from None
         peer_failure = _as_peer_failure(e)
@@ -142,11 +166,8 @@ def _fit(spec: KerasRankSpec, objects: KerasObjects, model: Any, rank: int, size
             raise peer_failure from e
         raise
     finally:
-        for feed in feeds.values():
+        for feed in feeds:
             feed.stop()
-        for reader in readers.values():
-            reader.close()
-    return recorder.history
 
 
 def _loading_objects(objects: KerasObjects) -> dict[str, Any]:

@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 
 from spark_hvd.estimator.base import FitPlan
+from spark_hvd.estimator.elastic_formation import enter_formation as shared_enter_formation
+from spark_hvd.estimator.elastic_formation import initial_state_attrs
 from spark_hvd.estimator.elastic_plan import ElasticPlan
 
 
@@ -36,9 +38,8 @@ def train_elastic(plan: FitPlan, hvd: Any, model: Any, optimizer: Any, loop: Any
     linear = plan.learning_rate_scaling == "linear"
     size = hvd.size()
     state = hvd.elastic.TorchState(
-        model=model, optimizer=optimizer, epoch=first_epoch, step=0, steps=elastic.steps.at(size)[0], size=size,
-        lr_size=size if linear else 1, sums=None, history=history, epoch_metrics=epoch_metrics, reformations=[],
-        formations=0)
+        model=model, optimizer=optimizer, sums=None, history=history, epoch_metrics=epoch_metrics,
+        **initial_state_attrs(elastic, size, first_epoch, linear))
 
     @hvd.elastic.run
     def train(state: Any) -> None:
@@ -87,24 +88,10 @@ def train_elastic(plan: FitPlan, hvd: Any, model: Any, optimizer: Any, loop: Any
 
 
 def enter_formation(state: Any, hvd: Any, elastic: ElasticPlan, optimizer: Any, linear: bool) -> None:
-    """Fits the committed state to the formation ``train`` is entered in: the step within the epoch and the
-    learning rate follow its size, and a re-formation is recorded. Entering a second time (in this process
-    or in a relaunched stage that synced the commit) means the job re-formed."""
+    """The shared ``enter_formation`` (elastic_formation.py), rescaling the torch optimizer's groups."""
     from spark_hvd.torch.trainer import scale_learning_rate
 
-    size = hvd.size()
-    if state.formations:
-        new_steps = elastic.steps.at(size)[0]
-        step = state.step if new_steps == state.steps else elastic.resumed_step(state.step, state.steps, new_steps)
-        state.reformations.append({"epoch": state.epoch, "step": step, "size": size, "previous_size": state.size})
-        state.step, state.steps = step, new_steps
-    if linear and state.lr_size != size:
-        scale_learning_rate(optimizer, size / state.lr_size)
-        state.lr_size = size
-    state.size = size
-    state.formations += 1
-    # A rank lost before the first commit rolls back to here: this formation counts as entered.
-    state.save()
+    shared_enter_formation(state, hvd.size(), elastic, lambda factor: scale_learning_rate(optimizer, factor), linear)
 
 
 def add_sums(carried: np.ndarray | None, sums: np.ndarray) -> np.ndarray:

@@ -68,3 +68,12 @@ def assert_fit_fails_before_launch(spark: Any, store: Any, make_estimator: Any, 
     with pytest.raises(InputError, match=message):
         make_estimator(store, **overrides).fit(df)
     assert not store.exists(store.get_runs_path()) or not store.list(store.get_runs_path())
+
+
+# (overrides, message) of an elastic=True fit on num_proc=2 whose bounds are refused before launch: the
+# cases every elastic estimator's tests run.
+BAD_ELASTIC_BOUNDS = [
+    ({"min_num_proc": 3, "max_num_proc": 2}, r"min_num_proc \(3\) is greater than max_num_proc \(2\)"),
+    ({"min_num_proc": 3, "max_num_proc": 4}, r"min_num_proc \(3\) is greater than num_proc \(2\)"),
+    ({"max_num_proc": 1}, r"max_num_proc \(1\) is less than num_proc \(2\)"),
+]

@@ -4,7 +4,6 @@ processes under the local elastic launcher, with a rank killed mid-epoch."""
 from __future__ import annotations
 
 import io
-import sys
 from pathlib import Path
 
 import cloudpickle
@@ -12,12 +11,9 @@ import pytest
 import torch
 
 import elastic_victim
-from estimator_data import assert_fit_fails_before_launch, blobs
+from estimator_data import BAD_ELASTIC_BOUNDS, assert_fit_fails_before_launch, blobs
+from estimator_elastic_job import run_rank_fn_elastic
 from estimator_models import class_loss, classifier
-
-ELASTIC_TESTS = Path(__file__).resolve().parents[1] / "elastic"
-sys.path.insert(0, str(ELASTIC_TESTS))
-from elastic_job import ElasticJob, write_discovery  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -41,9 +37,7 @@ def make_estimator(store, **overrides):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"min_num_proc": 3, "max_num_proc": 2}, r"min_num_proc \(3\) is greater than max_num_proc \(2\)"),
-    ({"min_num_proc": 3, "max_num_proc": 4}, r"min_num_proc \(3\) is greater than num_proc \(2\)"),
-    ({"max_num_proc": 1}, r"max_num_proc \(1\) is less than num_proc \(2\)"),
+    *BAD_ELASTIC_BOUNDS,
     ({"elastic": False, "min_num_proc": 1}, r"min_num_proc given without elastic=True"),
 ])
 def test_bad_elastic_bounds_fail_before_launch(local_spark, store, overrides, message) -> None:
@@ -65,17 +59,6 @@ def test_elastic_on_a_non_spark_backend_fails_before_launch(local_spark, store) 
 
     assert_fit_fails_before_launch(local_spark, store, make_estimator, {"num_proc": None, "backend": OneRank()},
                                    None, r"elastic=True runs on Spark's executors.*got OneRank")
-
-
-def test_keras_estimator_refuses_elastic_before_launch(local_spark, store) -> None:
-    pytest.importorskip("keras")
-    from spark_hvd.errors import InputError
-    from spark_hvd.keras import KerasEstimator
-
-    estimator = KerasEstimator(num_proc=2, feature_cols=["features"], label_cols=["label"], store=store,
-                               elastic=True, verbose=0)
-    with pytest.raises(InputError, match=r"elastic=True: spark_hvd.keras.KerasEstimator has no elastic training yet"):
-        estimator._check_elastic(_spark_backend(2))
 
 
 def _spark_backend(num_proc):
@@ -118,22 +101,7 @@ def _elastic_rank_fn(spark, store, kill_at_call: int, bpps: int = 1):
 
 
 def _run_elastic_job(tmp_path: Path, fn, name: str) -> dict:
-    """``fn`` on hostA and hostB (one slot each) under the local elastic launcher; rank 0's result."""
-    work = tmp_path / name
-    work.mkdir()
-    cloudpickle.register_pickle_by_value(elastic_victim)
-    try:
-        (work / "fn.pkl").write_bytes(cloudpickle.dumps(fn))
-    finally:
-        cloudpickle.unregister_pickle_by_value(elastic_victim)
-    discovery, _ = write_discovery(work, ["hostA:1", "hostB:1"])
-    with ElasticJob("estimator_rank_fn.py", discovery, str(work / "fn.pkl"), str(work / "result.pkl"),
-                    min_np=1, max_np=2, elastic_timeout_s=60, timeout_s=150) as job:
-        job.wait_for(r"round 1: 2 worker")
-        code, output = job.finish()
-    assert code == 0, output
-    assert "hostB:0" in output and "lost" in output, output
-    return cloudpickle.loads((work / "result.pkl").read_bytes())
+    return run_rank_fn_elastic(tmp_path, fn, name, by_value=[elastic_victim])
 
 
 def _weights(result: dict) -> dict[str, torch.Tensor]:
