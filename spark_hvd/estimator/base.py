@@ -217,7 +217,7 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
 
                 results = run_elastic_fit(self._rank_fn(plan), plan.elastic, backend, spark, env, progress.on_event,
                                           verbose=self.getVerbose(), start_timeout=self.getStartTimeout(),
-                                          keep_warm=self.warm_modules)
+                                          keep_warm=self.warm_modules, commit_store=self.getStore())
             elif isinstance(backend, SparkBackend):
                 ours = {"spark": spark, "verbose": self.getVerbose(), "start_timeout": self.getStartTimeout(),
                         "on_event": progress.on_event, "keep_warm": self.warm_modules}
