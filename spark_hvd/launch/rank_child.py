@@ -48,8 +48,10 @@ class RankChild:
 
     def __init__(self, rank: int, env: Mapping[str, str], on_line: Callable[[str, str], None],
                  on_event: Callable[[dict[str, Any]], None] | None = None,
-                 executable: str | None = None) -> None:
-        """``executable``: the Python interpreter to run the child with; default, this worker's."""
+                 executable: str | None = None, zygote_fd: int | None = None, fork_from: Any = None) -> None:
+        """``executable``: the Python interpreter to run the child with; default, this worker's.
+        ``zygote_fd``: a spare's end of its control socket (zygote.py); ``fork_from``: a Zygote to fork the
+        child from instead of starting one (the job then goes on as in an adopted spare: forked())."""
         self.rank = rank
         self._on_event = on_event
         self._on_line = on_line
@@ -59,12 +61,17 @@ class RankChild:
         self._on_commit: Callable[[int, bytes], None] | None = None
         launch_read, launch_write = os.pipe()
         result_read, result_write = os.pipe()
+        on_chunk = lambda stream, chunk: self._line(stream, chunk.decode("utf-8", "replace").rstrip("\n"))  # noqa: E731
         try:
-            self._child = ChildProcess(
-                [executable or sys.executable, "-m", "spark_hvd.launch.child_main", str(launch_read),
-                 str(result_write)],
-                env, lambda stream, chunk: self._line(stream, chunk.decode("utf-8", "replace").rstrip("\n")),
-                pass_fds=(launch_read, result_write), name=f"spark-hvd-rank{rank}")
+            self._child: ChildProcess | Any
+            if fork_from is not None:
+                self._child = fork_from.fork(launch_read, result_write, on_chunk, name=f"spark-hvd-rank{rank}")
+            else:
+                self._child = ChildProcess(
+                    [executable or sys.executable, "-m", "spark_hvd.launch.child_main", str(launch_read),
+                     str(result_write)],
+                    env, on_chunk, pass_fds=(launch_read, result_write, *([zygote_fd] if zygote_fd is not None else [])),
+                    name=f"spark-hvd-rank{rank}")
         except BaseException as e:
             for fd in (launch_write, result_read):
                 os.close(fd)
@@ -83,13 +90,27 @@ class RankChild:
         self._reader: threading.Thread | None = None
 
     @classmethod
-    def spare(cls, env: Mapping[str, str], modules: tuple[str, ...], executable: str | None = None) -> "RankChild":
-        """A child that imports ``modules`` now and waits for a task to adopt it (spare_child)."""
+    def spare(cls, env: Mapping[str, str], modules: tuple[str, ...], executable: str | None = None,
+              zygote_fd: int | None = None) -> "RankChild":
+        """A child that imports ``modules`` now and waits for a task to adopt it (spare_child), or, given
+        its end of a control socket, forks a child per job (a zygote: zygote.py)."""
         early: list[tuple[str, str]] = []
-        child = cls(-1, env, lambda stream, text: early.append((stream, text)), executable=executable)
+        child = cls(-1, env, lambda stream, text: early.append((stream, text)), executable=executable,
+                    zygote_fd=zygote_fd)
         with child._line_lock:
             child._early_lines = early
-        child._write_quietly({"kind": "preload", "modules": list(modules)})
+        preload: dict[str, Any] = {"kind": "preload", "modules": list(modules)}
+        if zygote_fd is not None:
+            preload["zygote"] = zygote_fd
+        child._write_quietly(preload)
+        return child
+
+    @classmethod
+    def forked(cls, zygote: Any, rank: int, env: Mapping[str, str], on_line: Callable[[str, str], None],
+               on_event: Callable[[dict[str, Any]], None] | None) -> "RankChild":
+        """``rank``'s child, forked by ``zygote`` (a Zygote): it takes ``env`` first, as an adopted spare does."""
+        child = cls(rank, env, on_line, on_event, fork_from=zygote)
+        child._write_quietly({"kind": "env", "env": dict(env)})
         return child
 
     def waiting(self) -> bool:
