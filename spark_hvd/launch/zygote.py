@@ -106,7 +106,9 @@ class Zygote:
             ready = select.select([self._control], [], [], _READY_DEADLINE_S)[0]
             message = self._receive() if ready else None
             self._forkable = bool(message and message.get("forkable"))
-            if self._forkable:
+            if not self._forkable:
+                self._control.close()    # a spare from now on (adopted, or gone)
+            else:
                 self._reader = threading.Thread(target=self._read_reports, name=f"spark-hvd-zygote{self.pid}",
                                                 daemon=True)
                 self._reader.start()
@@ -141,7 +143,7 @@ class Zygote:
         try:
             self._control.shutdown(socket.SHUT_RDWR)
         except OSError:
-            pass
+            pass                         # closed already (not forkable)
         if self._reader is None:
             self._control.close()
 

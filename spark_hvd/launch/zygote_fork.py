@@ -9,7 +9,8 @@ run nothing before, and nothing of an earlier job's process survives (each child
 Forking a process with threads copies their locks but not the threads; so the zygote forks only when it
 is alone, apart from threads known to survive a fork: OpenBLAS's pool (numpy), which we stop here as its
 own fork handler would, and jemalloc's background purger (pyarrow), which jemalloc's fork handler turns
-off in the child. With any other thread (TensorFlow starts several at import) it stays a plain spare.
+off in the child. With any other thread, or with the GPU driver opened by the imports, it stays a plain
+spare. (TensorFlow 2.21 starts no thread of its own at import: its pools start at the first op.)
 
 Control socket (AF_UNIX, SOCK_SEQPACKET, one JSON message each), zygote and task:
   zygote -> task  {"forkable": bool, "threads": [names]}        once, after the imports
@@ -47,7 +48,8 @@ def serve(control: socket.socket, idle_s: float) -> tuple[int, int] | None:
     """
     _stop_blas_threads()
     threads = _other_threads()
-    forkable = hasattr(os, "pidfd_open") and not [t for t in threads if t not in _FORK_SAFE_THREADS]
+    forkable = (hasattr(os, "pidfd_open") and not [t for t in threads if t not in _FORK_SAFE_THREADS]
+                and not _gpu_driver_open())
     _send(control, {"forkable": forkable, "threads": threads})
     if not forkable:
         control.close()
@@ -76,18 +78,20 @@ def serve(control: socket.socket, idle_s: float) -> tuple[int, int] | None:
                 _close_all(fds)
                 _send(control, {"error": f"a fork request needs {_FDS_PER_FORK} descriptors, got {len(fds)}"})
                 continue
+            zygote_pid = os.getpid()
             pid = os.fork()
             if pid == 0:
-                return _become_rank_process(control, fds, tuple(children))
+                return _become_rank_process(zygote_pid, control, fds, tuple(children))
             _close_all(fds)
             children[os.pidfd_open(pid)] = pid
             _send(control, {"pid": pid})
 
 
-def _become_rank_process(control: socket.socket, fds: list[int], inherited: tuple[int, ...]) -> tuple[int, int]:
+def _become_rank_process(zygote_pid: int, control: socket.socket, fds: list[int],
+                         inherited: tuple[int, ...]) -> tuple[int, int]:
     # As a spawned rank child: leader of its own group (the task kills the group), SIGKILLed when its parent,
-    # the zygote, dies (the zygote dies with the worker).
-    child_setup_for(os.getppid())()
+    # the zygote, dies (the zygote dies with the worker); exits at once if the zygote is already gone.
+    child_setup_for(zygote_pid)()
     control.close()
     _close_all(list(inherited))
     launch_fd, result_fd, stdout_fd, stderr_fd = fds
@@ -114,6 +118,18 @@ def _other_threads() -> list[str]:
         except OSError:
             pass                         # it ended meanwhile
     return sorted(names)
+
+
+def _gpu_driver_open() -> bool:
+    """Whether the imports opened the NVIDIA driver (torch.cuda.is_available() at import does): CUDA set up
+    before a fork cannot be used in the child."""
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("/dev/nvidia"):
+                return True
+        except OSError:
+            pass                         # closed meanwhile (the listing's own descriptor)
+    return False
 
 
 def _stop_blas_threads() -> None:
