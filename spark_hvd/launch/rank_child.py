@@ -39,10 +39,12 @@ class ChildOutcome:
 
 
 class RankChild:
-    """Starts ``python -m spark_hvd.launch.child_main`` and relays its stdout/stderr line by line.
+    """Starts ``python -m spark_hvd.launch.child_main`` (or has a zygote fork one) and relays its stdout/stderr
+    line by line.
 
     The child leads its own process group and gets SIGKILL when this thread's process dies
-    (PR_SET_PDEATHSIG), so it cannot outlive a killed Spark task. Create it from the thread that
+    (PR_SET_PDEATHSIG; a forked one when its zygote dies, which dies with the worker), so it cannot outlive
+    a killed Spark task. Create it from the thread that
     lives as long as the task (the Python worker's main thread).
     """
 
@@ -61,17 +63,17 @@ class RankChild:
         self._on_commit: Callable[[int, bytes], None] | None = None
         launch_read, launch_write = os.pipe()
         result_read, result_write = os.pipe()
-        on_chunk = lambda stream, chunk: self._line(stream, chunk.decode("utf-8", "replace").rstrip("\n"))  # noqa: E731
         try:
-            self._child: ChildProcess | Any
+            # A ForkedProcess (zygote.py) offers the parts of a ChildProcess this class uses.
+            self._child: Any
             if fork_from is not None:
-                self._child = fork_from.fork(launch_read, result_write, on_chunk, name=f"spark-hvd-rank{rank}")
+                self._child = fork_from.fork(launch_read, result_write, self._chunk, name=f"spark-hvd-rank{rank}")
             else:
+                extra_fds = () if zygote_fd is None else (zygote_fd,)
                 self._child = ChildProcess(
                     [executable or sys.executable, "-m", "spark_hvd.launch.child_main", str(launch_read),
                      str(result_write)],
-                    env, on_chunk, pass_fds=(launch_read, result_write, *([zygote_fd] if zygote_fd is not None else [])),
-                    name=f"spark-hvd-rank{rank}")
+                    env, self._chunk, pass_fds=(launch_read, result_write, *extra_fds), name=f"spark-hvd-rank{rank}")
         except BaseException as e:
             for fd in (launch_write, result_read):
                 os.close(fd)
@@ -133,6 +135,9 @@ class RankChild:
     def relay_commits(self, on_commit: Callable[[int, bytes], None]) -> None:
         """Rank 0's commits under spark_hvd.run_elastic go to ``on_commit(seq, pickled snapshot)``."""
         self._on_commit = on_commit
+
+    def _chunk(self, stream: str, chunk: bytes) -> None:
+        self._line(stream, chunk.decode("utf-8", "replace").rstrip("\n"))
 
     def _line(self, stream: str, text: str) -> None:
         with self._line_lock:
