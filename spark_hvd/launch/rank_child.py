@@ -43,9 +43,9 @@ class RankChild:
     line by line.
 
     The child leads its own process group and gets SIGKILL when this thread's process dies
-    (PR_SET_PDEATHSIG; a forked one when its zygote dies, which dies with the worker), so it cannot outlive
-    a killed Spark task. Create it from the thread that
-    lives as long as the task (the Python worker's main thread).
+    (PR_SET_PDEATHSIG; a forked one when its zygote dies, which dies with the worker), so it cannot
+    outlive a killed Spark task. Create it from the thread that lives as long as the task (the Python
+    worker's main thread).
     """
 
     def __init__(self, rank: int, env: Mapping[str, str], on_line: Callable[[str, str], None],
