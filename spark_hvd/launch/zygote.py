@@ -91,6 +91,8 @@ class Zygote:
         self._replies: list[dict[str, Any]] = []
         self._replied = threading.Condition()
         self._children: dict[int, ForkedProcess] = {}  # forked, not reported exited yet
+        self._unclaimed_exits: dict[int, int] = {}     # reported before fork() registered the child
+        self._gone = False                             # the control socket reached its end
         self._reader: threading.Thread | None = None
 
     @property
@@ -127,7 +129,12 @@ class Zygote:
                     raise OSError(f"the zygote (pid {self.pid}) did not fork: {reply.get('error', 'it is gone')}")
                 child = ForkedProcess(int(reply["pid"]), (out_read, err_read), on_line, name)
                 with self._replied:
-                    self._children[child.pid] = child
+                    if child.pid in self._unclaimed_exits:   # it died before we got here
+                        child._ended(self._unclaimed_exits.pop(child.pid))
+                    elif self._gone:                         # the zygote too, and the child with it
+                        child._ended(-signal.SIGKILL)
+                    else:
+                        self._children[child.pid] = child
         except BaseException:
             for fd in (out_read, err_read):
                 os.close(fd)
@@ -149,8 +156,7 @@ class Zygote:
 
     def _next_reply(self) -> dict[str, Any]:
         with self._replied:
-            if not self._replied.wait_for(lambda: self._replies or self._reader is None
-                                          or not self._reader.is_alive(), _FORK_DEADLINE_S):
+            if not self._replied.wait_for(lambda: self._replies or self._gone, _FORK_DEADLINE_S):
                 return {"error": f"no answer within {_FORK_DEADLINE_S:.0f} s"}
             return self._replies.pop(0) if self._replies else {}
 
@@ -162,15 +168,19 @@ class Zygote:
                 break
             with self._replied:
                 if "exited" in message:
-                    child = self._children.pop(int(message["exited"]), None)
+                    pid, returncode = int(message["exited"]), int(message["returncode"])
+                    child = self._children.pop(pid, None)
                     if child is not None:
-                        child._ended(int(message["returncode"]))
+                        child._ended(returncode)
+                    else:
+                        self._unclaimed_exits[pid] = returncode
                 else:
                     self._replies.append(message)
                     self._replied.notify_all()
         # The zygote is gone, and its children with it (PDEATHSIG); make sure, then say so.
         with self._replied:
             orphans, self._children = list(self._children.values()), {}
+            self._gone = True
             self._replied.notify_all()
         for child in orphans:
             child.signal_group(signal.SIGKILL)
