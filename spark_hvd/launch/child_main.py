@@ -7,7 +7,9 @@ thread in ``fn`` cannot take the worker down. The task (our parent) sends two fr
    unpickling (which imports the user's modules, maybe torch) overlaps the ranks' allGather;
    a spare child (spare_child.py) gets ``{"kind": "preload", "modules": [...]}`` first, imports those
    and waits (at most _SPARE_IDLE_S) for a task to adopt it: ``{"kind": "env", "env": {...}}`` (the
-   task's environment, which becomes ours) and the payload;
+   task's environment, which becomes ours) and the payload; with ``"zygote": FD`` (a control socket) it
+   forks instead, when that is safe, a fresh child per job, and each child goes on from the wait on its
+   own pipes (zygote_fork.py);
 2. ``{"kind": "job", "context": {...}}`` + pickle(Config) once the ranks have met.
 
 While fn runs we may send ``{"kind": "event", "data": {...}}`` frames on RESULT_FD
@@ -24,6 +26,7 @@ import io
 import os
 import pickle
 import select
+import socket
 import sys
 import threading
 import traceback
@@ -34,7 +37,7 @@ import cloudpickle
 
 import collective
 from collective.failure_report import FailureReport
-from spark_hvd.launch import rank_events
+from spark_hvd.launch import rank_events, zygote_fork
 from spark_hvd.launch.framing import read_frame, write_frame
 from spark_hvd.launch.rank_context import RankContext, set_rank_context
 
@@ -52,6 +55,8 @@ def main(argv: list[str]) -> int:
         if frame is not None and frame[0].get("kind") == "preload":
             _preload(frame[0].get("modules") or [])
             _freeze_imports()
+            if frame[0].get("zygote") is not None:
+                launch, results = _fork_or_wait(launch, results, int(frame[0]["zygote"]))
             if not select.select([launch], [], [], _SPARE_IDLE_S)[0]:
                 os._exit(0)          # never adopted; nothing ran here
             frame = read_frame(launch)
@@ -91,6 +96,18 @@ def main(argv: list[str]) -> int:
     write_frame(results, {"ok": True}, blob)
     results.close()
     _exit_without_teardown()
+
+
+def _fork_or_wait(launch: BinaryIO, results: BinaryIO, control_fd: int) -> tuple[BinaryIO, BinaryIO]:
+    """As a zygote (zygote_fork), returns only in a forked child, with that child's own launch and result
+    pipes; a process that cannot fork safely goes on as a plain spare, on its own pipes."""
+    _flush_stdio()    # what the imports printed must not reach every forked child's output again
+    forked = zygote_fork.serve(socket.socket(fileno=control_fd), _SPARE_IDLE_S)
+    if forked is None:
+        return launch, results
+    for own in (launch, results):   # the zygote's pipes, which its task reads and writes
+        own.close()
+    return os.fdopen(forked[0], "rb"), os.fdopen(forked[1], "wb")
 
 
 def _exit_without_teardown() -> NoReturn:

@@ -39,17 +39,21 @@ class ChildOutcome:
 
 
 class RankChild:
-    """Starts ``python -m spark_hvd.launch.child_main`` and relays its stdout/stderr line by line.
+    """Starts ``python -m spark_hvd.launch.child_main`` (or has a zygote fork one) and relays its stdout/stderr
+    line by line.
 
     The child leads its own process group and gets SIGKILL when this thread's process dies
-    (PR_SET_PDEATHSIG), so it cannot outlive a killed Spark task. Create it from the thread that
-    lives as long as the task (the Python worker's main thread).
+    (PR_SET_PDEATHSIG; a forked one when its zygote dies, which dies with the worker), so it cannot
+    outlive a killed Spark task. Create it from the thread that lives as long as the task (the Python
+    worker's main thread).
     """
 
     def __init__(self, rank: int, env: Mapping[str, str], on_line: Callable[[str, str], None],
                  on_event: Callable[[dict[str, Any]], None] | None = None,
-                 executable: str | None = None) -> None:
-        """``executable``: the Python interpreter to run the child with; default, this worker's."""
+                 executable: str | None = None, zygote_fd: int | None = None, fork_from: Any = None) -> None:
+        """``executable``: the Python interpreter to run the child with; default, this worker's.
+        ``zygote_fd``: a spare's end of its control socket (zygote.py); ``fork_from``: a Zygote to fork the
+        child from instead of starting one (the job then goes on as in an adopted spare: forked())."""
         self.rank = rank
         self._on_event = on_event
         self._on_line = on_line
@@ -60,11 +64,16 @@ class RankChild:
         launch_read, launch_write = os.pipe()
         result_read, result_write = os.pipe()
         try:
-            self._child = ChildProcess(
-                [executable or sys.executable, "-m", "spark_hvd.launch.child_main", str(launch_read),
-                 str(result_write)],
-                env, lambda stream, chunk: self._line(stream, chunk.decode("utf-8", "replace").rstrip("\n")),
-                pass_fds=(launch_read, result_write), name=f"spark-hvd-rank{rank}")
+            # A ForkedProcess (zygote.py) offers the parts of a ChildProcess this class uses.
+            self._child: Any
+            if fork_from is not None:
+                self._child = fork_from.fork(launch_read, result_write, self._chunk, name=f"spark-hvd-rank{rank}")
+            else:
+                extra_fds = () if zygote_fd is None else (zygote_fd,)
+                self._child = ChildProcess(
+                    [executable or sys.executable, "-m", "spark_hvd.launch.child_main", str(launch_read),
+                     str(result_write)],
+                    env, self._chunk, pass_fds=(launch_read, result_write, *extra_fds), name=f"spark-hvd-rank{rank}")
         except BaseException as e:
             for fd in (launch_write, result_read):
                 os.close(fd)
@@ -83,13 +92,27 @@ class RankChild:
         self._reader: threading.Thread | None = None
 
     @classmethod
-    def spare(cls, env: Mapping[str, str], modules: tuple[str, ...], executable: str | None = None) -> "RankChild":
-        """A child that imports ``modules`` now and waits for a task to adopt it (spare_child)."""
+    def spare(cls, env: Mapping[str, str], modules: tuple[str, ...], executable: str | None = None,
+              zygote_fd: int | None = None) -> "RankChild":
+        """A child that imports ``modules`` now and waits for a task to adopt it (spare_child), or, given
+        its end of a control socket, forks a child per job (a zygote: zygote.py)."""
         early: list[tuple[str, str]] = []
-        child = cls(-1, env, lambda stream, text: early.append((stream, text)), executable=executable)
+        child = cls(-1, env, lambda stream, text: early.append((stream, text)), executable=executable,
+                    zygote_fd=zygote_fd)
         with child._line_lock:
             child._early_lines = early
-        child._write_quietly({"kind": "preload", "modules": list(modules)})
+        preload: dict[str, Any] = {"kind": "preload", "modules": list(modules)}
+        if zygote_fd is not None:
+            preload["zygote"] = zygote_fd
+        child._write_quietly(preload)
+        return child
+
+    @classmethod
+    def forked(cls, zygote: Any, rank: int, env: Mapping[str, str], on_line: Callable[[str, str], None],
+               on_event: Callable[[dict[str, Any]], None] | None) -> "RankChild":
+        """``rank``'s child, forked by ``zygote`` (a Zygote): it takes ``env`` first, as an adopted spare does."""
+        child = cls(rank, env, on_line, on_event, fork_from=zygote)
+        child._write_quietly({"kind": "env", "env": dict(env)})
         return child
 
     def waiting(self) -> bool:
@@ -112,6 +135,9 @@ class RankChild:
     def relay_commits(self, on_commit: Callable[[int, bytes], None]) -> None:
         """Rank 0's commits under spark_hvd.run_elastic go to ``on_commit(seq, pickled snapshot)``."""
         self._on_commit = on_commit
+
+    def _chunk(self, stream: str, chunk: bytes) -> None:
+        self._line(stream, chunk.decode("utf-8", "replace").rstrip("\n"))
 
     def _line(self, stream: str, text: str) -> None:
         with self._line_lock:

@@ -58,10 +58,8 @@ def run_task(spec: TaskSpec, rank: int, prepare: Prepare, meet: Meet, task_kind:
             gpu_addresses = prepare()
             env = child_env(spec, gpu_addresses)
             key = spare_key(spec.executable, spec.env, env, spec.keep_warm)
-            child = take_spare(key) if spec.keep_warm else None
-            if child is not None:
-                child.adopt(rank, env, sender.send_line, sender.send_event)
-            else:
+            child = take_spare(key, rank, env, sender.send_line, sender.send_event) if spec.keep_warm else None
+            if child is None:
                 child = RankChild(rank, env, sender.send_line, sender.send_event, executable=spec.executable)
             child.relay_commits(sender.send_commit)
             if driver_gone.is_set():
@@ -79,7 +77,8 @@ def run_task(spec: TaskSpec, rank: int, prepare: Prepare, meet: Meet, task_kind:
                 child.close()
         result = _result_or_raise(outcome, sender, driver_gone)
         if spec.keep_warm:
-            # Started now, when this rank's own child is gone, so its imports take no CPU from training.
+            # Started (if not kept from an earlier job) now, when this rank's own child is gone, so its
+            # imports take no CPU from training.
             leave_spare(key, spec.executable, env, spec.keep_warm)
         return result
     finally:

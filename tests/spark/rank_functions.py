@@ -133,9 +133,11 @@ def fail_on_rank(mode: str, victim: int) -> int:
 
 def process_state(marker: str) -> dict:
     """What a rank's process holds when fn starts: whether the spare imported `wave` before it (nothing in
-    the launch imports it), what earlier jobs left (a marker module, an env variable), and the job itself.
+    the launch imports it), who started it, what earlier jobs left (a marker module, an env variable), a
+    draw from numpy's global generator (a fresh process seeds it afresh), and the job itself.
     Then leaves its own marker, which no later job may see."""
-    seen = {"rank": collective.rank(), "size": collective.size(), "pid": os.getpid(),
+    seen = {"rank": collective.rank(), "size": collective.size(), "pid": os.getpid(), "parent": _parent(),
+            "draw": float(np.random.random()),
             "preloaded": "wave" in sys.modules, "markers": sorted(m for m in sys.modules if m.startswith("marker_")),
             "env_marker": os.environ.get("SPARK_HVD_TEST_MARKER"),
             "sum": float(collective.allreduce(np.array([1.0]), op=collective.Sum)[0])}
@@ -144,7 +146,19 @@ def process_state(marker: str) -> dict:
     return seen
 
 
+def _parent() -> tuple[int, str]:
+    """This process's parent: its pid, and which program it is (a Spark worker, or a keep_warm zygote)."""
+    parent = os.getppid()
+    with open(f"/proc/{parent}/cmdline", "rb") as cmdline:
+        return parent, "zygote" if b"spark_hvd.launch.child_main" in cmdline.read() else "task"
+
+
 def environment_of(name: str) -> tuple:
     """Whether the spare imported `wave` before this job, and the variable ``name`` as this process sees it."""
     return "wave" in sys.modules, os.environ.get(name)
+
+
+def loaded_and_parent(module: str) -> tuple:
+    """Whether ``module`` was imported before this job (by a spare), and who started this process."""
+    return module in sys.modules, _parent()[1]
 

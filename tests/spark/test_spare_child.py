@@ -1,12 +1,17 @@
-"""keep_warm: a Spark worker keeps a spare rank process that imported the framework, and the next run
-adopts it; each run still gets a fresh process and a fresh collective job, with nothing left over."""
+"""keep_warm: a Spark worker keeps a zygote that imported the framework and forks the next runs' rank
+processes (or, where forking is unsafe, a spare the next run adopts); each run still gets a fresh process
+and a fresh collective job, with nothing left over."""
 
 from __future__ import annotations
+
+import io
+import os
 
 import pytest
 
 import spark_hvd
-from rank_functions import environment_of, process_state
+from collective.config import ENV_TIMEOUT
+from rank_functions import environment_of, fail_on_rank, loaded_and_parent, process_state
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
 
@@ -22,6 +27,53 @@ def test_next_run_adopts_a_spare_that_imported_the_modules_and_carries_nothing_o
     # At least one rank ran in a spare left by the first run (which rank lands on which worker is Spark's
     # choice; local[2] keeps two workers, so normally both do).
     assert any(r["preloaded"] for r in second), second
+
+
+def test_later_runs_fork_their_processes_from_one_zygote_per_worker(local_spark) -> None:
+    """The first run leaves a zygote in each worker; the next runs' rank processes are its children, a new
+    one per run, and none sees what an earlier run's fn left in its process."""
+    runs = [spark_hvd.run(process_state, args=(f"run{i}",), num_proc=2, spark=local_spark, keep_warm=["wave"])
+            for i in range(3)]
+    _, second, third = runs     # (the first may fork from a zygote an earlier test left)
+    # Which worker each rank lands in is Spark's choice; local[2] normally keeps the same two.
+    forked = [r for r in second + third if r["parent"][1] == "zygote"]
+    assert forked, runs
+    assert all(r["preloaded"] for r in forked), forked
+    zygotes = {r["parent"][0] for r in second if r["parent"][1] == "zygote"}
+    assert zygotes & {r["parent"][0] for r in third if r["parent"][1] == "zygote"}, runs
+    pids = [r["pid"] for run in runs for r in run]
+    assert len(set(pids)) == len(pids), runs
+    assert all(r["markers"] == [] and r["env_marker"] is None for r in second + third), runs
+    assert all((r["rank"], r["size"], r["sum"]) == (i, 2, 2.0) for run in runs for i, r in enumerate(run)), runs
+    draws = [r["draw"] for run in runs for r in run]
+    assert len(set(draws)) == len(draws), runs
+
+
+def test_a_forked_rank_that_is_killed_is_reported_with_its_signal(local_spark) -> None:
+    spark_hvd.run(process_state, args=("warm",), num_proc=2, spark=local_spark, keep_warm=["wave"])
+    with pytest.raises(spark_hvd.RunError) as caught:
+        spark_hvd.run(fail_on_rank, args=("kill_child", 1), num_proc=2, spark=local_spark, keep_warm=["wave"],
+                      env={ENV_TIMEOUT: "3"}, stdout=io.StringIO(), stderr=io.StringIO())
+    assert caught.value.rank == 1, str(caught.value)
+    assert "killed by signal SIGKILL" in caught.value.failure.summary, str(caught.value)
+    # A failed run ends its Spark tasks' workers (Spark kills the cancelled one), their zygotes with them;
+    # the next run leaves new ones.
+    spark_hvd.run(process_state, args=("after",), num_proc=2, spark=local_spark, keep_warm=["wave"])
+    again = spark_hvd.run(process_state, args=("again",), num_proc=2, spark=local_spark, keep_warm=["wave"])
+    assert any(r["parent"][1] == "zygote" for r in again), again
+
+
+def test_a_zygote_whose_imports_left_a_thread_running_is_adopted_as_a_spare(local_spark) -> None:
+    """Forking a process with threads is unsafe: the zygote stays a plain spare, which the next run adopts."""
+    # The ranks import the test's module from here (the spare and the runs' own env are keyed alike).
+    env = {"PYTHONPATH": os.path.dirname(os.path.abspath(__file__))}
+    spark_hvd.run(environment_of, args=("X",), num_proc=2, spark=local_spark, keep_warm=["thread_at_import"],
+                  env=env)
+    later = [spark_hvd.run(loaded_and_parent, args=("thread_at_import",), num_proc=2, spark=local_spark,
+                           keep_warm=["thread_at_import"], env=env) for _ in range(2)]
+    assert all(parent == "task" for run in later for _, parent in run), later
+    # Each run adopted the spare the run before it left, which had imported the module (and its thread).
+    assert any(loaded for run in later for loaded, _ in run), later
 
 
 def test_a_spare_is_adopted_after_another_job_changed_its_workers_environment(local_spark) -> None:
