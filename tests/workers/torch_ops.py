@@ -394,11 +394,44 @@ def bad_arguments_are_value_errors(c: Cases) -> None:
 
 
 def _duplicate_name() -> None:
-    first = hvd.allreduce_async(torch.ones(3), name="duplicate_name")
-    try:
-        hvd.allreduce_async(torch.ones(3), name="duplicate_name")
-    finally:
-        hvd.synchronize(first)
+    """Each rank submits a name twice while its first call cannot have completed, because a peer has not
+    submitted it yet (a submit wakes the engine: a call every rank has submitted may be done before the next
+    line). The ranks other than 0 try name A before rank 0 submits it; rank 0 tries B before the others do.
+    Raises the refusal's ValueError once every call is done; returns if the duplicate was accepted."""
+    if hvd.size() == 1:
+        first = hvd.allreduce_async(torch.ones(3), name="duplicate_name")
+        try:
+            hvd.allreduce_async(torch.ones(3), name="duplicate_name")
+        finally:
+            hvd.synchronize(first)
+        return
+    refusals: list[ValueError] = []
+
+    def submit_twice(name: str) -> int:
+        first = hvd.allreduce_async(torch.ones(3), name=name)
+        try:
+            hvd.allreduce_async(torch.ones(3), name=name)
+        except ValueError as exc:
+            refusals.append(exc)
+        return first
+
+    def gate(step: str) -> None:
+        hvd.allreduce(torch.zeros(1), name=f"duplicate_name.gate{step}")
+
+    if hvd.rank() != 0:
+        handles = [submit_twice("duplicate_name.A")]
+        gate("1")
+        gate("2")
+        handles.append(hvd.allreduce_async(torch.ones(3), name="duplicate_name.B"))
+    else:
+        gate("1")
+        handles = [submit_twice("duplicate_name.B")]
+        gate("2")
+        handles.append(hvd.allreduce_async(torch.ones(3), name="duplicate_name.A"))
+    for handle in handles:
+        hvd.synchronize(handle)
+    if refusals:
+        raise refusals[0]
 
 
 def automatic_names_stay_in_step(c: Cases) -> None:
