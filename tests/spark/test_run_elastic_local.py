@@ -57,6 +57,8 @@ def test_bounds_are_checked_before_anything_launches(local_spark) -> None:
         spark_hvd.run_elastic(torch_elastic_train, num_proc=2, min_np=1, min_num_proc=2, spark=local_spark)
     with pytest.raises(ValueError, match="reset_limit must be"):
         spark_hvd.run_elastic(torch_elastic_train, num_proc=2, reset_limit=-1, spark=local_spark)
+    with pytest.raises(TypeError, match="commit_store must be a spark_hvd Store, a path or URL, or None; got 3"):
+        spark_hvd.run_elastic(torch_elastic_train, num_proc=2, commit_store=3, spark=local_spark)
     with pytest.raises(ValueError, match="elastic_timeout must be a positive number of seconds, got inf"):
         spark_hvd.run_elastic(torch_elastic_train, num_proc=2, elastic_timeout=float("inf"), spark=local_spark)
 
