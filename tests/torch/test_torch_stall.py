@@ -30,15 +30,22 @@ def records(output: str) -> list[dict]:
     return parse_results("\n".join(f"[0]: {line}" for line in output.splitlines())).get(0, [])
 
 
-@pytest.mark.timeout(60)
-def test_stall_warning_names_the_missing_rank(tmp_path: Path) -> None:
+def stalled_then_released(tmp_path: Path, mode: str) -> tuple[str, list[tuple[int, str]]]:
+    """Runs torch_stall.py in ``mode``: returns rank 0's first stall warning, seen before rank 1 is released,
+    and every rank's (exit code, output) after."""
     fifo = tmp_path / "release"
     os.mkfifo(fifo)
-    with ManualJob("torch_stall.py", 2, "warn", str(fifo)) as job:
+    with ManualJob("torch_stall.py", 2, mode, str(fifo)) as job:
         warning = first_line_with(job, 0, "stall:")
-        assert "stalled.grad" in warning and "not by rank(s) 1" in warning, warning
         release(fifo)
         outputs = [job.finish(rank, timeout_s=30) for rank in range(2)]
+    return warning, outputs
+
+
+@pytest.mark.timeout(60)
+def test_stall_warning_names_the_missing_rank(tmp_path: Path) -> None:
+    warning, outputs = stalled_then_released(tmp_path, "warn")
+    assert "stalled.grad" in warning and "not by rank(s) 1" in warning, warning
     for rank, (code, output) in enumerate(outputs):
         assert code == 0, output
         assert records(output) == [{"mode": "warn", "result": [2.0] * 4}], output
@@ -60,13 +67,8 @@ def test_stall_shutdown_fails_the_handle_naming_the_missing_rank(tmp_path: Path)
 
 @pytest.mark.timeout(60)
 def test_a_peer_that_shuts_down_is_named_with_the_call_it_left_pending(tmp_path: Path) -> None:
-    fifo = tmp_path / "release"
-    os.mkfifo(fifo)
-    with ManualJob("torch_stall.py", 2, "leave", str(fifo)) as job:
-        warning = first_line_with(job, 0, "stall:")
-        assert "left.behind" in warning, warning
-        release(fifo)
-        outputs = [job.finish(rank, timeout_s=30) for rank in range(2)]
+    warning, outputs = stalled_then_released(tmp_path, "leave")
+    assert "left.behind" in warning, warning
     for code, output in outputs:
         assert code == 0, output
     (result,) = records(outputs[0][1])
