@@ -23,6 +23,28 @@ DTYPES = {
 }
 
 
+# Far from the group ids the grouped calls hand out, so a held name never joins a real group.
+HOLDING_GROUP = 1_000_000
+
+
+def submit_duplicate_while_held(engine: object, kind: object, name: str) -> None:
+    """Submits `name` twice while the first is certainly in flight, then lets both finish.
+
+    The first call is a group member whose partner is not yet submitted, so no engine round can
+    complete it before the duplicate arrives (a submit wakes the engine, so a lone call may finish
+    before the next Python line). Raises whatever the duplicate submit raises.
+    """
+    first, second = np.ones(2, np.float32), np.ones(2, np.float32)
+    group = {"group": HOLDING_GROUP, "group_size": 2}
+    held = engine.submit(kind, name, first, **group)
+    try:
+        engine.submit(kind, name, second, **group)
+    finally:
+        partner = engine.submit(kind, f"{name}.partner", second, **group)
+        engine.wait(held)
+        engine.wait(partner)
+
+
 def report(**record: object) -> None:
     print("RESULT " + json.dumps(record), flush=True)
 

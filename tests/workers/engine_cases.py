@@ -8,7 +8,7 @@ import numpy as np
 import collective as hvd
 from collective._native import CollectiveKind as kinds
 from collective.runtime import start_engine
-from common import Cases, report
+from common import Cases, report, submit_duplicate_while_held
 
 
 def main() -> None:
@@ -58,15 +58,12 @@ def main() -> None:
 
     @case
     def name_already_in_flight_is_refused() -> None:
-        x = np.ones(4, np.float32)
-        h = engine.submit(kinds.ALLREDUCE, "dup", x, op=hvd.Sum)
         try:
-            engine.submit(kinds.ALLREDUCE, "dup", np.ones(4, np.float32))
+            submit_duplicate_while_held(engine, kinds.ALLREDUCE, "dup")
             failures.append("second 'dup' accepted")
         except hvd.InvalidArgumentError as exc:
             if "dup" not in str(exc):
                 failures.append(f"duplicate error does not name the tensor: {exc}")
-        engine.wait(h)
 
     @case
     def stalled_tensor_names_the_missing_rank() -> None:

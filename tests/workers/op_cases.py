@@ -11,7 +11,7 @@ import numpy as np
 import collective as hvd
 from collective._native import CollectiveKind
 from collective.runtime import engine as running_engine, start_engine
-from common import Cases, report
+from common import Cases, report, submit_duplicate_while_held
 
 
 def check(failures: list[str], label: str, got: np.ndarray, want: np.ndarray) -> None:
@@ -181,18 +181,7 @@ def main() -> None:
                     failures.append(f"{what}: {type(exc).__name__} is not a CollectiveError")
 
     def duplicate_name() -> None:
-        engine = running_engine()
-        # The first member of a group stays in flight until the second is submitted, however soon the
-        # engine runs it (a submit wakes the engine: a lone barrier may be done before the next call).
-        first, second = np.ones(2, np.float32), np.ones(2, np.float32)
-        group = {"group": 1_000_000, "group_size": 2}  # far from grouped calls' counter
-        held = engine.submit(CollectiveKind.ALLREDUCE, "dup", first, op=hvd.Sum, **group)
-        try:
-            engine.submit(CollectiveKind.ALLREDUCE, "dup", second, op=hvd.Sum, **group)
-        finally:
-            completing = engine.submit(CollectiveKind.ALLREDUCE, "dup.second", second, op=hvd.Sum, **group)
-            engine.wait(held)
-            engine.wait(completing)
+        submit_duplicate_while_held(running_engine(), CollectiveKind.ALLREDUCE, "dup")
 
     @case
     def a_call_rejected_on_one_rank_then_barrier() -> None:
