@@ -28,7 +28,9 @@ from spark_hvd.keras.batch_arrays import ArrayShapes
 class KerasRankSpec:
     plan: FitPlan
     model: bytes              # the user's model as a .keras file
-    objects: bytes            # cloudpickle(KerasObjects)
+    # cloudpickle(KerasObjects), unpickled only after _configure_tensorflow: unpickling a Keras metric or
+    # callback starts TensorFlow's runtime, after which its device and thread settings are refused.
+    objects: bytes
     shapes: ArrayShapes       # the reshapes the driver's sample check resolved
     use_gpu: bool
 

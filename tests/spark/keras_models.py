@@ -49,7 +49,7 @@ def image_classifier(side: int, classes: int, seed: int = 0) -> keras.Model:
 
 class EpochLog(keras.callbacks.Callback):
     """Appends one JSON line per epoch to ``<directory>/rank-<rank>.jsonl`` (the rank's collective rank):
-    the epoch, the optimizer's learning rate and the logs it was given."""
+    the epoch, the optimizer's learning rate, the logs it was given and TensorFlow's intra-op thread count."""
 
     def __init__(self, directory: str) -> None:
         super().__init__()
@@ -59,10 +59,13 @@ class EpochLog(keras.callbacks.Callback):
         import json
         import os
 
+        import tensorflow as tf
+
         import collective
 
         entry = {"epoch": epoch, "lr": float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate)),
-                 "logs": {key: float(value) for key, value in (logs or {}).items()}}
+                 "logs": {key: float(value) for key, value in (logs or {}).items()},
+                 "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads()}
         with open(os.path.join(self.directory, f"rank-{collective.rank()}.jsonl"), "a") as f:
             f.write(json.dumps(entry) + "\n")
 

@@ -43,12 +43,23 @@ def make_estimator(store, **overrides):
 
 
 def test_fit_transform_save_load_round_trip(local_spark, store, tmp_path) -> None:
+    import os
+
     from spark_hvd import KerasModel
 
-    model = make_estimator(store, validation=0.2).fit(blobs(local_spark, 600))
+    logs = tmp_path / "epoch-logs"
+    logs.mkdir()
+    # A metric object: unpickling it starts TensorFlow's runtime, which must not happen before the rank has
+    # set TensorFlow's threads (one share of the cores per rank on the host).
+    metrics = [class_accuracy, keras.metrics.SparseCategoricalAccuracy(name="sparse_accuracy")]
+    model = make_estimator(store, validation=0.2, metrics=metrics,
+                           callbacks=[keras_models.EpochLog(str(logs))]).fit(blobs(local_spark, 600))
     history = model.getHistory()       # Keras's (and Horovod's) dict of lists, one value per epoch
-    assert {"loss", "class_accuracy", "val_loss", "val_class_accuracy"} <= set(history)
+    assert {"loss", "class_accuracy", "sparse_accuracy", "val_loss", "val_class_accuracy"} <= set(history)
     assert all(len(values) == 3 for values in history.values())
+    for rank in range(2):
+        threads = {entry["intra_op_threads"] for entry in keras_models.read_epoch_logs(str(logs), rank)}
+        assert threads == {max(1, (os.cpu_count() or 1) // 2)}, f"rank {rank}"
     assert history["loss"][-1] < history["loss"][0]
     assert history["val_class_accuracy"][-1] > 0.9
 
