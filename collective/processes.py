@@ -46,13 +46,7 @@ class ChildProcess:
                 self.proc.stdin.flush()
             except BrokenPipeError:
                 pass  # it died at once; its exit code and stderr tell why
-        self._pumps = [
-            threading.Thread(target=_pump_lines, args=(pipe, stream, on_line), name=f"{name}-{stream}",
-                             daemon=True)
-            for pipe, stream in ((self.proc.stdout, "stdout"), (self.proc.stderr, "stderr"))
-        ]
-        for pump in self._pumps:
-            pump.start()
+        self._pumps = start_line_pumps((self.proc.stdout, self.proc.stderr), on_line, name)
 
     @property
     def pid(self) -> int:
@@ -109,6 +103,17 @@ def _load_prctl() -> Callable[..., int] | None:
     prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     prctl.restype = ctypes.c_int
     return prctl
+
+
+def start_line_pumps(pipes: tuple[BinaryIO, BinaryIO], on_line: Callable[[str, bytes], None],
+                     name: str) -> list[threading.Thread]:
+    """Daemon threads that pass each line of a child's (stdout, stderr) to on_line until EOF, then close it."""
+    pumps = [threading.Thread(target=_pump_lines, args=(pipe, stream, on_line), name=f"{name}-{stream}",
+                              daemon=True)
+             for pipe, stream in zip(pipes, ("stdout", "stderr"))]
+    for pump in pumps:
+        pump.start()
+    return pumps
 
 
 def _pump_lines(pipe: BinaryIO, stream: str, on_line: Callable[[str, bytes], None]) -> None:

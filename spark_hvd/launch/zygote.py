@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from collective.processes import _pump_lines
+from collective.processes import start_line_pumps
 from spark_hvd.launch.rank_child import RankChild
 
 # How long a task waits for a zygote to finish its imports before starting a process of its own (which
@@ -38,11 +38,7 @@ class ForkedProcess:
         self.pid = pid
         self.returncode: int | None = None
         self._exited = threading.Event()
-        self._pumps = [threading.Thread(target=_pump_lines, args=(os.fdopen(fd, "rb"), stream, on_line),
-                                        name=f"{name}-{stream}", daemon=True)
-                       for fd, stream in zip(outputs, ("stdout", "stderr"))]
-        for pump in self._pumps:
-            pump.start()
+        self._pumps = start_line_pumps((os.fdopen(outputs[0], "rb"), os.fdopen(outputs[1], "rb")), on_line, name)
 
     @property
     def proc(self) -> "ForkedProcess":
