@@ -1,0 +1,109 @@
+"""The Lightning TorchEstimator(elastic=True) on local[2] with real torch and Lightning: its params, the checks
+before launch, and a fit whose rank is killed mid-epoch resuming from the last commit."""
+
+from __future__ import annotations
+
+import cloudpickle
+import pytest
+import torch
+
+pytest.importorskip("pytorch_lightning")
+
+import elastic_victim  # noqa: E402
+import lightning_models  # noqa: E402
+from estimator_data import BAD_ELASTIC_BOUNDS, assert_fit_fails_before_launch, blobs  # noqa: E402
+from lightning_models import Classifier, ElasticVictim  # noqa: E402
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ship_test_objects_by_value():
+    for module in (lightning_models, elastic_victim):
+        cloudpickle.register_pickle_by_value(module)
+    yield
+    for module in (lightning_models, elastic_victim):
+        cloudpickle.unregister_pickle_by_value(module)
+
+
+@pytest.fixture
+def store(tmp_path):
+    from spark_hvd import Store
+
+    return Store.create(str(tmp_path / "store"))
+
+
+def make_estimator(store, **overrides):
+    from spark_hvd.lightning import TorchEstimator
+
+    settings = dict(num_proc=2, model=Classifier(), feature_cols=["features"], label_cols=["label"], batch_size=32,
+                    epochs=2, store=store, verbose=0, elastic=True)
+    settings.update(overrides)
+    return TorchEstimator(**settings)
+
+
+class _DataModule(lightning_models.pl.LightningDataModule):
+    pass
+
+
+@pytest.mark.parametrize("overrides, message", [
+    *BAD_ELASTIC_BOUNDS,
+    ({"elastic": False, "min_num_proc": 1}, r"min_num_proc given without elastic=True"),
+    ({"data_module": _DataModule}, r"data_module cannot be given with elastic=True"),
+])
+def test_bad_elastic_params_fail_before_launch(local_spark, store, overrides, message) -> None:
+    assert_fit_fails_before_launch(local_spark, store, make_estimator, overrides, None, message)
+
+
+def test_elastic_is_checked_by_the_bounds_alone(store) -> None:
+    from spark_hvd.common.backend import SparkBackend
+    from spark_hvd.errors import InputError
+    from spark_hvd.lightning import TorchEstimator
+
+    make_estimator(store, min_num_proc=1)._check_elastic(SparkBackend(num_proc=2))
+
+    class WithoutElastic(TorchEstimator):
+        elastic_supported = False
+
+    # An estimator without elastic training names the ones with it.
+    with pytest.raises(InputError, match=r"has no elastic training yet; .*spark_hvd.lightning.TorchEstimator"):
+        WithoutElastic(elastic=True)._check_elastic(SparkBackend(num_proc=2))
+
+
+def test_elastic_params_save_and_load(tmp_path) -> None:
+    from spark_hvd.lightning import TorchEstimator
+
+    path = str(tmp_path / "estimator")
+    make_estimator(None, min_num_proc=1, max_num_proc=3, elastic_commit_steps=7).save(path)
+    loaded = TorchEstimator.load(path)
+    assert (loaded.getElastic(), loaded.getMinNumProc(), loaded.getMaxNumProc(), loaded.getElasticCommitSteps()) \
+        == (True, 1, 3, 7)
+    assert TorchEstimator().getElastic() is False
+
+
+def _fit_losing_rank_1(spark, store, tmp_path, kill_at_call: int, name: str):
+    model = ElasticVictim(kill_at_call, marker=str(tmp_path / f"{name}.killed"))
+    estimator = make_estimator(store, model=model, min_num_proc=1, elastic_commit_steps=3, random_seed=5,
+                               run_id=name)
+    return estimator.fit(blobs(spark, 512))
+
+
+def test_fit_with_a_rank_killed_mid_epoch_resumes_from_the_commit(local_spark, store, tmp_path) -> None:
+    # 512 rows: 8 steps an epoch on 2 ranks; commits at steps 3 and 6 and at each epoch's end. Rank 1 dies in
+    # its 5th step, after both ranks applied the 4th (uncommitted); local[2] frees its slot, so the relaunched
+    # stage has 2 ranks again.
+    late = _fit_losing_rank_1(local_spark, store, tmp_path, kill_at_call=5, name="late")
+    # The same commit, the rank lost at the first step after it: nothing to undo but the step itself.
+    early = _fit_losing_rank_1(local_spark, store, tmp_path, kill_at_call=4, name="early")
+    assert (tmp_path / "late.killed").exists() and (tmp_path / "early.killed").exists()
+    assert late.getReformations() == [{"epoch": 0, "step": 3, "size": 2, "previous_size": 2}]
+    assert early.getReformations() == late.getReformations()
+    # The rolled-back step 4 leaves no trace: the model equals the one restarted from the same commit.
+    for (name, tensor), other in zip(late.getModel().state_dict().items(), early.getModel().state_dict().values()):
+        assert tensor.dtype == torch.float64, name
+        torch.testing.assert_close(tensor, other)
+    # One record per epoch: the records before the commit came back with it, none was repeated.
+    assert [entry["epoch"] for entry in late.getEpochMetrics()] == [0, 1]
+    for mine, theirs in zip(late.getEpochMetrics(), early.getEpochMetrics()):
+        assert mine == pytest.approx(theirs)
+    assert "train_loss" in late.getHistory()
