@@ -81,29 +81,31 @@ def test_elastic_params_save_and_load(tmp_path) -> None:
     assert TorchEstimator().getElastic() is False
 
 
-def _fit_losing_rank_1(spark, store, tmp_path, kill_at_call: int, name: str):
+def _fit(spark, store, tmp_path, kill_at_call: int, name: str, elastic: bool = True):
     model = ElasticVictim(kill_at_call, marker=str(tmp_path / f"{name}.killed"))
-    estimator = make_estimator(store, model=model, min_num_proc=1, elastic_commit_steps=3, random_seed=5,
-                               run_id=name)
+    elastic_params = {"min_num_proc": 1, "elastic_commit_steps": 3} if elastic else {"elastic": False}
+    estimator = make_estimator(store, model=model, random_seed=5, run_id=name, **elastic_params)
     return estimator.fit(blobs(spark, 512))
 
 
 def test_fit_with_a_rank_killed_mid_epoch_resumes_from_the_commit(local_spark, store, tmp_path) -> None:
     # 512 rows: 8 steps an epoch on 2 ranks; commits at steps 3 and 6 and at each epoch's end. Rank 1 dies in
     # its 5th step, after both ranks applied the 4th (uncommitted); local[2] frees its slot, so the relaunched
-    # stage has 2 ranks again.
-    late = _fit_losing_rank_1(local_spark, store, tmp_path, kill_at_call=5, name="late")
-    # The same commit, the rank lost at the first step after it: nothing to undo but the step itself.
-    early = _fit_losing_rank_1(local_spark, store, tmp_path, kill_at_call=4, name="early")
-    assert (tmp_path / "late.killed").exists() and (tmp_path / "early.killed").exists()
+    # stage has 2 ranks again and reads exactly the batches its epoch had left.
+    late = _fit(local_spark, store, tmp_path, kill_at_call=5, name="late")
+    assert (tmp_path / "late.killed").exists()
     assert late.getReformations() == [{"epoch": 0, "step": 3, "size": 2, "previous_size": 2}]
-    assert early.getReformations() == late.getReformations()
-    # The rolled-back step 4 leaves no trace: the model equals the one restarted from the same commit.
-    for (name, tensor), other in zip(late.getModel().state_dict().items(), early.getModel().state_dict().values()):
+    # Compared with a static fit that lost nothing (rather than with one killed right after the same commit,
+    # as the torch and Keras tests do): the commit holds the momentum, the step-wise LR schedule and
+    # Lightning's position, so the rolled-back step 4 and the resume leave no trace at all.
+    whole = _fit(local_spark, store, tmp_path, kill_at_call=10**6, name="whole", elastic=False)
+    assert not (tmp_path / "whole.killed").exists() and whole.getReformations() == []
+    for (name, tensor), other in zip(late.getModel().state_dict().items(), whole.getModel().state_dict().values()):
         assert tensor.dtype == torch.float64, name
         torch.testing.assert_close(tensor, other)
-    # One record per epoch: the records before the commit came back with it, none was repeated.
+    # One record per epoch: the records before the commit came back with it, none was repeated. The resumed
+    # epoch's on_epoch mean covers its steps since the resume (Lightning keeps no running sums in a
+    # checkpoint); the next epoch is whole again.
     assert [entry["epoch"] for entry in late.getEpochMetrics()] == [0, 1]
-    for mine, theirs in zip(late.getEpochMetrics(), early.getEpochMetrics()):
-        assert mine == pytest.approx(theirs)
-    assert "train_loss" in late.getHistory()
+    assert late.getEpochMetrics()[1] == pytest.approx(whole.getEpochMetrics()[1])
+    assert late.getHistory() == pytest.approx(whole.getHistory())
