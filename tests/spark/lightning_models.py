@@ -211,6 +211,9 @@ class ElasticVictim(pl.LightningModule):
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         loss = F.cross_entropy(self(batch["features"]), batch["label"])
         self.log("train_loss", loss, on_step=False, on_epoch=True, sync_dist=True)
+        # Where Lightning is in the epoch and the rate it trains at: each epoch's record keeps the last ones.
+        self.log("batch_idx", float(batch_idx), on_step=True, on_epoch=False)
+        self.log("lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
         return loss
 
     def configure_optimizers(self) -> dict:

@@ -12,6 +12,7 @@ pytest.importorskip("pytorch_lightning")
 import elastic_victim  # noqa: E402
 import lightning_models  # noqa: E402
 from estimator_data import BAD_ELASTIC_BOUNDS, assert_fit_fails_before_launch, blobs  # noqa: E402
+from estimator_elastic_job import run_rank_fn_elastic  # noqa: E402
 from lightning_models import Classifier, ElasticVictim  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
@@ -109,3 +110,28 @@ def test_fit_with_a_rank_killed_mid_epoch_resumes_from_the_commit(local_spark, s
     assert [entry["epoch"] for entry in late.getEpochMetrics()] == [0, 1]
     assert late.getEpochMetrics()[1] == pytest.approx(whole.getEpochMetrics()[1])
     assert late.getHistory() == pytest.approx(whole.getHistory())
+
+
+def test_rank_fn_goes_on_at_one_rank_under_the_local_elastic_launcher(local_spark, store, tmp_path) -> None:
+    """The rank function as fit builds it, on hostA and hostB of a local elastic job that loses hostB's rank
+    in its 5th step: rank 0 re-forms in-process at one rank, where an epoch has 16 steps, not 8."""
+    from spark_hvd.common.util import DEFAULT_SPLIT_SEED
+    from spark_hvd.data import check_schema, materialize_checked
+
+    df = blobs(local_spark, 512)
+    estimator = make_estimator(store, model=ElasticVictim(kill_at_call=5), min_num_proc=1, elastic_commit_steps=3,
+                               random_seed=5)
+    data = materialize_checked(df, store, check_schema(df, ["features"], ["label"], None, None), DEFAULT_SPLIT_SEED,
+                               2)
+    # by_value=[]: this module's fixture ships the test modules by value already, for the whole module.
+    result = run_rank_fn_elastic(tmp_path, estimator._rank_fn(estimator._plan(data, 2)), "shrunk", by_value=[])
+    # Committed at step 3 of 8, resumed at step 6 of 16 (the same fraction of the epoch).
+    assert result["reformations"] == [{"epoch": 0, "step": 6, "size": 1, "previous_size": 2}]
+    records = result["epoch_metrics"]
+    assert [entry["epoch"] for entry in records] == [0, 1]
+    # Lightning's position was moved to the resumed step: the epoch ended at its 16th batch, read from the
+    # shard after the 6 skipped, as did the next, whole, epoch.
+    assert [entry["batch_idx"] for entry in records] == [15.0, 15.0]
+    # The rate follows the size (0.05 on one rank, not 0.1 as on two), the step-wise schedule kept: the 29th
+    # optimizer step of the job (3 committed + 10 + 16) trains at 0.05 * 0.5 ** (28 // 5).
+    assert records[1]["lr"] == pytest.approx(0.05 * 0.5 ** 5)
