@@ -5,7 +5,8 @@ ranks -> a local run directory mirrored to the Store -> rank 0 looks for the run
 ``Trainer(strategy=CollectiveStrategy, callbacks=[user's..., FitRecorder], logger, ...)`` with the user's
 ``trainer_args`` on top -> ``trainer.fit(module, datamodule, ckpt_path=<resume point or None>)`` -> rank 0
 returns the weights (those of the best checkpoint when the user gave a ModelCheckpoint, as Horovod does),
-the final logged metrics (Horovod's history) and the per-epoch records.
+the final logged metrics (Horovod's history) and the per-epoch records. An elastic plan (``elastic=True``)
+runs ``Trainer.fit`` under ``hvd.elastic.run`` instead, one Trainer per formation (elastic_training.py).
 """
 
 from __future__ import annotations
