@@ -119,7 +119,7 @@ def fit_elastic(hvd: Any, module: Any, elastic: ElasticPlan, first_epoch: int, l
             module.load_state_dict(initial_weights)
         elif state.checkpoint is not None:
             checkpoint = torch.load(io.BytesIO(state.checkpoint), map_location="cpu", weights_only=False)
-            if state.step:
+            if checkpoint["epoch"] == state.epoch:   # committed mid-epoch (an epoch's end commits the next)
                 checkpoint = moved_to_step(checkpoint, state.step)
             torch.save(checkpoint, commit_file)
             ckpt_path = commit_file

@@ -135,3 +135,18 @@ def test_rank_fn_goes_on_at_one_rank_under_the_local_elastic_launcher(local_spar
     # The rate follows the size (0.05 on one rank, not 0.1 as on two), the step-wise schedule kept: the 29th
     # optimizer step of the job (3 committed + 10 + 16) trains at 0.05 * 0.5 ** (28 // 5).
     assert records[1]["lr"] == pytest.approx(0.05 * 0.5 ** 5)
+
+
+def test_moved_to_step_keeps_the_shape_of_a_save_at_a_batch_end() -> None:
+    from spark_hvd.lightning.elastic_training import moved_to_step
+
+    def counts(done: int) -> dict:
+        return {"ready": done, "started": done, "processed": done, "completed": done - 1}
+
+    checkpoint = {"epoch": 0, "loops": {"fit_loop": {"epoch_loop.batch_progress": {
+        "current": counts(3), "total": counts(11), "is_last_batch": False}}}}
+    moved = moved_to_step(checkpoint, 6)["loops"]["fit_loop"]["epoch_loop.batch_progress"]
+    assert (moved["current"], moved["total"]) == (counts(6), counts(14))
+    # Rounded down to the epoch's start: Lightning reads it as a save at the end of batch "0".
+    moved = moved_to_step(checkpoint, 0)["loops"]["fit_loop"]["epoch_loop.batch_progress"]
+    assert (moved["current"], moved["total"]) == (counts(0), counts(8))
