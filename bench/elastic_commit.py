@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import torch
 
-from estimator import BATCH, CLASSES, FEATURES, LR, make_mlp
+from estimator import BATCH, CLASSES, FEATURES, LR, lightning_mlp, make_mlp
 
 
 def main() -> int:
@@ -85,22 +85,12 @@ def lightning_parts() -> tuple[Any, Callable[[], None], Any]:
 
     hvd, step, _ = torch_parts()
 
-    class MLP(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = make_mlp()
-
-        def training_step(self, batch: Any, batch_idx: int) -> Any:
-            return torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1])
-
-        def configure_optimizers(self) -> Any:
-            return torch.optim.Adam(self.parameters(), lr=LR)
-
-    data = torch.utils.data.TensorDataset(torch.randn(BATCH * 5, FEATURES), torch.randint(0, CLASSES, (BATCH * 5,)))
+    batches = [{"features": torch.randn(BATCH, FEATURES), "label": torch.randint(0, CLASSES, (BATCH,))}
+               for _ in range(5)]
     trainer = pl.Trainer(strategy=CollectiveStrategy(torch.device("cpu")), accelerator="cpu", devices=1, max_epochs=1,
                          logger=False, enable_progress_bar=False, enable_model_summary=False,
                          default_root_dir=tempfile.mkdtemp(prefix="bench-elastic-commit-"))
-    trainer.fit(MLP(), torch.utils.data.DataLoader(data, batch_size=BATCH))
+    trainer.fit(lightning_mlp(), torch.utils.data.DataLoader(batches, batch_size=None))
     state = hvd.elastic.ObjectState(checkpoint=None, epoch=0, step=0)
     commits = StepCommits(state, 50, 10**9)
     commits.trainer = trainer

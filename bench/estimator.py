@@ -103,14 +103,10 @@ def fit_keras(df: Any, epochs: int, **params: Any) -> dict[str, float]:
     return timings
 
 
-def fit_lightning(df: Any, epochs: int, **params: Any) -> dict[str, float]:
-    """The Lightning TorchEstimator on the MLP of make_mlp and fit_ours's settings; its fit timings and wall
-    seconds."""
+def lightning_mlp() -> Any:
+    """make_mlp's MLP as a LightningModule on batches of {"features", "label"}, with fit_ours's Adam."""
     import pytorch_lightning as pl
     import torch
-
-    from spark_hvd import Store
-    from spark_hvd.lightning import TorchEstimator as LightningEstimator
 
     class MLP(pl.LightningModule):
         def __init__(self) -> None:
@@ -126,7 +122,15 @@ def fit_lightning(df: Any, epochs: int, **params: Any) -> dict[str, float]:
         def configure_optimizers(self) -> Any:
             return torch.optim.Adam(self.parameters(), lr=LR)
 
-    estimator = LightningEstimator(num_proc=2, model=MLP(), feature_cols=["features"], label_cols=["label"],
+    return MLP()
+
+
+def fit_lightning(df: Any, epochs: int, **params: Any) -> dict[str, float]:
+    """The Lightning TorchEstimator on lightning_mlp with fit_ours's settings; its fit timings and wall seconds."""
+    from spark_hvd import Store
+    from spark_hvd.lightning import TorchEstimator as LightningEstimator
+
+    estimator = LightningEstimator(num_proc=2, model=lightning_mlp(), feature_cols=["features"], label_cols=["label"],
                                    batch_size=BATCH, epochs=epochs, shuffle=True, verbose=0,
                                    learning_rate_scaling="none",
                                    store=Store.create(tempfile.mkdtemp(prefix="bench-estimator-store-")), **params)
