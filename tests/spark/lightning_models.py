@@ -216,6 +216,9 @@ class ElasticVictim(pl.LightningModule):
         self.log("lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
         return loss
 
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self.log("val_loss", F.cross_entropy(self(batch["features"]), batch["label"]), sync_dist=True)
+
     def configure_optimizers(self) -> dict:
         optimizer = torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9)
         scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=5, gamma=0.5)

@@ -85,14 +85,15 @@ def test_elastic_params_save_and_load(tmp_path) -> None:
 def _fit(spark, store, tmp_path, kill_at_call: int, name: str, elastic: bool = True):
     model = ElasticVictim(kill_at_call, marker=str(tmp_path / f"{name}.killed"))
     elastic_params = {"min_num_proc": 1, "elastic_commit_steps": 3} if elastic else {"elastic": False}
-    estimator = make_estimator(store, model=model, random_seed=5, run_id=name, **elastic_params)
+    estimator = make_estimator(store, model=model, random_seed=5, run_id=name, validation=0.25, **elastic_params)
     return estimator.fit(blobs(spark, 512))
 
 
 def test_fit_with_a_rank_killed_mid_epoch_resumes_from_the_commit(local_spark, store, tmp_path) -> None:
-    # 512 rows: 8 steps an epoch on 2 ranks; commits at steps 3 and 6 and at each epoch's end. Rank 1 dies in
-    # its 5th step, after both ranks applied the 4th (uncommitted); local[2] frees its slot, so the relaunched
-    # stage has 2 ranks again and reads exactly the batches its epoch had left.
+    # 512 rows, a quarter for validation: 6 steps an epoch on 2 ranks; a commit at step 3 and at each epoch's
+    # end, after validation. Rank 1 dies in its 5th step, after both ranks applied the 4th (uncommitted);
+    # local[2] frees its slot, so the relaunched stage has 2 ranks again and reads exactly the batches its
+    # epoch had left.
     late = _fit(local_spark, store, tmp_path, kill_at_call=5, name="late")
     assert (tmp_path / "late.killed").exists()
     assert late.getReformations() == [{"epoch": 0, "step": 3, "size": 2, "previous_size": 2}]
@@ -109,6 +110,8 @@ def test_fit_with_a_rank_killed_mid_epoch_resumes_from_the_commit(local_spark, s
     # checkpoint); the next epoch is whole again.
     assert [entry["epoch"] for entry in late.getEpochMetrics()] == [0, 1]
     assert late.getEpochMetrics()[1] == pytest.approx(whole.getEpochMetrics()[1])
+    assert [entry["val_loss"] for entry in late.getEpochMetrics()] == \
+        pytest.approx([entry["val_loss"] for entry in whole.getEpochMetrics()])
     assert late.getHistory() == pytest.approx(whole.getHistory())
 
 
