@@ -1,5 +1,7 @@
 """The Lightning TorchEstimator(elastic=True) on local[2] with real torch and Lightning: its params, the checks
-before launch, and a fit whose rank is killed mid-epoch resuming from the last commit."""
+before launch, a fit whose rank is killed mid-epoch resuming from the last commit, and its rank function under
+the local elastic launcher going on at one rank (in-process re-form, Lightning's position moved, the learning
+rate rescaled)."""
 
 from __future__ import annotations
 
