@@ -1,7 +1,9 @@
 """The cost of one ``TorchState.commit()`` against one training step of bench/estimator.py's model, in one
 process (no Spark, no peers): what ``TorchEstimator(elastic=True)`` adds per ``elastic_commit_steps`` steps.
 ``--framework keras``: ``KerasState.commit()`` against a ``train_on_batch`` step of the same MLP in Keras
-(what ``KerasEstimator(elastic=True)`` adds).
+(what ``KerasEstimator(elastic=True)`` adds). ``--framework lightning``: the Lightning estimator's commit
+(Lightning's checkpoint of a Trainer that has trained the MLP, serialized, into an ObjectState) against the
+torch step above, a lower bound of a Lightning step, so the share printed is an upper bound.
 
     .venv/bin/python bench/elastic_commit.py [--steps 200] [--commit-steps 50] [--framework keras]
 
@@ -19,7 +21,7 @@ from typing import Any, Callable
 
 import torch
 
-from estimator import BATCH, CLASSES, FEATURES, LR, make_mlp
+from estimator import BATCH, CLASSES, FEATURES, LR, lightning_mlp, make_mlp
 
 
 def main() -> int:
@@ -27,10 +29,10 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--commit-steps", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--framework", choices=("torch", "keras"), default="torch")
+    parser.add_argument("--framework", choices=("torch", "keras", "lightning"), default="torch")
     args = parser.parse_args()
 
-    hvd, step, state = keras_parts() if args.framework == "keras" else torch_parts()
+    hvd, step, state = {"torch": torch_parts, "keras": keras_parts, "lightning": lightning_parts}[args.framework]()
     for _ in range(20):   # warm-up: allocator, first-call costs
         step()
     steps, commits = [], []
@@ -69,6 +71,35 @@ def torch_parts() -> tuple[Any, Callable[[], None], Any]:
 
     return hvd, step, hvd.elastic.TorchState(model=model, optimizer=optimizer, epoch=0, step=0, history=[],
                                              sums=None)
+
+
+def lightning_parts() -> tuple[Any, Callable[[], None], Any]:
+    """torch_parts's step, and what the Lightning estimator commits: a Trainer on CollectiveStrategy that has
+    trained the MLP in a LightningModule for a few steps, committed by its StepCommits callback."""
+    import tempfile
+
+    import pytorch_lightning as pl
+
+    from spark_hvd.lightning.elastic_training import StepCommits
+    from spark_hvd.lightning.strategy import CollectiveStrategy
+
+    hvd, step, _ = torch_parts()
+
+    batches = [{"features": torch.randn(BATCH, FEATURES), "label": torch.randint(0, CLASSES, (BATCH,))}
+               for _ in range(5)]
+    trainer = pl.Trainer(strategy=CollectiveStrategy(torch.device("cpu")), accelerator="cpu", devices=1, max_epochs=1,
+                         logger=False, enable_progress_bar=False, enable_model_summary=False,
+                         default_root_dir=tempfile.mkdtemp(prefix="bench-elastic-commit-"))
+    trainer.fit(lightning_mlp(), torch.utils.data.DataLoader(batches, batch_size=None))
+    state = hvd.elastic.ObjectState(checkpoint=None, epoch=0, step=0)
+    commits = StepCommits(state, 50, 10**9)
+    commits.trainer = trainer
+
+    class Committing:
+        def commit(self) -> None:
+            commits._commit(0, 1)
+
+    return hvd, step, Committing()
 
 
 def keras_parts() -> tuple[Any, Callable[[], None], Any]:

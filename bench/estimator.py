@@ -17,6 +17,7 @@ spark_hvd.run's keep_warm).
 --elastic: instead, TorchEstimator with elastic=True (the default elastic_commit_steps) against
 elastic=False, alternating, --rounds each after --warmup each; target ratio (elastic / static) <= 1.05.
 --elastic --framework keras: the same with KerasEstimator, on a Keras MLP of the same shape and Adam settings.
+--elastic --framework lightning: the same with the Lightning TorchEstimator, the MLP in a LightningModule.
 Targets: fit ratio (ours / TorchDistributor) <= 0.45 and ours' fixed cost (wall minus train) <= 3 s;
 transform ratio (ours / predict_batch_udf) >= 0.8.
 """
@@ -96,6 +97,43 @@ def fit_keras(df: Any, epochs: int, **params: Any) -> dict[str, float]:
                                feature_cols=["features"], label_cols=["label"], batch_size=BATCH, epochs=epochs,
                                shuffle=True, verbose=0, learning_rate_scaling="none",
                                store=Store.create(tempfile.mkdtemp(prefix="bench-estimator-store-")), **params)
+    began = time.monotonic()
+    timings = estimator.fit(df).getFitTimings()
+    timings["wall"] = time.monotonic() - began
+    return timings
+
+
+def lightning_mlp() -> Any:
+    """make_mlp's MLP as a LightningModule on batches of {"features", "label"}, with fit_ours's Adam."""
+    import pytorch_lightning as pl
+    import torch
+
+    class MLP(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = make_mlp()
+
+        def forward(self, x: Any) -> Any:
+            return self.net(x)
+
+        def training_step(self, batch: dict, batch_idx: int) -> Any:
+            return class_loss(self(batch["features"]), batch["label"])
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.Adam(self.parameters(), lr=LR)
+
+    return MLP()
+
+
+def fit_lightning(df: Any, epochs: int, **params: Any) -> dict[str, float]:
+    """The Lightning TorchEstimator on lightning_mlp with fit_ours's settings; its fit timings and wall seconds."""
+    from spark_hvd import Store
+    from spark_hvd.lightning import TorchEstimator as LightningEstimator
+
+    estimator = LightningEstimator(num_proc=2, model=lightning_mlp(), feature_cols=["features"], label_cols=["label"],
+                                   batch_size=BATCH, epochs=epochs, shuffle=True, verbose=0,
+                                   learning_rate_scaling="none",
+                                   store=Store.create(tempfile.mkdtemp(prefix="bench-estimator-store-")), **params)
     began = time.monotonic()
     timings = estimator.fit(df).getFitTimings()
     timings["wall"] = time.monotonic() - began
@@ -192,7 +230,8 @@ def compare_elastic(df: Any, args: Any) -> None:
     from spark_hvd.estimator.params import DEFAULT_ELASTIC_COMMIT_STEPS
 
     settings = {"elastic=False": {}, "elastic=True": {"elastic": True}}
-    fit, estimator = (fit_keras, "KerasEstimator") if args.framework == "keras" else (fit_ours, "TorchEstimator")
+    fit, estimator = {"torch": (fit_ours, "TorchEstimator"), "keras": (fit_keras, "KerasEstimator"),
+                      "lightning": (fit_lightning, "lightning.TorchEstimator")}[args.framework]
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in settings}
     for index in range(args.warmup + args.rounds):
         for name, params in settings.items():
@@ -219,7 +258,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=1, help="untimed fits of each side first")
     parser.add_argument("--fit-only", action="store_true", help="skip the transform comparison")
     parser.add_argument("--elastic", action="store_true", help="elastic=True against elastic=False")
-    parser.add_argument("--framework", choices=("torch", "keras"), default="torch",
+    parser.add_argument("--framework", choices=("torch", "keras", "lightning"), default="torch",
                         help="the estimator --elastic compares")
     args = parser.parse_args()
     import cloudpickle

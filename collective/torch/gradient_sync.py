@@ -67,9 +67,16 @@ class GradientSync:
                 sync.grad_ready(param)
         self._hooks = [p.register_post_accumulate_grad_hook(on_grad_ready) for p in self._params]
 
-    def __del__(self) -> None:
+    def remove_hooks(self) -> None:
+        """Stops allreducing gradients as backward produces them: the parameters may go on to train under
+        another optimizer (a new Lightning Trainer's, after an elastic re-form) while this one is still
+        referenced, so waiting for ``__del__`` would allreduce every gradient twice."""
         for hook in self._hooks:
             hook.remove()
+        self._hooks = []
+
+    def __del__(self) -> None:
+        self.remove_hooks()
 
     def busy(self) -> bool:
         """Whether some gradient has been produced since the last synchronize."""

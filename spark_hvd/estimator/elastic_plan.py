@@ -60,9 +60,9 @@ def checked_elastic_bounds(estimator: Any, num_proc: int) -> tuple[int, int]:
     # The public name (spark_hvd.lightning.TorchEstimator), since two estimators are called TorchEstimator.
     name = f"{type(estimator).__module__.rsplit('.', 1)[0]}.{type(estimator).__name__}"
     if not estimator.elastic_supported:
-        raise InputError(f"elastic=True: {name} has no elastic training yet; use spark_hvd.torch.TorchEstimator or "
-                         "spark_hvd.keras.KerasEstimator, "
-                         "or fit with elastic=False (a refit with the same run_id resumes from the last epoch)")
+        raise InputError(f"elastic=True: {name} has no elastic training yet; use spark_hvd.torch.TorchEstimator, "
+                         "spark_hvd.keras.KerasEstimator or spark_hvd.lightning.TorchEstimator, or fit with "
+                         "elastic=False (a refit with the same run_id resumes from the last epoch)")
     min_np = estimator.getMinNumProc() or num_proc
     max_np = estimator.getMaxNumProc() or max(num_proc, min_np)
     if max_np < num_proc:

@@ -3,7 +3,9 @@
 Every epoch each loader yields exactly the plan's number of steps on every rank (the readers wrap around
 uneven shards), so no rank's allreduce waits for a rank that ran out of data. Batches are dicts of
 tensors (see batch_tensors.py); the epoch is the trainer's, so each epoch reshuffles as the plan says and
-a resumed fit continues the same sequence.
+a resumed fit continues the same sequence. An elastic fit that resumes mid-epoch (``resume_at``) skips the
+batches its epoch already trained, so the loader still counts the epoch's steps and Lightning's restored
+position lines up with the batch it reads.
 """
 
 from __future__ import annotations
@@ -23,16 +25,21 @@ class LockstepBatches(IterableDataset):
     """``steps`` batches of ``reader`` for the current epoch, each converted by ``convert``."""
 
     def __init__(self, reader: Any, steps: int, epoch: Callable[[], int],
-                 convert: Callable[[dict[str, Any]], dict[str, torch.Tensor]]) -> None:
+                 convert: Callable[[dict[str, Any]], dict[str, torch.Tensor]],
+                 skip: Callable[[int], int] = lambda epoch: 0) -> None:
         super().__init__()
-        self.reader, self.steps, self.epoch, self.convert = reader, steps, epoch, convert
+        self.reader, self.steps, self.epoch, self.convert, self.skip = reader, steps, epoch, convert, skip
 
     def __len__(self) -> int:
         return self.steps
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        stream = iter(self.reader.batches(self.epoch()))
-        for _ in range(self.steps):
+        epoch = self.epoch()
+        stream = iter(self.reader.batches(epoch))
+        skipped = self.skip(epoch)
+        for _ in range(skipped):
+            next(stream)     # read, not converted: the batch sequence of the epoch is the reader's
+        for _ in range(self.steps - skipped):
             yield self.convert(next(stream))
 
 
@@ -44,10 +51,12 @@ class ShardDataModule(pl.LightningDataModule):
     """The training loader; a fit with a validation split uses ValidatedShardDataModule (a data module that
     defines val_dataloader gets a validation loop, or a warning where the module has no validation_step)."""
 
-    def __init__(self, plan: FitPlan, rank: int, size: int, transformation_fn: Any, debug: bool = False) -> None:
+    def __init__(self, plan: FitPlan, rank: int, size: int, transformation_fn: Any, debug: bool = False,
+                 resume_at: tuple[int, int] | None = None) -> None:
         super().__init__()
         self.plan, self.rank, self.size, self.transformation_fn = plan, rank, size, transformation_fn
         self.debug = debug        # Horovod's debug_data_loader: say what each loader reads
+        self.resume_at = resume_at   # (epoch, steps of it already trained) of an elastic fit's commit
         self.readers: dict[str, Any] = {}
 
     def setup(self, stage: str) -> None:
@@ -60,14 +69,20 @@ class ShardDataModule(pl.LightningDataModule):
         self.readers = {}
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader("train", self.plan.train_steps)
+        steps = self.plan.elastic.steps.at(self.size)[0] if self.plan.elastic is not None else self.plan.train_steps
+        return self._loader("train", steps, self._trained_steps)
 
-    def _loader(self, split: str, steps: int) -> DataLoader:
+    def _trained_steps(self, epoch: int) -> int:
+        if self.resume_at is None or self.resume_at[0] != epoch:
+            return 0
+        return self.resume_at[1]
+
+    def _loader(self, split: str, steps: int, skip: Callable[[int], int] = lambda epoch: 0) -> DataLoader:
         reader = self.readers[split]
         if self.debug:
             print(f"rank {self.rank}: {split} loader: {steps} steps an epoch of {reader.batch_size} rows, "
                   f"from a shard of {reader.rows} rows", flush=True)
-        dataset = LockstepBatches(reader, steps, self._epoch, self._convert)
+        dataset = LockstepBatches(reader, steps, self._epoch, self._convert, skip)
         # In this process: the reader is this rank's shard, which loader workers would each read again.
         return DataLoader(dataset, batch_size=None, collate_fn=_as_is, num_workers=0)
 
@@ -87,13 +102,14 @@ class ShardDataModule(pl.LightningDataModule):
 
 class ValidatedShardDataModule(ShardDataModule):
     def val_dataloader(self) -> DataLoader:
-        return self._loader("val", self.plan.val_steps)
+        steps = self.plan.elastic.steps.at(self.size)[1] if self.plan.elastic is not None else self.plan.val_steps
+        return self._loader("val", steps)
 
 
-def shard_data_module(plan: FitPlan, rank: int, size: int, transformation_fn: Any,
-                      debug: bool = False) -> ShardDataModule:
+def shard_data_module(plan: FitPlan, rank: int, size: int, transformation_fn: Any, debug: bool = False,
+                      resume_at: tuple[int, int] | None = None) -> ShardDataModule:
     cls = ValidatedShardDataModule if plan.val_steps else ShardDataModule
-    return cls(plan, rank, size, transformation_fn, debug)
+    return cls(plan, rank, size, transformation_fn, debug, resume_at)
 
 
 def horovod_data_module_kwargs(plan: FitPlan, objects: Any, rank: int, size: int) -> dict[str, Any]:

@@ -77,9 +77,13 @@ class TorchEstimator(HorovodEstimator):
     ``runs/<run_id>/checkpoints`` (rates unscaled); fitting again with the same ``run_id`` resumes.
     With a ``ModelCheckpoint`` among the callbacks the model returned holds its best checkpoint's
     weights, as in Horovod. ``getHistory()`` is the metrics the trainer logged last.
+
+    ``elastic=True`` (with ``min_num_proc``, ``max_num_proc``, ``elastic_commit_steps``) fits through
+    ``spark_hvd.run_elastic``: a lost executor costs the steps since the last commit (docs/elastic.md).
     """
 
     params_without_effect = _WITHOUT_EFFECT
+    elastic_supported = True
 
     # torch._dynamo: see TorchEstimator.warm_modules.
     warm_modules = ("torch", "torch._dynamo", "pytorch_lightning", "collective.torch", "spark_hvd.lightning.trainer")
@@ -155,6 +159,10 @@ class TorchEstimator(HorovodEstimator):
                                             and issubclass(data_module, pl.LightningDataModule)):
             raise InputError("data_module must be a LightningDataModule class (each rank builds it with Horovod's "
                              f"keywords), got {data_module!r}")
+        if data_module is not None and self.getElastic():
+            raise InputError("data_module cannot be given with elastic=True: an elastic fit resumes mid-epoch by "
+                             "skipping the batches already trained, which the estimator's own loaders do; leave "
+                             "data_module unset, or fit with elastic=False")
         input_shapes = self.getInputShapes()
         if input_shapes is not None and len(input_shapes) != len(self.getFeatureCols()):
             raise InputError(f"input_shapes has {len(input_shapes)} shape(s) for {len(self.getFeatureCols())} "
@@ -231,6 +239,7 @@ class TorchEstimator(HorovodEstimator):
             result["history"],
             [InputSpec(c, columns[c].dtype, tuple(columns[c].shape)) for c in plan.feature_cols],
             self._output_specs(plan, output_cols, self._output_shapes), result["epoch_metrics"])
+        model._reformations = list(result.get("reformations", []))
         return model
 
 

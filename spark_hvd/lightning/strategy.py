@@ -149,6 +149,16 @@ class CollectiveStrategy(ParallelStrategy):
         return [(name, p) for name, p in self.lightning_module.named_parameters() if id(p) in mine]
 
     @override
+    def teardown(self) -> None:
+        # The module's parameters outlive this Trainer (an elastic fit builds a new one per formation, on the
+        # same module): their gradient hooks must go with the optimizers that own them.
+        for optimizer in self.optimizers:
+            sync = getattr(optimizer, "_gradient_sync", None)
+            if sync is not None:
+                sync.remove_hooks()
+        super().teardown()
+
+    @override
     def optimizer_step(self, optimizer: Any, closure: Callable[[], Any], model: Any = None, **kwargs: Any) -> Any:
         if not hasattr(optimizer, "skip_synchronize"):
             return super().optimizer_step(optimizer, closure, model, **kwargs)

@@ -5,7 +5,8 @@ ranks -> a local run directory mirrored to the Store -> rank 0 looks for the run
 ``Trainer(strategy=CollectiveStrategy, callbacks=[user's..., FitRecorder], logger, ...)`` with the user's
 ``trainer_args`` on top -> ``trainer.fit(module, datamodule, ckpt_path=<resume point or None>)`` -> rank 0
 returns the weights (those of the best checkpoint when the user gave a ModelCheckpoint, as Horovod does),
-the final logged metrics (Horovod's history) and the per-epoch records.
+the final logged metrics (Horovod's history) and the per-epoch records. An elastic plan (``elastic=True``)
+runs ``Trainer.fit`` under ``hvd.elastic.run`` instead, one Trainer per formation (elastic_training.py).
 """
 
 from __future__ import annotations
@@ -87,35 +88,54 @@ def train_rank(spec: LightningRankSpec) -> dict[str, Any] | None:
     checkpointing = bool(objects.trainer_args.get("enable_checkpointing", True))
     resume_path = os.path.join(local.checkpoints, RESUME_FILE)
     resume = _resume_point(checkpoint_io, resume_path, hvd) if checkpointing else None
-    lr_factor = size if plan.learning_rate_scaling == "linear" else 1
+    linear = plan.learning_rate_scaling == "linear"
 
     def sync_logs() -> None:
-        if rank == 0:
+        if hvd.rank() == 0:
             local.sync_logs(store, plan.run_id)
 
-    recorder = _recorder(checkpointing, RankProgress(rank), resume_path, lr_factor, sync_logs)
-    trainer, user_callbacks = _trainer(plan, objects, device, lr_factor, checkpoint_io, local, recorder, resume)
-    data = _data_module(plan, objects, rank, size)
+    def fit(rank: int, size: int, ckpt_path: str | None, resume_at: tuple[int, int] | None = None,
+            commits: Any = None) -> tuple[Any, Any, list[Any]]:
+        lr_factor = size if linear else 1
+        after_epoch = sync_logs if commits is None else lambda: (sync_logs(), commits.commit_epoch_end())
+        recorder = _recorder(checkpointing, RankProgress(rank), resume_path, lr_factor, after_epoch)
+        trainer, user_callbacks = _trainer(plan, objects, device, lr_factor, checkpoint_io, local, recorder, resume,
+                                           [commits] if commits is not None else [])
+        data = _data_module(plan, objects, rank, size, resume_at)
+        trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
+        return trainer, recorder, user_callbacks
+
     module = objects.model
     restore_module = adapt_module(module)
+    start_ckpt = resume_path if resume else None
+    extra: dict[str, Any] = {}
     # Everything worth keeping is in the Store by the end (checkpoints as written, logs by sync_logs).
     try:
         try:
-            trainer.fit(module, datamodule=data, ckpt_path=resume_path if resume else None)
+            if plan.elastic is None:
+                trainer, recorder, user_callbacks = fit(rank, size, start_ckpt)
+            else:
+                from spark_hvd.lightning.elastic_training import fit_elastic
+
+                outcome = fit_elastic(hvd, module, plan.elastic, resume["epochs_done"] if resume else 0, linear,
+                                      local.root, start_ckpt,
+                                      lambda f: fit(f.rank, f.size, f.ckpt_path, f.resume_at, f.commits))
+                trainer, recorder, user_callbacks = outcome.trainer, outcome.recorder, outcome.user_callbacks
+                extra["reformations"] = outcome.reformations
         except BaseException:
             _best_effort(sync_logs)
             raise
         finally:
             restore_module()
         sync_logs()
-        if rank != 0:
+        if hvd.rank() != 0:
             return None
         best = _best_checkpoint(user_callbacks)
         state = checkpoint_io.load_checkpoint(best)["state_dict"] if best else module.state_dict()
         return {"state_dict": torch_bytes({name: value.detach().cpu() for name, value in state.items()}),
                 # Horovod's history is trainer.logged_metrics; a refit of a finished run logs nothing new.
                 "history": scalar_metrics(trainer.logged_metrics) or dict(recorder.logged),
-                "epoch_metrics": list(recorder.epoch_metrics)}
+                "epoch_metrics": list(recorder.epoch_metrics), **extra}
     finally:
         local.remove()
 
@@ -127,6 +147,8 @@ def _quiet_known_warnings() -> None:
     # API that torch 2.13 deprecated; neither says anything the user can act on, on every rank of every fit.
     warnings.filterwarnings("ignore", message=r".*IterableDataset.*has `__len__` defined")
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
+    # An elastic fit resumes mid-epoch on purpose: its data module skips the batches the commit trained.
+    warnings.filterwarnings("ignore", message=r".*resuming from a checkpoint that ended before the epoch ended")
 
 
 def _agreed_device(use_gpu: bool, num_gpus: int | None, hvd: Any) -> Any:
@@ -166,7 +188,7 @@ def _recorder(checkpointing: bool, progress: Any, resume_path: str, lr_factor: f
 
 
 def _trainer(plan: FitPlan, objects: LightningObjects, device: Any, lr_factor: float, checkpoint_io: Any,
-             local: Any, recorder: Any, resume: dict[str, Any] | None) -> tuple[Any, list[Any]]:
+             local: Any, recorder: Any, resume: dict[str, Any] | None, ours: list[Any]) -> tuple[Any, list[Any]]:
     import pytorch_lightning as pl
     from pytorch_lightning.callbacks import ModelCheckpoint
     from pytorch_lightning.profilers import PassThroughProfiler
@@ -180,7 +202,7 @@ def _trainer(plan: FitPlan, objects: LightningObjects, device: Any, lr_factor: f
         if isinstance(callback, ModelCheckpoint):
             # As Horovod: checkpoints go to the run's directory, which the Store mirrors.
             callback.dirpath = local.checkpoints
-    callbacks = [*user_callbacks, *([TerminateOnNan()] if objects.terminate_on_nan else []), recorder]
+    callbacks = [*user_callbacks, *([TerminateOnNan()] if objects.terminate_on_nan else []), *ours, recorder]
     # A run that stopped early is complete: its epochs are all Lightning may run, so a refit trains no more.
     max_epochs = resume["epochs_done"] if resume and resume["stopped"] else plan.epochs
     cuda = device.type == "cuda"
@@ -219,11 +241,12 @@ def _default_logger(logs_dir: str) -> Any:
     return CSVLogger(logs_dir, version=version)
 
 
-def _data_module(plan: FitPlan, objects: LightningObjects, rank: int, size: int) -> Any:
+def _data_module(plan: FitPlan, objects: LightningObjects, rank: int, size: int,
+                 resume_at: tuple[int, int] | None) -> Any:
     from spark_hvd.lightning.data_module import horovod_data_module_kwargs, shard_data_module
 
     if objects.data_module is None:
-        return shard_data_module(plan, rank, size, objects.transformation_fn, objects.debug_data_loader)
+        return shard_data_module(plan, rank, size, objects.transformation_fn, objects.debug_data_loader, resume_at)
     return objects.data_module(**horovod_data_module_kwargs(plan, objects, rank, size))
 
 

@@ -191,3 +191,35 @@ class ParquetShardData(pl.LightningDataModule):
                     "label": torch.from_numpy(labels[i * self.batch_size:(i + 1) * self.batch_size])}
                    for i in range(self.steps)]
         return torch.utils.data.DataLoader(batches, batch_size=None)
+
+
+class ElasticVictim(pl.LightningModule):
+    """A float64 classifier for the elastic tests: its network is ``elastic_victim.KilledAtStep`` (rank 1 dies
+    at a given training step), trained by SGD with momentum and a StepLR schedule, so that a resumed fit
+    must bring back the optimizer's and the scheduler's state to end where an unbroken one would."""
+
+    def __init__(self, kill_at_call: int, marker: str | None = None, lr: float = 0.05) -> None:
+        super().__init__()
+        import elastic_victim
+
+        self.net = elastic_victim.KilledAtStep(4, 3, victim_rank=1, kill_at_call=kill_at_call, marker=marker)
+        self.lr = lr
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        loss = F.cross_entropy(self(batch["features"]), batch["label"])
+        self.log("train_loss", loss, on_step=False, on_epoch=True, sync_dist=True)
+        # Where Lightning is in the epoch and the rate it trains at: each epoch's record keeps the last ones.
+        self.log("batch_idx", float(batch_idx), on_step=True, on_epoch=False)
+        self.log("lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
+        return loss
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self.log("val_loss", F.cross_entropy(self(batch["features"]), batch["label"]), sync_dist=True)
+
+    def configure_optimizers(self) -> dict:
+        optimizer = torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=5, gamma=0.5)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -61,12 +61,6 @@ def test_elastic_on_a_non_spark_backend_fails_before_launch(local_spark, store) 
                                    None, r"elastic=True runs on Spark's executors.*got OneRank")
 
 
-def _spark_backend(num_proc):
-    from spark_hvd.common.backend import SparkBackend
-
-    return SparkBackend(num_proc=num_proc)
-
-
 def test_elastic_params_save_load_and_explain(store, tmp_path) -> None:
     from spark_hvd import TorchEstimator
 
@@ -236,11 +230,3 @@ def test_progress_keeps_the_first_start_across_relaunched_stages() -> None:
     progress.on_event(0, {"type": EVENT_START, "first_epoch": 1})
     assert progress.started_at == began   # the fit's train time counts from the first stage
 
-
-def test_lightning_estimator_refuses_elastic_by_its_public_name() -> None:
-    pytest.importorskip("pytorch_lightning")
-    from spark_hvd.errors import InputError
-    from spark_hvd.lightning import TorchEstimator as LightningEstimator
-
-    with pytest.raises(InputError, match=r"spark_hvd.lightning.TorchEstimator has no elastic training yet"):
-        LightningEstimator(elastic=True)._check_elastic(_spark_backend(2))
