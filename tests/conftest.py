@@ -15,3 +15,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.fixture(params=["shm", "tcp"])
 def transport(request: pytest.FixtureRequest) -> str:
     return request.param
+
+
+@pytest.fixture
+def store(tmp_path):
+    """A fresh local Store for one test (the estimators' materialised data, checkpoints, runs)."""
+    from spark_hvd import Store
+
+    return Store.create(str(tmp_path / "store"))

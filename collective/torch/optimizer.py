@@ -153,6 +153,14 @@ def local_step(optimizer: torch.optim.Optimizer) -> None:
         optimizer.step()
 
 
+def release_gradient_hooks(optimizer: torch.optim.Optimizer) -> None:
+    """Stops a DistributedOptimizer allreducing its parameters' gradients as backward produces them (nothing
+    for another optimizer): its parameters may go on to train under a newer optimizer while this one is
+    still referenced (a new Lightning Trainer's, after an elastic re-form)."""
+    if isinstance(optimizer, _DistributedOptimizer):
+        optimizer._gradient_sync.remove_hooks()
+
+
 _classes: dict[type, type] = {}
 
 

@@ -27,6 +27,7 @@ from pytorch_lightning.utilities.rank_zero import rank_zero_only
 from typing_extensions import override
 
 import collective.torch as hvd
+from collective.torch.optimizer import release_gradient_hooks
 from spark_hvd.lightning.learning_rate import scale_live_learning_rates
 
 
@@ -153,9 +154,7 @@ class CollectiveStrategy(ParallelStrategy):
         # The module's parameters outlive this Trainer (an elastic fit builds a new one per formation, on the
         # same module): their gradient hooks must go with the optimizers that own them.
         for optimizer in self.optimizers:
-            sync = getattr(optimizer, "_gradient_sync", None)
-            if sync is not None:
-                sync.remove_hooks()
+            release_gradient_hooks(optimizer)
         super().teardown()
 
     @override

@@ -9,12 +9,6 @@ from split_helpers import SPECS, one_pass, write_split
 from spark_hvd.data import ColumnSpec, make_reader
 from spark_hvd.data.materialize import _remove_unreported, _row_group_rows, _with_enough_row_groups
 from spark_hvd.errors import InputError
-from spark_hvd.store import Store
-
-
-@pytest.fixture
-def store(tmp_path) -> Store:
-    return Store.create(str(tmp_path / "store"))
 
 
 def test_row_groups_sized_by_bytes_or_rows():

@@ -12,12 +12,6 @@ from split_helpers import one_pass, write_split
 from spark_hvd.data import make_reader, steps_per_epoch
 from spark_hvd.data.arrow_reader import plan_pieces, shard_range
 from spark_hvd.errors import ShardReadError
-from spark_hvd.store import Store
-
-
-@pytest.fixture
-def store(tmp_path) -> Store:
-    return Store.create(str(tmp_path / "store"))
 
 
 def one_pass_ids(reader, epoch=0):

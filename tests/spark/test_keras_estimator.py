@@ -24,13 +24,6 @@ def ship_test_models_by_value():
     cloudpickle.unregister_pickle_by_value(keras_models)
 
 
-@pytest.fixture
-def store(tmp_path):
-    from spark_hvd import Store
-
-    return Store.create(str(tmp_path / "store"))
-
-
 def make_estimator(store, **overrides):
     from spark_hvd import KerasEstimator
 

@@ -29,13 +29,6 @@ def ship_lightning_models():
     cloudpickle.unregister_pickle_by_value(lightning_models)
 
 
-@pytest.fixture
-def store(tmp_path):
-    from spark_hvd import Store
-
-    return Store.create(str(tmp_path / "store"))
-
-
 def make_estimator(store, **overrides):
     from spark_hvd.lightning import TorchEstimator
 

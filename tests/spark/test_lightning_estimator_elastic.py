@@ -29,13 +29,6 @@ def ship_test_objects_by_value():
         cloudpickle.unregister_pickle_by_value(module)
 
 
-@pytest.fixture
-def store(tmp_path):
-    from spark_hvd import Store
-
-    return Store.create(str(tmp_path / "store"))
-
-
 def make_estimator(store, **overrides):
     from spark_hvd.lightning import TorchEstimator
 

@@ -18,13 +18,6 @@ from estimator_models import class_loss, classifier
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
 
-@pytest.fixture
-def store(tmp_path):
-    from spark_hvd import Store
-
-    return Store.create(str(tmp_path / "store"))
-
-
 def make_estimator(store, **overrides):
     from spark_hvd import TorchEstimator
 

@@ -29,13 +29,6 @@ def ship_this_module() -> Iterator[None]:
     cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
 
-@pytest.fixture
-def store(tmp_path):
-    from spark_hvd import Store
-
-    return Store.create(str(tmp_path / "store"))
-
-
 def constant_rows(spark, rows: int = 16):
     """x = 1, y = 2 on every row: one SGD step from w = 0 on MSE moves w by exactly 4 * lr."""
     return spark.createDataFrame([(1.0, 2.0)] * rows, "x double, y double").repartition(2)
