@@ -15,3 +15,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.fixture(params=["shm", "tcp"])
 def transport(request: pytest.FixtureRequest) -> str:
     return request.param
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``--dist loadfile`` starts with the slowest files (tests/slow_files_first.py); other modes are xdist's."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from slow_files_first import SlowestFilesFirst
+
+    return SlowestFilesFirst(config, log)
