@@ -32,6 +32,7 @@ build: $(VENV)/.built
 # --durations: every CI log names the slowest tests, which is where to look when CI nears its 40 minutes.
 # Two test processes, a file each at a time (module fixtures stay in one process): most of the suite waits
 # on JVMs and ranks rather than computing, so two files at once take about half the time on 2 cores.
+# The slowest files go out first (tests/slow_files_first.py), so that neither process finishes alone.
 # Petastorm's venv, the docs site and the wheel build beside the suite (-O keeps each one's output together).
 TEST_WORKERS ?= 2
 test: build

@@ -23,3 +23,13 @@ def store(tmp_path):
     from spark_hvd import Store
 
     return Store.create(str(tmp_path / "store"))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``--dist loadfile`` starts with the slowest files (tests/slow_files_first.py); other modes are xdist's."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from slow_files_first import SlowestFilesFirst
+
+    return SlowestFilesFirst(config, log)

@@ -22,6 +22,8 @@ from typing import Mapping
 
 import pyspark
 
+from spark_conf import QUICK_JVM_OPTIONS
+
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 _MASTER_URL = re.compile(r"Starting Spark master at (spark://\S+)")
 _MASTER_READY = "I have been elected leader"
@@ -99,6 +101,8 @@ class StandaloneCluster:
         self.workers = workers
         self.env = dict(env)
         self.env["SPARK_HOME"] = str(SPARK_HOME)
+        # The master and worker daemons (spark-class reads SPARK_DAEMON_JAVA_OPTS), unless a test sets its own.
+        self.env.setdefault("SPARK_DAEMON_JAVA_OPTS", QUICK_JVM_OPTIONS)
         self.start_timeout_s = start_timeout_s
         self.master_url = ""
         self.master_host = master_host

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import pytest
+
+from spark_conf import QUICK_JVM_OPTIONS
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "quickstart.ipynb"
 
 
-def test_quickstart_notebook_executes(spark_environment, tmp_path) -> None:
+def test_quickstart_notebook_executes(spark_environment, tmp_path, monkeypatch) -> None:
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
+    # The kernel inherits this: its session's JVM starts with the test JVMs' options (spark_conf.py),
+    # which the notebook, written for users, does not name.
+    option = shlex.quote(f"spark.driver.extraJavaOptions={QUICK_JVM_OPTIONS}")
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", f"--conf {option} pyspark-shell")
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     client = nbclient.NotebookClient(notebook, timeout=540, kernel_name="python3",
                                      resources={"metadata": {"path": str(tmp_path)}})

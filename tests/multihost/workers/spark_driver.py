@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "workers"))
+sys.path.append(str(Path(__file__).resolve().parents[2] / "spark"))   # after workers/: spark_conf only
 from common import report  # noqa: E402
+from spark_conf import QUICK_JVM_OPTIONS  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -59,6 +61,8 @@ def main() -> None:
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.executor.cores", "1").config("spark.executor.memory", "512m")
              .config("spark.cores.max", str(num_proc))
+             .config("spark.driver.extraJavaOptions", QUICK_JVM_OPTIONS)
+             .config("spark.executor.extraJavaOptions", QUICK_JVM_OPTIONS)
              .config("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", "1")
              .config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "1s")
              .config("spark.scheduler.minRegisteredResourcesRatio", "1.0")

@@ -12,12 +12,14 @@ from pyspark.sql import SparkSession  # noqa: E402
 
 import estimator_models  # noqa: E402
 from estimator_data import blobs  # noqa: E402
+from spark_conf import QUICK_JVM_OPTIONS  # noqa: E402
 from spark_hvd import Store, TorchEstimator  # noqa: E402
 
 cloudpickle.register_pickle_by_value(estimator_models)   # the ranks need not import the tests
 spark = (SparkSession.builder.master("local[2]").appName("terminal-progress")
          .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "true")
-         .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+         .config("spark.sql.shuffle.partitions", "2")
+         .config("spark.driver.extraJavaOptions", QUICK_JVM_OPTIONS).getOrCreate())
 spark.sparkContext.setLogLevel("ERROR")
 model = estimator_models.classifier(4, 3)
 estimator = TorchEstimator(num_proc=2, model=model, optimizer=torch.optim.Adam(model.parameters(), lr=0.02),
