@@ -90,6 +90,12 @@ class Strangers:
         failed = [s.failed for s in strangers if s.failed]
         assert not failed, f"{len(failed)} hostile connections could not open: {failed[:3]}"
 
+    def wait_settled(self, strangers: list[Stranger], timeout_s: float) -> None:
+        """Waits until every one of these connections is hung up by the listener or failed, or `timeout_s`
+        passes: this thread sees a listener's hang-ups some time after the listener makes them."""
+        with self._changed:
+            self._changed.wait_for(lambda: all(s.hung_up or s.failed is not None for s in strangers), timeout_s)
+
     def _events(self, s: Stranger) -> int:
         writing = not s.connected or s.to_send or s.stream_left > 0
         return selectors.EVENT_READ | (selectors.EVENT_WRITE if writing else 0)

@@ -37,6 +37,8 @@ def timed_job(attack: Attack | None = None, wait_for: int | None = None,
         job.release()
         results, elapsed = job.results(timeout_s=CONNECT_TIMEOUT_S + 30)
         assert all(r["ok"] for r in results), results
+        # Before the strangers close: what the listeners did to them is checked by the callers.
+        strangers.wait_settled(made, timeout_s=30)
     return elapsed, made
 
 
