@@ -57,6 +57,10 @@ class FitPlan:
     stop_on_nonfinite_loss: bool = True
     elastic: ElasticPlan | None = None   # None: a static fit
 
+    def steps_at(self, size: int) -> tuple[int, int]:
+        """(training, validation) steps an epoch at ``size`` ranks: an elastic fit's change with its size."""
+        return self.elastic.steps.at(size) if self.elastic is not None else (self.train_steps, self.val_steps)
+
     def reader_for(self, split: str, rank: int, size: int) -> Any:
         """This rank's reader of ``split``, as the plan says (shuffling only the training split)."""
         from spark_hvd.data import make_reader

@@ -69,8 +69,7 @@ class ShardDataModule(pl.LightningDataModule):
         self.readers = {}
 
     def train_dataloader(self) -> DataLoader:
-        steps = self.plan.elastic.steps.at(self.size)[0] if self.plan.elastic is not None else self.plan.train_steps
-        return self._loader("train", steps, self._trained_steps)
+        return self._loader("train", self.plan.steps_at(self.size)[0], self._trained_steps)
 
     def _trained_steps(self, epoch: int) -> int:
         if self.resume_at is None or self.resume_at[0] != epoch:
@@ -102,8 +101,7 @@ class ShardDataModule(pl.LightningDataModule):
 
 class ValidatedShardDataModule(ShardDataModule):
     def val_dataloader(self) -> DataLoader:
-        steps = self.plan.elastic.steps.at(self.size)[1] if self.plan.elastic is not None else self.plan.val_steps
-        return self._loader("val", steps)
+        return self._loader("val", self.plan.steps_at(self.size)[1])
 
 
 def shard_data_module(plan: FitPlan, rank: int, size: int, transformation_fn: Any, debug: bool = False,
