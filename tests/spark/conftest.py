@@ -14,11 +14,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Iterator
 
-import cloudpickle
 import pytest
 
 pytest.importorskip("pyspark")
 
+from by_value import pickled_by_value  # noqa: E402
 import estimator_models  # noqa: E402
 import kept_session  # noqa: E402
 import rank_functions  # noqa: E402  (tests/spark is on sys.path, like tests/ for jobs.py)
@@ -46,15 +46,10 @@ def spark_environment() -> Iterator[dict[str, str]]:
         "SPARK_LOCAL_IP": "127.0.0.1",             # else tasks advertise a non-loopback address
     }
     # Functions in these modules are pickled by value, so ranks need not import the tests.
-    shipped = (rank_functions, estimator_models)
-    for module in shipped:
-        cloudpickle.register_pickle_by_value(module)
-    with pytest.MonkeyPatch.context() as patch:
+    with pickled_by_value(rank_functions, estimator_models), pytest.MonkeyPatch.context() as patch:
         for name, value in env.items():
             patch.setenv(name, value)
         yield env
-    for module in shipped:
-        cloudpickle.unregister_pickle_by_value(module)
 
 
 @contextlib.contextmanager
@@ -129,12 +124,8 @@ def elastic_functions_by_value() -> Iterator[None]:
     """Ships tests/spark/elastic_functions.py and the modules it uses to the ranks by value."""
     import elastic_functions
 
-    modules = [elastic_functions, sys.modules["elastic_data"], sys.modules["torch_elastic_model"]]
-    for module in modules:
-        cloudpickle.register_pickle_by_value(module)
-    yield
-    for module in modules:
-        cloudpickle.unregister_pickle_by_value(module)
+    with pickled_by_value(elastic_functions, sys.modules["elastic_data"], sys.modules["torch_elastic_model"]):
+        yield
 
 
 # Worker 1 pretends its executors are already restricted to two devices, so Spark's address

@@ -14,6 +14,7 @@ import cloudpickle
 ELASTIC_TESTS = Path(__file__).resolve().parents[1] / "elastic"
 sys.path.insert(0, str(ELASTIC_TESTS))
 from elastic_job import ElasticJob, write_discovery  # noqa: E402
+from by_value import pickled_by_value  # noqa: E402
 
 
 def run_rank_fn_elastic(tmp_path: Path, fn: Any, name: str, by_value: Iterable[ModuleType]) -> dict:
@@ -21,14 +22,8 @@ def run_rank_fn_elastic(tmp_path: Path, fn: Any, name: str, by_value: Iterable[M
     result (of the last formation)."""
     work = tmp_path / name
     work.mkdir()
-    modules = list(by_value)
-    for module in modules:
-        cloudpickle.register_pickle_by_value(module)
-    try:
+    with pickled_by_value(*by_value):
         (work / "fn.pkl").write_bytes(cloudpickle.dumps(fn))
-    finally:
-        for module in modules:
-            cloudpickle.unregister_pickle_by_value(module)
     discovery, _ = write_discovery(work, ["hostA:1", "hostB:1"])
     with ElasticJob("estimator_rank_fn.py", discovery, str(work / "fn.pkl"), str(work / "result.pkl"),
                     min_np=1, max_np=2, elastic_timeout_s=60, timeout_s=150) as job:

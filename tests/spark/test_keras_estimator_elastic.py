@@ -4,7 +4,6 @@ under the local elastic launcher going on at one rank (in-process re-form, the l
 
 from __future__ import annotations
 
-import cloudpickle
 import numpy as np
 import pytest
 
@@ -12,6 +11,7 @@ keras = pytest.importorskip("keras")
 
 import keras_elastic_victim  # noqa: E402
 import keras_models  # noqa: E402
+from by_value import pickled_by_value  # noqa: E402
 from estimator_data import BAD_ELASTIC_BOUNDS, assert_fit_fails_before_launch, blobs  # noqa: E402
 from estimator_elastic_job import run_rank_fn_elastic  # noqa: E402
 from keras_models import classifier  # noqa: E402
@@ -21,11 +21,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]
 
 @pytest.fixture(scope="module", autouse=True)
 def ship_test_objects_by_value():
-    for module in (keras_models, keras_elastic_victim):
-        cloudpickle.register_pickle_by_value(module)
-    yield
-    for module in (keras_models, keras_elastic_victim):
-        cloudpickle.unregister_pickle_by_value(module)
+    with pickled_by_value(keras_models, keras_elastic_victim):
+        yield
 
 
 def make_estimator(store, **overrides):

@@ -5,7 +5,6 @@ rate rescaled)."""
 
 from __future__ import annotations
 
-import cloudpickle
 import pytest
 import torch
 
@@ -13,6 +12,7 @@ pytest.importorskip("pytorch_lightning")
 
 import elastic_victim  # noqa: E402
 import lightning_models  # noqa: E402
+from by_value import pickled_by_value  # noqa: E402
 from estimator_data import BAD_ELASTIC_BOUNDS, assert_fit_fails_before_launch, blobs  # noqa: E402
 from estimator_elastic_job import run_rank_fn_elastic  # noqa: E402
 from lightning_models import Classifier, ElasticVictim  # noqa: E402
@@ -22,11 +22,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
 @pytest.fixture(scope="module", autouse=True)
 def ship_test_objects_by_value():
-    for module in (lightning_models, elastic_victim):
-        cloudpickle.register_pickle_by_value(module)
-    yield
-    for module in (lightning_models, elastic_victim):
-        cloudpickle.unregister_pickle_by_value(module)
+    with pickled_by_value(lightning_models, elastic_victim):
+        yield
 
 
 def make_estimator(store, **overrides):
