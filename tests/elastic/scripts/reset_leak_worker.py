@@ -60,6 +60,9 @@ for i in range(args.resets):
     reform(lifecycle)
     if i == 4:
         baseline = held()
-print("HELD " + json.dumps({"baseline": baseline, "final": held(), "peer_failures": peer_failures,
+final = held()
+# A peer that shuts down ends this rank's engine thread too: no rank leaves before every rank has counted.
+hvd.barrier()
+print("HELD " + json.dumps({"baseline": baseline, "final": final, "peer_failures": peer_failures,
                             "round": joined_round()}), flush=True)
 hvd.shutdown()
