@@ -262,7 +262,7 @@ def run_profile(steps: int, rounds: int) -> None:
             finally:
                 spent[key] += time.perf_counter() - start
         return call
-    engine_calls.start_allreduce = timed("submit", engine_calls.start_allreduce)
+    engine_calls.start_allreduce_from = timed("submit", engine_calls.start_allreduce_from)
     overlap._wait = timed("wait", overlap._wait)
 
     model = build_model()
@@ -280,17 +280,37 @@ def run_profile(steps: int, rounds: int) -> None:
     arrays = [np.ones(v.shape, np.float32) for v in variables]
     names = [f"bare.{i}" for i in range(len(arrays))]
 
+    def thread_cpu() -> dict[str, float]:
+        """CPU seconds used so far, by thread name (TensorFlow's pools, the engine, the main thread)."""
+        out: dict[str, float] = {}
+        for task in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{task}/stat") as f:
+                    text = f.read()
+            except FileNotFoundError:
+                continue  # ended while listed
+            name = "main" if int(task) == os.getpid() else text[text.index("(") + 1:text.rindex(")")]
+            fields = text.rsplit(")", 1)[1].split()
+            out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return out
+
     def timeit(fn: Any) -> float:
         for _ in range(WARMUP_STEPS):
             fn()
         spent.update(submit=0.0, wait=0.0)
         times = []
+        before = thread_cpu()
         for _ in range(steps):
             start = time.perf_counter()
             fn()
             times.append(time.perf_counter() - start)
+        after = thread_cpu()
+        used = {k: (v - before.get(k, 0.0)) / steps * 1e3 for k, v in after.items()}
+        cpu.append(f"{sum(used.values()):.1f} (" + ", ".join(
+            f"{k} {v:.1f}" for k, v in sorted(used.items(), key=lambda kv: -kv[1]) if v >= 0.05) + ")")
         return statistics.median(times)
     for round_index in range(rounds):
+        cpu: list[str] = []  # per configuration, CPU ms a step by thread (clock ticks: 10 ms granularity)
         row = {}
         for kind, call in calls.items():
             hvd.barrier()
@@ -299,8 +319,8 @@ def run_profile(steps: int, rounds: int) -> None:
         hvd.barrier()
         row["bare"] = timeit(lambda: engine_calls.allreduce(arrays, names, Average)) * 1e3
         print(f"rank {hvd.rank()} round {round_index + 1} (ms a step): plain {row['plain']:.1f}, "
-              f"ours {row['ours']:.1f} (in submit ops {row['submit']:.2f}, in the wait op {row['wait']:.2f}), bare {row['bare']:.2f}",
-              flush=True)
+              f"ours {row['ours']:.1f} (in engine submits {row['submit']:.2f}, in the wait op {row['wait']:.2f}), bare {row['bare']:.2f}; "
+              f"CPU ms a step: plain {cpu[0]}, ours {cpu[1]}, bare {cpu[2]}", flush=True)
     hvd.shutdown()
 
 

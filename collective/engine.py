@@ -37,16 +37,19 @@ class Engine:
         splits: Sequence[int] = (),
         group: int = -1,
         group_size: int = 0,
+        source: Any = None,
     ) -> int:
         """Enqueues a request. ``tensor`` is a buffer, an address (then ``dtype`` and ``shape`` are
-        required), or None (barrier, join). The memory must stay valid until the handle completes."""
+        required), or None (barrier, join). The memory must stay valid until the handle completes.
+        An allreduce given ``source`` (a buffer of the same dtype and size, valid as long) reads its
+        input there and only writes ``tensor``: the ring reads it in place, so nothing copies it first."""
         if name:
             return self._native.enqueue(kind, name, tensor, dtype, shape, op, int(root), float(prescale),
-                                        float(postscale), list(splits), int(group), int(group_size))
+                                        float(postscale), list(splits), int(group), int(group_size), source)
         with self._names.next_number() as number:
             return self._native.enqueue(kind, auto_name(kind.name.lower(), number), tensor, dtype, shape, op,
                                         int(root), float(prescale), float(postscale), list(splits), int(group),
-                                        int(group_size))
+                                        int(group_size), source)
 
     def run(self, kind: CollectiveKind, name: str | None, tensor: Any, dtype: DType | None = None,
             shape: Sequence[int] | None = None, op: ReduceOp = ReduceOp.SUM, root: int = -1, prescale: float = 1.0,

@@ -124,18 +124,32 @@ class MpiEngine:
     def submit(self, kind: CollectiveKind, name: str | None, tensor: Any, dtype: DType | None = None,
                shape: Sequence[int] | None = None, op: ReduceOp = ReduceOp.SUM, root: int = -1,
                prescale: float = 1.0, postscale: float = 1.0, splits: Sequence[int] = (), group: int = -1,
-               group_size: int = 0) -> int:
+               group_size: int = 0, source: Any = None) -> int:
         """Enqueues a request (see Engine.submit). Groups need no special handling: members fuse anyway.
+        An allreduce's separate ``source`` is copied into ``tensor`` here (MPI reduces in place).
 
         The background thread is not woken: it picks the request up within a cycle time (gathering
         what else is submitted meanwhile, for fusion), or the caller's wait runs the cycle at once."""
         data, code, dims = tensor_array(tensor, dtype, shape) if tensor is not None else (None, -1, ())
+        if source is not None:
+            self._copy_source(kind, name, data, code, source)
         template = self._template(kind, name or None, code, dims, op, root, prescale, postscale, splits)
         if name:
             return self._enqueue(template, tuple(template), data)
         with self._names.next_number() as number:  # used up only if the request is accepted
             return self._enqueue(Call(kind, _auto_name(kind, number), *template[2:]), (kind, number, *template[2:]),
                                  data)
+
+    @staticmethod
+    def _copy_source(kind: CollectiveKind, name: str | None, data: Any, code: Any, source: Any) -> None:
+        label = repr(name) if name else "(unnamed)"
+        if kind != CollectiveKind.ALLREDUCE or data is None:
+            raise InvalidArgumentError(f"a separate input tensor is for allreduce only, not {kind.name.lower()} {label}")
+        values = np.asarray(source)
+        if values.dtype != data.dtype or values.size != data.size:
+            raise InvalidArgumentError(f"the input of {label} is {values.size} {values.dtype} elements, its output "
+                                       f"{data.size} {data.dtype}")
+        np.copyto(data, values.reshape(-1))
 
     def _enqueue(self, call: Call, fields: tuple, data: Any) -> int:
         kind, name = call.kind, call.name

@@ -45,6 +45,7 @@ class InFlight:
     engine: Engine
     requests: list[tuple[int, int]]
     arrays: Sequence[np.ndarray]
+    sources: Sequence[np.ndarray] = ()  # out-of-place inputs, which the engine reads until completion
 
     def wait(self) -> list[Any]:
         """Waits for every request; returns the engine's results in order."""
@@ -72,27 +73,33 @@ def _run(arrays: Sequence[np.ndarray], names: Sequence[str | None], submit: Subm
     return _submit_all(arrays, names, submit, process_set).wait()
 
 
-def aligned_copy(array: np.ndarray) -> np.ndarray:
-    """A C-contiguous copy whose data starts on a 64-byte boundary: TensorFlow kernels require that
+def aligned_empty(shape: Sequence[int], dtype: np.dtype) -> np.ndarray:
+    """A C-contiguous array whose data starts on a 64-byte boundary: TensorFlow kernels require that
     alignment of any buffer a tensor wraps without copying (numpy guarantees only 16)."""
-    raw = np.empty(array.nbytes + TENSOR_ALIGNMENT, np.uint8)
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + TENSOR_ALIGNMENT, np.uint8)
     offset = -raw.ctypes.data % TENSOR_ALIGNMENT
-    out = raw[offset:offset + array.nbytes].view(array.dtype).reshape(array.shape)
+    return raw[offset:offset + nbytes].view(dtype).reshape(tuple(shape))
+
+
+def aligned_copy(array: np.ndarray) -> np.ndarray:
+    """A copy of ``array`` in an ``aligned_empty`` array."""
+    out = aligned_empty(array.shape, array.dtype)
     out[...] = array
     return out
 
 
-def reused_copy(array: np.ndarray, pool: dict[str, np.ndarray], key: str) -> np.ndarray:
-    """``aligned_copy(array)``, written into the buffer ``pool`` keeps under ``key`` when nothing else
-    holds that buffer any more. A result tensor wraps its buffer without copying and keeps it alive, so a
+def reused_buffer(like: np.ndarray, pool: dict[str, np.ndarray], key: str) -> np.ndarray:
+    """An ``aligned_empty`` array shaped as ``like``: the one ``pool`` keeps under ``key`` when nothing
+    else holds it any more. A result tensor wraps its buffer without copying and keeps it alive, so a
     buffer that only the pool references is free; a fresh one (then kept) costs page faults that a step
     with megabytes of gradients pays again at every step."""
     held = pool.get(key)
     # Three references when free: the pool's, ``held`` and getrefcount's own argument.
-    if held is not None and held.shape == array.shape and held.dtype == array.dtype and sys.getrefcount(held) == 3:
-        held[...] = array
+    if held is not None and held.shape == like.shape and held.dtype == like.dtype and sys.getrefcount(held) == 3:
         return held
-    pool[key] = fresh = aligned_copy(array)
+    pool[key] = fresh = aligned_empty(like.shape, like.dtype)
     return fresh
 
 
@@ -132,6 +139,22 @@ def start_allreduce(arrays: Sequence[np.ndarray], names: Sequence[str | None], o
                     ) -> InFlight:
     """``allreduce`` without the wait: the reduced values are in ``.arrays`` once ``.wait()`` returns."""
     return start_allreduce_in_place(_writable_copies(arrays), names, op, prescale, postscale, grouped, process_set)
+
+
+def start_allreduce_from(sources: Sequence[np.ndarray], outputs: Sequence[np.ndarray], names: Sequence[str | None],
+                         op: ReduceOp, prescale: float = 1.0, postscale: float = 1.0,
+                         process_set: ProcessSet | None = None) -> InFlight:
+    """Allreduces out of place: each of ``sources`` (read-only views of a framework's tensors will do) is
+    read where it is and its reduction written into the matching array of ``outputs`` (C-contiguous,
+    writable, same shape and dtype), with no copy of the input first. The sources are kept alive with
+    the requests, since the engine reads them until each completes."""
+    def submit(engine: Engine, index: int, buffer: np.ndarray, name: str | None, code: int) -> int:
+        source = as_buffer(sources[index], code)
+        return engine.submit(CollectiveKind.ALLREDUCE, name, buffer, code, op=op, prescale=prescale,
+                             postscale=postscale, source=source)
+    in_flight = _submit_all(outputs, names, submit, process_set)
+    in_flight.sources = sources
+    return in_flight
 
 
 def start_allreduce_in_place(works: Sequence[np.ndarray], names: Sequence[str | None], op: ReduceOp,

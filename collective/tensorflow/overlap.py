@@ -94,12 +94,12 @@ def _submit_op(tensors: list[tf.Tensor], names: list[str], op: ReduceOp, prescal
         if starts_step:
             _abandon([ticket for ticket, (owner, _) in _in_flight.items() if owner == site])
             _release_finished()
-        works = [engine_calls.reused_copy(a, _buffers, n) for a, n in zip(arrays, names)]
+        outputs = [engine_calls.reused_buffer(a, _buffers, n) for a, n in zip(arrays, names)]
         ticket = next(_tickets)
         # Not as a group: the engine copies a group through its fusion buffer whole, where it reduces a
-        # large gradient in place (measured: a group per bucket made the Keras step slower).
-        _in_flight[ticket] = (site, engine_calls.start_allreduce_in_place(works, names, op, prescale, postscale,
-                                                                          process_set=process_set))
+        # large gradient out of place, reading it from TensorFlow's memory (the views keep it alive).
+        _in_flight[ticket] = (site, engine_calls.start_allreduce_from(arrays, outputs, names, op, prescale, postscale,
+                                                                      process_set=process_set))
         return [np.array(ticket, np.int64)]
 
     (ticket,) = run(submit, tensors, [tf.int64], [tf.TensorShape([])])

@@ -6,6 +6,7 @@
 // hosts the hierarchy (hierarchical_allreduce.cc). Prescaling happens before anything
 // is sent, Average's division and the postscale after.
 #include <algorithm>
+#include <cstring>
 
 #include "algorithms/algorithms.h"
 #include "algorithms/collective_op.h"
@@ -14,10 +15,15 @@
 
 namespace shvd {
 
-void ring_allreduce(Mesh& mesh, void* data, size_t count, DType dtype, ReduceOp op, const CollectiveOptions& opts) {
-  if (mesh.size() == 1) return;
+void ring_allreduce(Mesh& mesh, void* data, size_t count, DType dtype, ReduceOp op, const CollectiveOptions& opts,
+                    const void* source) {
+  if (mesh.size() == 1) {
+    if (source != nullptr && source != data) std::memcpy(data, source, count * dtype_size(dtype));
+    return;
+  }
   RingItems ring(2 * mesh.size());
-  add_ring_allreduce(ring.sends, ring.recvs, host_ordered_ring(mesh), static_cast<uint8_t*>(data), count, dtype, op);
+  add_ring_allreduce(ring.sends, ring.recvs, host_ordered_ring(mesh), static_cast<uint8_t*>(data), count, dtype, op,
+                     static_cast<const uint8_t*>(source));
   ring.run(mesh, opts);
 }
 
@@ -40,8 +46,18 @@ void direct_allreduce(Mesh& mesh, void* data, size_t count, DType dtype, ReduceO
 
 namespace {
 
+// An out-of-place call whose path reads and writes one buffer gets its input copied into its output.
+void take_source(OpContext& ctx, const CallInfo& call, void* data) {
+  if (ctx.source == nullptr) return;
+  if (ctx.source != data) std::memcpy(data, ctx.source, call_bytes(call));
+  ctx.source = nullptr;
+}
+
 InlineBytes prepare_allreduce(OpContext& ctx, const CallInfo& call, void* data) {
-  if (call.prescale != 1.0) scale(data, element_count(call.shape), call.dtype, call.prescale);
+  if (call.prescale != 1.0) {
+    take_source(ctx, call, data);
+    scale(data, element_count(call.shape), call.dtype, call.prescale);
+  }
   return offer_tensor(ctx, call, data);
 }
 
@@ -50,13 +66,18 @@ OwnedResult run_allreduce(OpContext& ctx, const CallInfo& call, void* data, cons
   const size_t count = element_count(call.shape);
   const size_t bytes = call_bytes(call);
   if (size > 1 && all_inline(agreed, [&](int) { return bytes; })) {
+    take_source(ctx, call, data);
     reduce_inline(agreed, ctx.mesh.rank(), static_cast<uint8_t*>(data), 0, count, call.dtype, call.op);
   } else if (use_hierarchical_allreduce(ctx.mesh, bytes)) {
+    take_source(ctx, call, data);
     hierarchical_allreduce(ctx.mesh, data, count, call.dtype, call.op, ctx.options, ctx.slots);
   } else if (is_small_call(bytes, size)) {
+    take_source(ctx, call, data);
     direct_allreduce(ctx.mesh, data, count, call.dtype, call.op, ctx.options, ctx.slots);
   } else {
-    ring_allreduce(ctx.mesh, data, count, call.dtype, call.op, ctx.options);
+    // The ring reads the input where it is: no copy into the output first.
+    ring_allreduce(ctx.mesh, data, count, call.dtype, call.op, ctx.options, ctx.source);
+    ctx.source = nullptr;
   }
   finish_reduction(data, count, call.dtype, call.op, size, call.postscale);
   return {};

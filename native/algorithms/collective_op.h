@@ -55,6 +55,9 @@ struct OpContext {
   CollectiveOptions options;
   ByteBuffer& slots;  // every rank's copy of a small allreduce
   ByteBuffer& work;   // reducescatter's working copy of its input
+  // An allreduce's input when it is not the output (the engine's out-of-place requests), or nullptr.
+  // An op that cannot read it where it is copies it into the output first and clears this.
+  const void* source = nullptr;
 };
 
 // Each op's file defines one, in this field order.

@@ -33,8 +33,9 @@ static int wrap(int i, int n) { return ((i % n) + n) % n; }
 
 void add_ring_reduce_scatter(std::vector<SendItem>& sends, std::vector<RecvItem>& recvs, const RingView& ring,
                              uint8_t* data, const std::vector<size_t>& offset, const std::vector<size_t>& count,
-                             DType dtype, ReduceOp op, int shift) {
+                             DType dtype, ReduceOp op, int shift, const uint8_t* source) {
   const size_t elem_bytes = dtype_size(dtype);
+  const bool out_of_place = source != nullptr && source != data;
   const int size = ring.size();
   const int me = ring.position;
   for (int step = 0; step < size - 1; ++step) {
@@ -42,7 +43,7 @@ void add_ring_reduce_scatter(std::vector<SendItem>& sends, std::vector<RecvItem>
     int recv_chunk = wrap(me - step - 1 + shift, size);
     SendItem s;
     s.peer = ring.right();
-    s.data = data + offset[send_chunk] * elem_bytes;
+    s.data = (step == 0 && out_of_place ? source : data) + offset[send_chunk] * elem_bytes;
     s.len = count[send_chunk] * elem_bytes;
     if (step > 0) s.gate = &recvs[recvs.size() - 1].done;
     sends.push_back(s);
@@ -51,6 +52,7 @@ void add_ring_reduce_scatter(std::vector<SendItem>& sends, std::vector<RecvItem>
     r.dst = data + offset[recv_chunk] * elem_bytes;
     r.len = count[recv_chunk] * elem_bytes;
     r.reduce = true;
+    if (out_of_place) r.reduce_from = source + offset[recv_chunk] * elem_bytes;
     r.dtype = dtype;
     r.op = op;
     recvs.push_back(std::move(r));
@@ -80,7 +82,7 @@ void add_ring_allgather(std::vector<SendItem>& sends, std::vector<RecvItem>& rec
 }
 
 void add_ring_allreduce(std::vector<SendItem>& sends, std::vector<RecvItem>& recvs, const RingView& ring,
-                        uint8_t* data, size_t count, DType dtype, ReduceOp op) {
+                        uint8_t* data, size_t count, DType dtype, ReduceOp op, const uint8_t* source) {
   const int size = ring.size();
   if (size == 1) return;
   Partition parts = split_rows(count, size);
@@ -90,7 +92,7 @@ void add_ring_allreduce(std::vector<SendItem>& sends, std::vector<RecvItem>& rec
     byte_offset[i] = parts.offset[i] * elem;
     byte_len[i] = parts.rows[i] * elem;
   }
-  add_ring_reduce_scatter(sends, recvs, ring, data, parts.offset, parts.rows, dtype, op, 0);
+  add_ring_reduce_scatter(sends, recvs, ring, data, parts.offset, parts.rows, dtype, op, 0, source);
   // The allgather's first send is this rank's fully reduced chunk: it streams out as it is produced.
   const size_t* last_reduced = &recvs.back().done;
   add_ring_allgather(sends, recvs, ring, data, byte_offset, byte_len, 0, last_reduced);

@@ -46,9 +46,12 @@ Partition split_rows(size_t rows, int parts);
 // [offset[i], offset[i] + count[i]). After mesh.run, chunk (position + 1 + shift) % size holds the full
 // reduction. Every send after the first waits on the receive that produced its bytes, so the whole ring
 // runs pipelined in one mesh.run call. The vectors must have room reserved: items point at each other.
+// With `source` (laid out as `data`), this rank's own values are read from there and `data` is only
+// written: the first send and every reduction take them from `source`, and the later sends forward the
+// partial sums the receives wrote into `data`.
 void add_ring_reduce_scatter(std::vector<SendItem>& sends, std::vector<RecvItem>& recvs, const RingView& ring,
                              uint8_t* data, const std::vector<size_t>& offset, const std::vector<size_t>& count,
-                             DType dtype, ReduceOp op, int shift);
+                             DType dtype, ReduceOp op, int shift, const uint8_t* source = nullptr);
 
 // Appends a ring allgather that starts from chunk (position + 1 + shift) % size being complete locally.
 // When `chain_gate` is set, the first send waits on it (the reduce-scatter's last receive).
@@ -57,8 +60,9 @@ void add_ring_allgather(std::vector<SendItem>& sends, std::vector<RecvItem>& rec
                         int shift, const size_t* chain_gate);
 
 // Appends a whole pipelined ring allreduce of `count` elements at `data` (reduce-scatter, then allgather
-// chained to it): 2(size-1) sends and receives.
+// chained to it): 2(size-1) sends and receives. With `source`, out of place (see add_ring_reduce_scatter):
+// `data` ends with the reduction of every rank's values, `source` is only read.
 void add_ring_allreduce(std::vector<SendItem>& sends, std::vector<RecvItem>& recvs, const RingView& ring,
-                        uint8_t* data, size_t count, DType dtype, ReduceOp op);
+                        uint8_t* data, size_t count, DType dtype, ReduceOp op, const uint8_t* source = nullptr);
 
 }  // namespace shvd

@@ -17,11 +17,24 @@ struct PyEngine {
 
 int64_t enqueue(PyEngine& e, CollectiveKind kind, const std::string& name, nb::handle tensor,
                 std::optional<DType> dtype, nb::handle shape, ReduceOp op, int root, double prescale,
-                double postscale, nb::handle splits, int group, int group_size) {
+                double postscale, nb::handle splits, int group, int group_size, nb::handle source) {
   PyCall call(kind, name, tensor, dtype, shape, op, root, prescale, postscale, splits);
   call.spec.group = group;
   call.spec.group_size = group_size;
-  return e.engine->enqueue(std::move(call.spec), call.data());
+  if (source.is_none()) return e.engine->enqueue(std::move(call.spec), call.data());
+  if (!call.tensor) fail(ErrorKind::kInvalidArgument, "a separate input needs an output tensor, for '" + name + "'");
+  // Typed by its own buffer format, so that a source of another dtype is refused rather than reinterpreted;
+  // bfloat16 arrives as its uint16 bit pattern, as the output does.
+  TensorArg input(source, std::nullopt, nb::none(), false, name);
+  const bool same_type = input.dtype() == call.spec.dtype ||
+                         (call.spec.dtype == DType::kBFloat16 && input.dtype() == DType::kUInt16);
+  if (!same_type || element_count(input.shape()) != element_count(call.spec.shape)) {
+    fail(ErrorKind::kInvalidArgument,
+         "the input of '" + name + "' is " + std::to_string(element_count(input.shape())) + " " +
+             dtype_name(input.dtype()) + " elements, its output " + std::to_string(element_count(call.spec.shape)) +
+             " " + dtype_name(call.spec.dtype));
+  }
+  return e.engine->enqueue(std::move(call.spec), call.data(), input.data());
 }
 
 nb::object outcome_to_python(HandleOutcome& out, DType dtype) {
@@ -102,8 +115,9 @@ void register_engine(nb::module_& m) {
           nb::arg("comm"), nb::arg("options"), nb::keep_alive<1, 2>())
       .def("enqueue", &enqueue, nb::arg("kind"), nb::arg("name"), nb::arg("tensor").none(), nb::arg("dtype").none(),
            nb::arg("shape").none(), nb::arg("op"), nb::arg("root"), nb::arg("prescale"), nb::arg("postscale"),
-           nb::arg("splits").none(), nb::arg("group"), nb::arg("group_size"),
-           "Enqueues a request, as Communicator.run takes it, and returns its handle.")
+           nb::arg("splits").none(), nb::arg("group"), nb::arg("group_size"), nb::arg("source").none() = nb::none(),
+           "Enqueues a request, as Communicator.run takes it, and returns its handle. An allreduce may read its "
+           "input from source (same dtype and size, never written) and write the result into tensor.")
       .def("run", &run, nb::arg("kind"), nb::arg("name"), nb::arg("tensor").none(), nb::arg("dtype").none(),
            nb::arg("shape").none(), nb::arg("op"), nb::arg("root"), nb::arg("prescale"), nb::arg("postscale"),
            nb::arg("splits").none(), nb::arg("timeout_s"),

@@ -1,5 +1,7 @@
 #include "engine/engine.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -47,7 +49,7 @@ Engine::~Engine() {
   }
 }
 
-int64_t Engine::enqueue(RequestSpec spec, void* data) {
+int64_t Engine::enqueue(RequestSpec spec, void* data, const void* source) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (stopped_ || stop_requested_) {
     fail(stopped_ ? stopped_kind_ : ErrorKind::kGeneric,
@@ -56,6 +58,10 @@ int64_t Engine::enqueue(RequestSpec spec, void* data) {
   if (spec.kind == CollectiveKind::kJoin) spec.name = kJoinName;
   if (spec.name.empty()) fail(ErrorKind::kInvalidArgument, "every asynchronous collective needs a name");
   validate_call(spec, mesh_.size());
+  if (source != nullptr && spec.kind != CollectiveKind::kAllreduce) {
+    fail(ErrorKind::kInvalidArgument, std::string("a separate input tensor is for allreduce only, not ") +
+                                          collective_name(spec.kind) + " '" + spec.name + "'");
+  }
   if (!names_in_flight_.insert(spec.name).second) {
     fail(ErrorKind::kInvalidArgument, "a collective named '" + spec.name +
                                           "' is already in flight; wait for it or use another name");
@@ -63,6 +69,7 @@ int64_t Engine::enqueue(RequestSpec spec, void* data) {
   LocalRequest req;
   req.spec = std::move(spec);
   req.data = data;
+  req.source = source;
   req.handle = next_handle_++;
   req.enqueued = Clock::now();
   pending_handles_.insert(req.handle);
@@ -125,6 +132,8 @@ void Engine::start_timeline(const std::string& path, bool mark_cycles) {
 void Engine::stop_timeline() { timeline_.close(); }
 
 void Engine::loop() {
+  // Named, so that top -H, gdb and /proc tell the engine from the framework's threads.
+  pthread_setname_np(pthread_self(), "collective-eng");
   auto next = Clock::now();
   try {
     while (true) {
@@ -348,7 +357,7 @@ size_t Engine::fill_fusion_buffer(const Response& resp) {
     LocalRequest* req = local(e.spec.name);
     // A rank that has joined has no tensor: it contributes zeros.
     if (req != nullptr) {
-      std::memcpy(fusion_.data() + offset, req->data, bytes);
+      std::memcpy(fusion_.data() + offset, req->source != nullptr ? req->source : req->data, bytes);
       timeline_.phase(e.spec.name, "MEMCPY_IN_FUSION_BUFFER", start, Clock::now());
     } else {
       std::memset(fusion_.data() + offset, 0, bytes);
@@ -388,6 +397,7 @@ void Engine::run_single(const ResponseEntry& entry, LocalRequest* req) {
                   std::string("unexpected collective in a response: ") + collective_name(spec.kind));
   } else {
     OpContext ctx = context_for(spec);
+    ctx.source = req->source;
     Agreed agreed;
     agreed.first_dims = entry.first_dims;
     agreed.split_matrix = entry.split_matrix;

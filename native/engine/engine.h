@@ -56,8 +56,9 @@ class Engine {
   ~Engine();
 
   // `data` stays owned by the caller and must stay valid until the handle completes. In-place kinds
-  // (allreduce, broadcast) write the result there.
-  int64_t enqueue(RequestSpec spec, void* data);
+  // (allreduce, broadcast) write the result there. An allreduce may read its input from `source` instead
+  // (as many bytes, also valid until completion, never written): `data` then only receives the result.
+  int64_t enqueue(RequestSpec spec, void* data, const void* source = nullptr);
   bool poll(int64_t handle);
   // Blocks until the handle completes or timeout_s passes (then kTimeout); forgets the handle and
   // returns its outcome (errors are returned, not thrown, so the caller can release its tensors first).
@@ -73,6 +74,7 @@ class Engine {
   struct LocalRequest {
     RequestSpec spec;
     void* data = nullptr;
+    const void* source = nullptr;  // an out-of-place allreduce's input
     int64_t handle = 0;
     std::chrono::steady_clock::time_point enqueued;
   };

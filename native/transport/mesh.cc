@@ -415,6 +415,15 @@ bool Mesh::progress_recv(RecvItem& item, Peer& peer) {
   return (peer.shm ? progress_recv_shm(item, peer) : progress_recv_tcp(item, peer)) || progressed;
 }
 
+// The next `count` elements of `item`, reduced with the same elements arriving at `incoming`.
+static void reduce_arrived(RecvItem& item, const uint8_t* incoming, size_t count) {
+  if (item.reduce_from != nullptr) {
+    reduce_into(item.dst + item.done, item.reduce_from + item.done, incoming, count, item.dtype, item.op);
+  } else {
+    reduce_inplace(item.dst + item.done, incoming, count, item.dtype, item.op);
+  }
+}
+
 bool Mesh::progress_recv_tcp(RecvItem& item, Peer& peer) {
   bool progressed = false;
   if (!item.reduce) {
@@ -439,7 +448,7 @@ bool Mesh::progress_recv_tcp(RecvItem& item, Peer& peer) {
     item.staged += n;
     size_t whole = item.staged / elem * elem;
     if (whole == 0) continue;
-    reduce_inplace(item.dst + item.done, staging, whole / elem, item.dtype, item.op);
+    reduce_arrived(item, staging, whole / elem);
     item.done += whole;
     item.staged -= whole;
     if (item.staged > 0) std::memmove(staging, staging + whole, item.staged);
@@ -470,7 +479,7 @@ bool Mesh::progress_recv_shm(RecvItem& item, Peer& peer) {
       peer.in.consume(part);
       item.staged += part;
       if (item.staged == elem) {
-        reduce_inplace(item.dst + item.done, peer.staging.data(), 1, item.dtype, item.op);
+        reduce_arrived(item, peer.staging.data(), 1);
         item.done += elem;
         item.staged = 0;
       }
@@ -478,7 +487,7 @@ bool Mesh::progress_recv_shm(RecvItem& item, Peer& peer) {
     }
     size_t whole = take / elem * elem;
     // Reduce straight out of the shared ring: no intermediate copy.
-    reduce_inplace(item.dst + item.done, region, whole / elem, item.dtype, item.op);
+    reduce_arrived(item, region, whole / elem);
     peer.in.consume(whole);
     item.done += whole;
   }

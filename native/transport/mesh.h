@@ -72,6 +72,9 @@ struct RecvItem {
   uint8_t* dst = nullptr;
   size_t len = 0;
   bool reduce = false;  // dst = dst (op) incoming, element-wise
+  // When set (with reduce): dst = reduce_from (op) incoming instead, so that an out-of-place
+  // allreduce never copies its input into its output first. Spans len bytes, like dst.
+  const uint8_t* reduce_from = nullptr;
   DType dtype = DType::kUInt8;
   ReduceOp op = ReduceOp::kSum;
   // Self-describing receive: the first `describe_bytes` bytes hold a little-endian uint64 total

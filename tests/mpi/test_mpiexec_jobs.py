@@ -46,6 +46,16 @@ def test_collective_cases(backend: str, num_proc: int, mode: str) -> None:
 
 
 @pytest.mark.timeout(200)
+def test_out_of_place_allreduce(backend: str) -> None:
+    job = run_mpi_job("engine_out_of_place.py", 2, "shm", backend=backend, timeout_s=170)
+    assert_clean(job, 2)
+    for rank in range(2):
+        (record,) = job.records(rank)
+        assert len(record["ran"]) == 3
+        assert record["failures"] == [], record["failures"]
+
+
+@pytest.mark.timeout(200)
 def test_allreduce_matrix(backend: str) -> None:
     job = run_mpi_job("op_matrix.py", 2, "shm", "0,1,7,1000,100003", backend=backend, timeout_s=170)
     assert_clean(job, 2)
