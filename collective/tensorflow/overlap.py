@@ -2,7 +2,8 @@
 
 The gradients go to the engine in buckets of about ``BUCKET_BYTES``, taken in the reverse of the
 variables' order, which is the order backward produces them in a layered model. Each bucket is
-submitted by its own py_function op, which copies the bucket into the engine's buffers, submits it and
+submitted by its own py_function op, which hands the engine the gradients' own memory (DLPack views,
+whose reference keeps TensorFlow from freeing or reusing it) with an output buffer for each, and
 returns a ticket at once; one last op waits for every ticket and returns the reduced tensors. Inside a
 tf.function a submit op depends only on its bucket's gradients (and, through TensorFlow's automatic
 control dependencies between stateful ops, on the submit traced before it), so the engine thread
@@ -38,7 +39,8 @@ _abandoned: list[engine_calls.InFlight] = []
 _tickets = itertools.count(1)
 # One id per traced (or eager) call of allreduce_overlapped: its ops run once per step, in order.
 _sites = itertools.count(1)
-# The arrays gradients are copied into and reduced in, by gradient name, reused from step to step.
+# The arrays the reduced gradients are written into, by gradient name, reused from step to step. The engine
+# reads each gradient where TensorFlow left it (an out-of-place allreduce), so no copy precedes it.
 _buffers: dict[str, np.ndarray] = {}
 
 
