@@ -4,7 +4,8 @@ The gradients go to the engine in buckets of about ``BUCKET_BYTES``, taken in th
 variables' order, which is the order backward produces them in a layered model. Each bucket is
 submitted by its own py_function op, which hands the engine the gradients' own memory (DLPack views,
 whose reference keeps TensorFlow from freeing or reusing it) with an output buffer for each, and
-returns a ticket at once; one last op waits for every ticket and returns the reduced tensors. Inside a
+returns a ticket at once; one last op submits the last bucket (the first layers' gradients, ready only
+when backward ends), waits for every ticket and returns the reduced tensors. Inside a
 tf.function a submit op depends only on its bucket's gradients (and, through TensorFlow's automatic
 control dependencies between stateful ops, on the submit traced before it), so the engine thread
 reduces the last layers' gradients while TensorFlow still computes the first layers'. Only the bucket
@@ -17,7 +18,7 @@ model with hundreds of variables would pay hundreds of times a step.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -72,13 +73,26 @@ def allreduce_overlapped(tensors: Sequence[tf.Tensor], names: Sequence[str], op:
     """Every tensor reduced across the set's ranks, submitted bucket by bucket (see the module)."""
     plan = buckets(tensors)
     site = next(_sites)
+    *early, last = plan
     tickets: list[tf.Tensor] = []
     try:
-        for position, bucket in enumerate(plan):
-            tickets.append(_submit_op([tensors[i] for i in bucket], [names[i] for i in bucket], op, prescale,
-                                      postscale, process_set, site, starts_step=position == 0))
+        for position, bucket in enumerate(early):
+            submit = _submitter([names[i] for i in bucket], op, prescale, postscale, process_set, site,
+                                starts_step=position == 0)
+            (ticket,) = run(lambda *arrays, submit=submit: [np.array(submit(*arrays), np.int64)],
+                            [tensors[i] for i in bucket], [tf.int64], [tf.TensorShape([])])
+            tickets.append(ticket)
+        # The last bucket is ready only when backward ends, and then waited for at once: one op does both,
+        # which saves a bridge crossing a step.
+        submit_last = _submitter([names[i] for i in last], op, prescale, postscale, process_set, site,
+                                 starts_step=not early)
+        earlier = len(tickets)
+
+        def submit_last_and_wait(*inputs: np.ndarray) -> list[np.ndarray]:
+            return _wait(*inputs[:earlier], submit_last(*inputs[earlier:]))
         order = [i for bucket in plan for i in bucket]
-        reduced = run(_wait, tickets, [tensors[i].dtype for i in order], [tensors[i].shape for i in order])
+        reduced = run(submit_last_and_wait, tickets + [tensors[i] for i in last], [tensors[i].dtype for i in order],
+                      [tensors[i].shape for i in order])
     except Exception:
         # Eagerly, the buckets already submitted are known here (a graph's are reaped by its next step).
         if tf.executing_eagerly():
@@ -90,9 +104,10 @@ def allreduce_overlapped(tensors: Sequence[tf.Tensor], names: Sequence[str], op:
     return out
 
 
-def _submit_op(tensors: list[tf.Tensor], names: list[str], op: ReduceOp, prescale: float, postscale: float,
-               process_set: ProcessSet, site: int, starts_step: bool) -> tf.Tensor:
-    def submit(*arrays: np.ndarray) -> list[np.ndarray]:
+def _submitter(names: list[str], op: ReduceOp, prescale: float, postscale: float, process_set: ProcessSet,
+               site: int, starts_step: bool) -> Callable[..., int]:
+    """What a bucket's op runs: submits the gradients (numpy views) and returns the bucket's ticket."""
+    def submit(*arrays: np.ndarray) -> int:
         if starts_step:
             _abandon([ticket for ticket, (owner, _) in _in_flight.items() if owner == site])
             _release_finished()
@@ -102,10 +117,8 @@ def _submit_op(tensors: list[tf.Tensor], names: list[str], op: ReduceOp, prescal
         # large gradient out of place, reading it from TensorFlow's memory (the views keep it alive).
         _in_flight[ticket] = (site, engine_calls.start_allreduce_from(arrays, outputs, names, op, prescale, postscale,
                                                                       process_set=process_set))
-        return [np.array(ticket, np.int64)]
-
-    (ticket,) = run(submit, tensors, [tf.int64], [tf.TensorShape([])])
-    return ticket
+        return ticket
+    return submit
 
 
 def _abandon(tickets: list[int]) -> None:
@@ -129,7 +142,7 @@ def _release_finished() -> None:
         _abandoned.remove(in_flight)
 
 
-def _wait(*tickets: np.ndarray) -> list[np.ndarray]:
+def _wait(*tickets: np.ndarray | int) -> list[np.ndarray]:
     """Every bucket's reduced arrays, in bucket order. Waits for all of them before raising the first
     error, since until then the engine may still write into the arrays."""
     pending = [_in_flight.pop(int(ticket))[1] for ticket in tickets]
