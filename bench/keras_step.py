@@ -262,7 +262,7 @@ def run_profile(steps: int, rounds: int) -> None:
             finally:
                 spent[key] += time.perf_counter() - start
         return call
-    engine_calls.start_allreduce_from = timed("submit", engine_calls.start_allreduce_from)
+    engine_calls.start_allreduce = timed("submit", engine_calls.start_allreduce)
     overlap._wait = timed("wait", overlap._wait)
 
     model = build_model()

@@ -135,41 +135,41 @@ def allreduce(arrays: Sequence[np.ndarray], names: Sequence[str | None], op: Red
 
 
 def start_allreduce(arrays: Sequence[np.ndarray], names: Sequence[str | None], op: ReduceOp, prescale: float = 1.0,
-                    postscale: float = 1.0, grouped: bool = False, process_set: ProcessSet | None = None
-                    ) -> InFlight:
-    """``allreduce`` without the wait: the reduced values are in ``.arrays`` once ``.wait()`` returns."""
-    return start_allreduce_in_place(_writable_copies(arrays), names, op, prescale, postscale, grouped, process_set)
+                    postscale: float = 1.0, grouped: bool = False, process_set: ProcessSet | None = None,
+                    outputs: Sequence[np.ndarray] | None = None) -> InFlight:
+    """``allreduce`` without the wait: the reduced values are in ``.arrays`` once ``.wait()`` returns.
 
-
-def start_allreduce_from(sources: Sequence[np.ndarray], outputs: Sequence[np.ndarray], names: Sequence[str | None],
-                         op: ReduceOp, prescale: float = 1.0, postscale: float = 1.0,
-                         process_set: ProcessSet | None = None) -> InFlight:
-    """Allreduces out of place: each of ``sources`` (read-only views of a framework's tensors will do) is
-    read where it is and its reduction written into the matching array of ``outputs`` (C-contiguous,
-    writable, same shape and dtype), with no copy of the input first. The sources are kept alive with
-    the requests, since the engine reads them until each completes."""
-    def submit(engine: Engine, index: int, buffer: np.ndarray, name: str | None, code: int) -> int:
-        source = as_buffer(sources[index], code)
-        return engine.submit(CollectiveKind.ALLREDUCE, name, buffer, code, op=op, prescale=prescale,
-                             postscale=postscale, source=source)
-    in_flight = _submit_all(outputs, names, submit, process_set)
-    in_flight.sources = sources
-    return in_flight
-
-
-def start_allreduce_in_place(works: Sequence[np.ndarray], names: Sequence[str | None], op: ReduceOp,
-                             prescale: float = 1.0, postscale: float = 1.0, grouped: bool = False,
-                             process_set: ProcessSet | None = None) -> InFlight:
-    """``start_allreduce`` on arrays the engine may reduce into as they are (C-contiguous, writable)."""
-    group_of: list[tuple[int, int]] = [(-1, 0)] * len(works)
+    An array this process owns (writable, C-contiguous: a bfloat16 tensor's private copy) is reduced in
+    place. Any other (a read-only view of a TensorFlow tensor) is read where it is, out of place, into
+    ``outputs[i]`` when given (writable, C-contiguous, its shape and dtype), else into a new aligned
+    array, so that no copy of the input precedes the allreduce; the views are kept with the requests,
+    since the engine reads them until each completes."""
+    placed = [_placed(a, None if outputs is None else outputs[i]) for i, a in enumerate(arrays)]
+    group_of: list[tuple[int, int]] = [(-1, 0)] * len(placed)
     if grouped:
-        group_of = groups_by_dtype([w.dtype for w in works])
+        group_of = groups_by_dtype([a.dtype for a, _ in placed])
 
     def submit(engine: Engine, index: int, buffer: np.ndarray, name: str | None, code: int) -> int:
         group, group_size = group_of[index]
+        source = placed[index][1]
         return engine.submit(CollectiveKind.ALLREDUCE, name, buffer, code, op=op, prescale=prescale, postscale=postscale,
-                             group=group, group_size=group_size)
-    return _submit_all(works, names, submit, process_set)
+                             group=group, group_size=group_size,
+                             source=None if source is None else as_buffer(source, code))
+    in_flight = _submit_all([result for result, _ in placed], names, submit, process_set)
+    in_flight.sources = [source for _, source in placed if source is not None]
+    return in_flight
+
+
+def _placed(array: np.ndarray, output: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """Where an allreduce of ``array`` writes its result, and where it reads its input when that is
+    elsewhere (None: in place)."""
+    if not array.flags.c_contiguous:
+        return aligned_copy(array), None
+    if output is not None:
+        return output, array
+    if array.flags.owndata and array.flags.writeable:
+        return array, None
+    return aligned_empty(array.shape, array.dtype), array
 
 
 def broadcast(arrays: Sequence[np.ndarray], names: Sequence[str | None], root_rank: int,

@@ -115,8 +115,8 @@ def _submitter(names: list[str], op: ReduceOp, prescale: float, postscale: float
         ticket = next(_tickets)
         # Not as a group: the engine copies a group through its fusion buffer whole, where it reduces a
         # large gradient out of place, reading it from TensorFlow's memory (the views keep it alive).
-        _in_flight[ticket] = (site, engine_calls.start_allreduce_from(arrays, outputs, names, op, prescale, postscale,
-                                                                      process_set=process_set))
+        _in_flight[ticket] = (site, engine_calls.start_allreduce(arrays, names, op, prescale, postscale,
+                                                                 process_set=process_set, outputs=outputs))
         return ticket
     return submit
 
