@@ -14,6 +14,8 @@ using Clock = std::chrono::steady_clock;
 constexpr char kJoinName[] = "__join__";
 // Negotiation rounds happen every cycle even when idle: wait for peers without burning a core.
 constexpr WaitPolicy kNegotiationWait{0, 0};
+// An idle engine's rounds are at most 2^this cycle times apart (EngineOptions::cycle_time_ms).
+constexpr int kLongestIdleDoublings = 4;
 // A negotiation message is at most this long.
 constexpr size_t kMaxNegotiationBytes = size_t(1) << 30;
 
@@ -135,6 +137,7 @@ void Engine::loop() {
   // Named, so that top -H, gdb and /proc tell the engine from the framework's threads.
   pthread_setname_np(pthread_self(), "collective-eng");
   auto next = Clock::now();
+  int idle_doublings = 0;
   try {
     while (true) {
       {
@@ -143,23 +146,26 @@ void Engine::loop() {
         wake_.wait_until(lock, next, [&] { return stop_requested_ || work_ready_; });
         work_ready_ = false;
       }
-      const bool go_on = cycle();
+      const RoundOutcome round = cycle();
       bool waiting_on_peers;
       {
         std::lock_guard<std::mutex> lock(mutex_);
         if (stopped_) break;
         waiting_on_peers = !in_flight_.empty();
       }
+      // An empty round with nothing of ours pending doubles the pause before the next; anything else
+      // resets it. The ranks see the same answers, so idle ranks stretch alike and stay in phase.
+      idle_doublings = round.news || waiting_on_peers ? 0 : std::min(idle_doublings + 1, kLongestIdleDoublings);
       // Counted from the end of the round: every rank receives the coordinator's answer at about the
       // same moment, so this keeps idle ranks' rounds in phase.
-      next = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                std::chrono::duration<double, std::milli>(options_.cycle_time_ms));
+      next = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(
+                                options_.cycle_time_ms * double(1 << idle_doublings)));
       // Requests some peers have not submitted yet: go straight into the next round, which blocks (without
       // spinning) until every peer sends its message, so a late peer's submit completes them at once, not
       // at this rank's next tick. Not when every rank waits on another (a mismatch, a stall, or ranks
       // that submitted in different orders) and the round brought nothing new: all would go on trading
       // empty rounds as fast as they can, so they take the timer's pace (or a submit's) instead.
-      if (go_on && waiting_on_peers) next = Clock::now();
+      if (round.go_on && waiting_on_peers) next = Clock::now();
     }
   } catch (const Error& e) {
     int cause = e.peer_rank() >= 0 ? e.peer_rank() : mesh_.rank();
@@ -172,7 +178,7 @@ void Engine::loop() {
   }
 }
 
-bool Engine::cycle() {
+Engine::RoundOutcome Engine::cycle() {
   RankMessage mine;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -202,8 +208,10 @@ bool Engine::cycle() {
             list.shutdown_rank);
     fail_everything(e);
   }
-  const bool news = !mine.requests.empty() || !mine.cached.empty() || !list.responses.empty();
-  return news || !list.every_rank_waiting;
+  RoundOutcome out;
+  out.news = !mine.requests.empty() || !mine.cached.empty() || !list.responses.empty();
+  out.go_on = out.news || !list.every_rank_waiting;
+  return out;
 }
 
 ResponseList Engine::negotiate(const RankMessage& mine) {

@@ -31,6 +31,8 @@ struct EngineOptions {
   size_t fusion_threshold_bytes = 128 << 20;  // Horovod's default; 0 turns fusion off
   // An idle engine's negotiation round interval (Horovod's default). A submit starts a round at once, so
   // this bounds only how soon a rank notices what its peers did without it: their requests, stalls, joins.
+  // Rounds that bring nothing, with nothing of this rank's pending, stretch it, doubling up to
+  // 16 times, so an idle engine does not take a training step's CPU for empty rounds.
   double cycle_time_ms = 1.0;
   size_t cache_capacity = 1024;               // response cache entries
   std::string timeline;                       // Chrome trace JSON, written by rank 0; empty = off
@@ -79,9 +81,12 @@ class Engine {
     std::chrono::steady_clock::time_point enqueued;
   };
   void loop();
-  // One negotiation round; true when a rank still holding unanswered requests should start the next
-  // round at once (see loop()).
-  bool cycle();
+  struct RoundOutcome {
+    bool news = false;   // requests sent or responses received: the ranks are busy
+    bool go_on = false;  // a rank still holding unanswered requests should start the next round at once
+  };
+  // One negotiation round (see loop()).
+  RoundOutcome cycle();
   bool worth_waking_for(const RequestSpec& spec);
   ResponseList negotiate(const RankMessage& mine);
   ResponseList coordinate(const RankMessage& mine);
