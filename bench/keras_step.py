@@ -15,6 +15,8 @@ random data. Configurations, each started as its own set of processes from here:
             (Keras 3.15's model.fit fails under MultiWorkerMirroredStrategy while building the model,
             so the strategy is measured with its documented custom-loop form.)
   single    one process, plain optimizer, the custom step at the per-rank batch (compute only)
+  pair      single's process started once per rank, side by side, with no communication: what the ranks'
+            compute alone costs when they share the machine (on 2 cores, 2 ranks leave no core idle)
   bare      the allreduce alone (Average) of the same bytes: one float32 array per model variable, all
             submitted to the same engine at once and waited for, on 2 ranks from collective.run; no
             TensorFlow, no copies (the engine reduces the arrays in place)
@@ -43,7 +45,7 @@ from _baseline import SAFE_PATH, SUFFIX as BASELINE_SUFFIX, checked_baseline
 from _step_runs import free_port, interleaved_medians, print_step_table, run_processes
 
 MARKER = "@@keras_step "
-STEP_CONFIGS = ("ours", "ours-fit", "mwms", "single")
+STEP_CONFIGS = ("ours", "ours-fit", "mwms", "single", "pair")
 CONFIGS = STEP_CONFIGS + ("bare",)
 ROLES = CONFIGS + ("latency", "profile")
 BASELINE_CONFIGS = ("ours", "ours-fit", "bare")  # what --baseline also runs on the other build
@@ -363,6 +365,9 @@ def commands(config: str, args: argparse.Namespace) -> list[tuple[list[str], dic
     if config.startswith("ours") or config == "bare":
         launcher = [sys.executable, "-m", "collective.run", "-np", str(args.ranks), "--timeout", "600"]
         return [(launcher + me[1:] + role, env)]
+    if config == "pair":
+        role[1] = "single"
+        return [(me + role, env) for _ in range(args.ranks)]
     if config == "mwms":
         workers = [f"127.0.0.1:{free_port()}" for _ in range(args.ranks)]
         return [(me + role, {**env, "TF_CONFIG": json.dumps({"cluster": {"worker": workers},
@@ -401,6 +406,10 @@ def drive(args: argparse.Namespace) -> None:
                 overhead = step[config] - step["single"]
                 print(f"{config} step overhead {overhead * 1e3:.1f} ms = {overhead / step[bare]:.2f} x the {bare} "
                       f"allreduce (target <= {OVERHEAD_TARGET:g})")
+                if "pair" in step:
+                    shared = step[config] - step["pair"]
+                    print(f"  over the pair (the ranks' compute side by side, no communication): {shared * 1e3:.1f} ms "
+                          f"= {shared / step[bare]:.2f} x")
 
 
 def main() -> None:

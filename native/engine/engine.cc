@@ -42,6 +42,9 @@ Engine::Engine(Mesh& mesh, EngineOptions options) : mesh_(mesh), options_(std::m
     timeline_.open(options_.timeline, 0);
   }
   thread_ = std::thread([this] { loop(); });
+  // Named, so that top -H, gdb and /proc tell the engine from the framework's threads; from here, so that
+  // the name is there as soon as the engine is.
+  pthread_setname_np(thread_.native_handle(), "collective-eng");
 }
 
 Engine::~Engine() {
@@ -134,8 +137,6 @@ void Engine::start_timeline(const std::string& path, bool mark_cycles) {
 void Engine::stop_timeline() { timeline_.close(); }
 
 void Engine::loop() {
-  // Named, so that top -H, gdb and /proc tell the engine from the framework's threads.
-  pthread_setname_np(pthread_self(), "collective-eng");
   auto next = Clock::now();
   int idle_doublings = 0;
   try {
