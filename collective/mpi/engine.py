@@ -132,7 +132,7 @@ class MpiEngine:
         what else is submitted meanwhile, for fusion), or the caller's wait runs the cycle at once."""
         data, code, dims = tensor_array(tensor, dtype, shape) if tensor is not None else (None, -1, ())
         if source is not None:
-            self._copy_source(kind, name, data, code, source)
+            self._copy_source(kind, name, data, code, dims, source)
         template = self._template(kind, name or None, code, dims, op, root, prescale, postscale, splits)
         if name:
             return self._enqueue(template, tuple(template), data)
@@ -141,11 +141,13 @@ class MpiEngine:
                                  data)
 
     @staticmethod
-    def _copy_source(kind: CollectiveKind, name: str | None, data: Any, code: Any, source: Any) -> None:
+    def _copy_source(kind: CollectiveKind, name: str | None, data: Any, code: Any, dims: Sequence[int],
+                     source: Any) -> None:
         label = repr(name) if name else "(unnamed)"
         if kind != CollectiveKind.ALLREDUCE or data is None:
             raise InvalidArgumentError(f"a separate input tensor is for allreduce only, not {kind.name.lower()} {label}")
-        values = np.asarray(source)
+        # An address (torch) has the output's dtype and shape; a buffer says its own.
+        values = tensor_array(source, code, dims)[0] if isinstance(source, int) else np.asarray(source)
         if values.dtype != data.dtype or values.size != data.size:
             raise InvalidArgumentError(f"the input of {label} is {values.size} {values.dtype} elements, its output "
                                        f"{data.size} {data.dtype}")

@@ -129,9 +129,17 @@ def allreduce_async(tensor: torch.Tensor, average: bool | None = None, name: str
                     op: ReduceOp | None = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                     process_set: ProcessSet = global_process_set) -> int:
     """Starts reducing ``tensor`` across ranks; ``synchronize`` returns a new tensor, ``tensor`` is untouched."""
-    check_tensor(tensor, name)
-    return allreduce_async_(contiguous_clone(tensor), average, name, op, prescale_factor, postscale_factor,
-                            process_set)
+    code = check_tensor(tensor, name)
+    if cuda_ops.is_cuda(tensor) or not tensor.is_contiguous():
+        return allreduce_async_(contiguous_clone(tensor), average, name, op, prescale_factor, postscale_factor,
+                                process_set)
+    # Out of place: the engine reads ``tensor`` where it is and writes only the new one (no copy first).
+    source = tensor.detach()
+    output = torch.empty_like(source, memory_format=torch.contiguous_format)
+    engine = _engine(process_set)
+    request = _submit(engine, CollectiveKind.ALLREDUCE, name, output, code, op=resolve_op(op, average),
+                      prescale=prescale_factor, postscale=postscale_factor, source=source.data_ptr())
+    return register([(request, code)], lambda _results: output, (source, output), engine=engine)
 
 
 def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,

@@ -23,9 +23,12 @@ int64_t enqueue(PyEngine& e, CollectiveKind kind, const std::string& name, nb::h
   call.spec.group_size = group_size;
   if (source.is_none()) return e.engine->enqueue(std::move(call.spec), call.data());
   if (!call.tensor) fail(ErrorKind::kInvalidArgument, "a separate input needs an output tensor, for '" + name + "'");
-  // Typed by its own buffer format, so that a source of another dtype is refused rather than reinterpreted;
-  // bfloat16 arrives as its uint16 bit pattern, as the output does.
-  TensorArg input(source, std::nullopt, nb::none(), false, name);
+  // A buffer is typed by its own format, so that a source of another dtype is refused rather than
+  // reinterpreted (bfloat16 arrives as its uint16 bit pattern, as the output does); an address (torch)
+  // has the output's dtype and shape.
+  const bool by_address = PyLong_Check(source.ptr());
+  TensorArg input(source, by_address ? std::optional<DType>(call.spec.dtype) : std::nullopt,
+                  by_address ? nb::cast(call.spec.shape) : nb::none(), false, name);
   const bool same_type = input.dtype() == call.spec.dtype ||
                          (call.spec.dtype == DType::kBFloat16 && input.dtype() == DType::kUInt16);
   if (!same_type || element_count(input.shape()) != element_count(call.spec.shape)) {
