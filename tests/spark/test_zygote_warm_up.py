@@ -78,3 +78,10 @@ def test_a_failing_warm_up_is_logged_and_the_fit_starts_its_ranks_itself(local_s
     assert [r["started_by"] for r in ranks] == ["task", "task"], ranks
     assert "injected failure of the warm-up task" in caplog.text, caplog.text
     assert len(fitted.getHistory()) == 2
+
+
+def test_an_elastic_fit_forks_its_first_formation_from_the_warm_up_zygotes(local_spark, store, tmp_path) -> None:
+    """run_elastic's tasks key their zygote as spark_hvd.run's do, so the warm-up serves its first stage too."""
+    fitted, ranks = _fit(local_spark, store, tmp_path, "elastic", elastic=True)
+    assert [r["started_by"] for r in ranks] == ["zygote", "zygote"], ranks
+    assert len(fitted.getHistory()) == 2
