@@ -48,6 +48,7 @@ class ZygoteWarmUp:
         self.group_id = f"spark_hvd.warm_up-{uuid.uuid4().hex}"
         self.zygotes: dict[int, int] = {}       # partition -> zygote pid, once the stage succeeded
         self.error: BaseException | None = None
+        self._finished = False
         self._thread = threading.Thread(target=self._run, name="spark-hvd-warm-up", daemon=True)
 
     def start(self) -> "ZygoteWarmUp":
@@ -64,9 +65,11 @@ class ZygoteWarmUp:
         return self
 
     def finish(self) -> None:
-        """Ends the warm-up: normally it has; else it is cancelled (its running tasks complete) and awaited."""
-        if not self._thread.is_alive():
+        """Ends the warm-up: normally it has; else it is cancelled (its running tasks complete) and awaited.
+        Once: a second call returns at once."""
+        if self._finished or not self._thread.is_alive():
             return
+        self._finished = True
         try:
             self._spark.sparkContext.cancelJobGroup(self.group_id)
         except Exception as e:  # noqa: BLE001 - the warm-up never fails the run
@@ -129,7 +132,7 @@ def _why_not(spark: Any, num_proc: int, modules: tuple[str, ...]) -> str | None:
     if shape.dynamic_allocation:
         return "dynamic allocation"
     if shape.slots is None or shape.slots < num_proc:
-        return f"{num_proc} rank(s) need as many free slots, the cluster has {shape.slots}"
+        return f"{num_proc} rank(s) need {num_proc} task slots at once, the cluster has {shape.slots}"
     return None
 
 

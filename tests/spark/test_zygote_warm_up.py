@@ -85,3 +85,29 @@ def test_an_elastic_fit_forks_its_first_formation_from_the_warm_up_zygotes(local
     fitted, ranks = _fit(local_spark, store, tmp_path, "elastic", elastic=True)
     assert [r["started_by"] for r in ranks] == ["zygote", "zygote"], ranks
     assert len(fitted.getHistory()) == 2
+
+
+def test_no_warm_up_where_it_cannot_serve_the_run(local_spark, caplog, monkeypatch) -> None:
+    """Without modules, with more ranks than slots, with GPUs per task or under Spark Connect, nothing is
+    submitted and the reason is logged."""
+    from spark_hvd.launch import zygote_warm_up
+    from spark_hvd.launch.launch_checks import ClusterShape
+
+    caplog.set_level(logging.DEBUG, logger=WARM_UP_LOGGER)
+    jobs_before = local_spark.sparkContext.statusTracker().getJobIdsForGroup(None)
+    assert zygote_warm_up.start_warm_up(local_spark, 2, {}, None, ()) is None
+    assert zygote_warm_up.start_warm_up(local_spark, 3, {}, None, ("wave",)) is None
+
+    class ConnectSession:   # what spark_hvd tells a Spark Connect session by
+        __module__ = "pyspark.sql.connect.session"
+
+    assert zygote_warm_up.start_warm_up(ConnectSession(), 2, {}, None, ("wave",)) is None
+    monkeypatch.setattr(zygote_warm_up, "describe_cluster",
+                        lambda spark: ClusterShape(master="local[2]", slots=2, task_gpus="1"))
+    assert zygote_warm_up.start_warm_up(local_spark, 2, {}, None, ("wave",)) is None
+    assert local_spark.sparkContext.statusTracker().getJobIdsForGroup(None) == jobs_before
+    reasons = [record.getMessage() for record in caplog.records]
+    assert reasons == ["spark_hvd warm-up skipped: no keep_warm modules",
+                       "spark_hvd warm-up skipped: 3 rank(s) need 3 task slots at once, the cluster has 2",
+                       "spark_hvd warm-up skipped: a Spark Connect session",
+                       "spark_hvd warm-up skipped: tasks get GPUs (spark.task.resource.gpu.amount=1)"], reasons
