@@ -163,12 +163,18 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         status.done(f"input checked: {', '.join(plan.names)}")
         store = self._store_for(spark)
         seed = self._seed(DEFAULT_SPLIT_SEED)
-        # One pass over the rows: the Parquet write counts what the row checks need (nulls, lengths, NaN).
-        status.phase("checking the rows and materialising the columns as Parquet under the Store")
-        data = materialize_checked(df, store, plan, seed, num_proc)
-        status.done(f"{'reusing' if data.reused else 'materialised'} {data.train_rows} training and "
-                    f"{data.val_rows} validation rows")
-        return self._fit_on_materialized(data, spark, backend, began, status)
+        # The ranks' zygotes start (and import the framework) while the data is written.
+        warm_up = self._start_warm_up(spark, backend)
+        try:
+            # One pass over the rows: the Parquet write counts what the row checks need (nulls, lengths, NaN).
+            status.phase("checking the rows and materialising the columns as Parquet under the Store")
+            data = materialize_checked(df, store, plan, seed, num_proc)
+            status.done(f"{'reusing' if data.reused else 'materialised'} {data.train_rows} training and "
+                        f"{data.val_rows} validation rows")
+            return self._fit_on_materialized(data, spark, backend, began, status, warm_up)
+        finally:
+            if warm_up is not None:
+                warm_up.finish()
 
     def fit_on_parquet(self, params: dict | None = None, dataset_idx: str | None = None) -> Any:
         """Trains on data materialised before by ``spark_hvd.common.util.prepare_data`` (Horovod's API):
@@ -197,7 +203,7 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         return self._fit_on_materialized(data, spark, backend, began)
 
     def _fit_on_materialized(self, data: Any, spark: Any, backend: Any, began: float,
-                             status: FitStatus | None = None) -> Any:
+                             status: FitStatus | None = None, warm_up: Any = None) -> Any:
         from spark_hvd.common.backend import SparkBackend
         from spark_hvd.estimator.sample import read_sample
 
@@ -215,6 +221,8 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
                                status=status, num_proc=plan.num_proc)
         env = dict(self.getBackendEnv() or {})
         prepared = time.monotonic()
+        if warm_up is not None:
+            warm_up.finish()    # so that it holds no slot the ranks' barrier stage needs
         try:
             if plan.elastic is not None:
                 from spark_hvd.estimator.elastic_launch import run_elastic_fit
@@ -242,6 +250,24 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         if mlflow_log is not None:
             mlflow_log.log_model(model)
         return model
+
+    def _start_warm_up(self, spark: Any, backend: Any) -> Any:
+        """The warm-up stage that starts the ranks' zygotes in the Spark workers (zygote_warm_up.py), keyed on
+        what the launch will use (the backend's options win, as at the launch); None where it cannot serve."""
+        from spark_hvd.common.backend import SparkBackend
+        from spark_hvd.launch import run_arguments as checked
+        from spark_hvd.launch.zygote_warm_up import start_warm_up
+
+        if not self.getPrestartRanks() or not isinstance(backend, SparkBackend):
+            return None
+        options = backend.run_options
+        try:
+            modules = checked.module_names("keep_warm", options.get("keep_warm", self.warm_modules))
+            executable = checked.executable(options.get("executable"))
+            env = checked.rank_env({**backend.env, **(self.getBackendEnv() or {})})
+        except (TypeError, ValueError):
+            return None    # the launch names the bad value
+        return start_warm_up(options.get("spark") or spark, backend.num_processes(), env, executable, modules)
 
     def _plan(self, data: Any, num_proc: int) -> FitPlan:
         batch_size = self.getBatchSize()

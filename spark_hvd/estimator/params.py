@@ -95,6 +95,10 @@ ESTIMATOR_PARAMS: list[ParamSpec] = [
     ParamSpec("use_gpu", "train on the GPU of each task when Spark assigns one", True,
               TypeConverters.toBoolean),
     ParamSpec("start_timeout", "seconds for every rank to start", 600.0, TypeConverters.toFloat),
+    ParamSpec("prestart_ranks", "while the data is materialised, a short Spark stage starts in each Spark worker "
+              "the process that imports the framework and forks the ranks' processes (keep_warm's zygote), so "
+              "the launch need not wait for that import (with a SparkBackend on a classic session, without "
+              "GPUs); False leaves the first fit in a worker to import at launch", True, TypeConverters.toBoolean),
     ParamSpec("elastic", "train elastically (spark_hvd.run_elastic): a lost executor costs the steps since the "
               "last commit, and training goes on at the new number of ranks", False, TypeConverters.toBoolean),
     ParamSpec("min_num_proc", "elastic=True: the fewest ranks training goes on with; default num_proc", None,

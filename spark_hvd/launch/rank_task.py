@@ -7,7 +7,7 @@ import os
 import sys
 import threading
 import traceback
-from typing import Callable, Union
+from typing import Callable, Mapping, Union
 
 from collective.config import inherited_environ
 from collective.processes import describe_exit
@@ -56,7 +56,7 @@ def run_task(spec: TaskSpec, rank: int, prepare: Prepare, meet: Meet, task_kind:
     try:
         try:
             gpu_addresses = prepare()
-            env = child_env(spec, gpu_addresses)
+            env = child_env(spec.env, gpu_addresses)
             key = spare_key(spec.executable, spec.env, env, spec.keep_warm)
             child = take_spare(key, rank, env, sender.send_line, sender.send_event) if spec.keep_warm else None
             if child is None:
@@ -109,14 +109,24 @@ def _result_or_raise(outcome: ChildOutcome, sender: Sender, driver_gone: threadi
     raise RuntimeError(f"spark_hvd rank {failure.rank} failed: {failure.summary}")
 
 
-def child_env(spec: TaskSpec, gpu_addresses: tuple[str, ...]) -> dict[str, str]:
+def child_env(run_env: Mapping[str, str], gpu_addresses: tuple[str, ...]) -> dict[str, str]:
+    """A rank child's environment: this worker's, with its import path and GPUs, and the run's own ``env`` on top."""
     env = inherited_environ()
     env["PYTHONPATH"] = importable_path(env.get("PYTHONPATH"))
     env["PYTHONUNBUFFERED"] = "1"
     if gpu_addresses:
         env[CUDA_VISIBLE_DEVICES] = visible_devices(gpu_addresses, env.get(CUDA_VISIBLE_DEVICES))
-    env.update(spec.env)
+    env.update(run_env)
     return env
+
+
+def prestart_zygote(executable: str | None, run_env: Mapping[str, str], modules: tuple[str, ...]) -> int:
+    """Starts, in this worker, the zygote that a task of a run with this ``executable``, ``env`` and ``keep_warm``
+    and no GPUs would leave after its rank (and take when it starts), keyed as that task keys it; keeps the one
+    there when it has that key already. Returns the zygote's pid. For a warm-up stage ahead of the run
+    (zygote_warm_up.py): the zygote imports while the driver prepares the run."""
+    env = child_env(run_env, ())
+    return leave_spare(spare_key(executable, run_env, env, modules), executable, env, modules).pid
 
 
 def importable_path(inherited: str | None) -> str:

@@ -62,19 +62,20 @@ def take_spare(key: Any, rank: int, env: Mapping[str, str], on_line: Callable[[s
     return None
 
 
-def leave_spare(key: Any, executable: str | None, env: Mapping[str, str], modules: tuple[str, ...]) -> None:
+def leave_spare(key: Any, executable: str | None, env: Mapping[str, str], modules: tuple[str, ...]) -> Zygote:
     """Keeps (or starts) a zygote that imports ``modules`` for the next jobs (from the thread that lives as
-    long as the worker: its main thread, where tasks run)."""
+    long as the worker: its main thread, where tasks run); returns it."""
     global _kept
     with _lock:
         kept = _kept
     if kept is not None and kept[0] == key and kept[1].alive():
-        return
+        return kept[1]
     zygote = Zygote(env, modules, executable=executable)
     with _lock:
         old, _kept = _kept, (key, zygote)
     if old is not None:
         old[1].close()
+    return zygote
 
 
 def _forget(kept: tuple[Any, Zygote]) -> None:

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import contextlib
 from types import ModuleType
-from typing import Iterator
+from typing import Any, Iterator
 
 import cloudpickle
 
 
 @contextlib.contextmanager
-def pickled_by_value(*modules: ModuleType) -> Iterator[None]:
+def pickled_by_value(*modules: ModuleType, pickler: Any = cloudpickle) -> Iterator[None]:
+    """``pickler``: cloudpickle, which pickles what spark_hvd ships itself (a run's payload), or pyspark's own
+    copy of it (``pyspark.cloudpickle``, with a registry of its own), which pickles the functions of Spark's
+    tasks (a mapInArrow function and what it holds)."""
     for module in modules:
-        cloudpickle.register_pickle_by_value(module)
+        pickler.register_pickle_by_value(module)
     try:
         yield
     finally:
         for module in modules:
-            cloudpickle.unregister_pickle_by_value(module)
+            pickler.unregister_pickle_by_value(module)

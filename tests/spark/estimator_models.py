@@ -3,11 +3,14 @@ cloudpickle ship this module by value, so ranks and executors need not import th
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
 import torch
 from torch import nn
+
+from rank_functions import parent_process
 
 
 def classifier(features: int, classes: int, hidden: int = 16, seed: int = 0) -> nn.Module:
@@ -53,4 +56,23 @@ class FailOnce:
         if collective.rank() == self.rank and self.calls > self.after_calls and not os.path.exists(self.marker):
             open(self.marker, "w").close()
             raise RuntimeError(f"injected failure on rank {self.rank} after {self.after_calls} rows")
+        return row
+
+
+class RecordProcess:
+    """A transformation_fn that passes rows through and, in each rank's process, writes once into
+    ``directory`` which process started it: a keep_warm zygote (it was forked) or its Spark task."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.recorded = False
+
+    def __call__(self, row: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        import collective
+
+        if collective.is_initialized() and not self.recorded:   # not the driver's check of a sample
+            self.recorded = True
+            parent, kind = parent_process()
+            with open(os.path.join(self.directory, f"rank{collective.rank()}.json"), "w") as f:
+                json.dump({"pid": os.getpid(), "parent": parent, "started_by": kind}, f)
         return row

@@ -136,7 +136,7 @@ def process_state(marker: str) -> dict:
     the launch imports it), who started it, what earlier jobs left (a marker module, an env variable), a
     draw from numpy's global generator (a fresh process seeds it afresh), and the job itself.
     Then leaves its own marker, which no later job may see."""
-    seen = {"rank": collective.rank(), "size": collective.size(), "pid": os.getpid(), "parent": _parent(),
+    seen = {"rank": collective.rank(), "size": collective.size(), "pid": os.getpid(), "parent": parent_process(),
             "draw": float(np.random.random()),
             "preloaded": "wave" in sys.modules, "markers": sorted(m for m in sys.modules if m.startswith("marker_")),
             "env_marker": os.environ.get("SPARK_HVD_TEST_MARKER"),
@@ -146,7 +146,7 @@ def process_state(marker: str) -> dict:
     return seen
 
 
-def _parent() -> tuple[int, str]:
+def parent_process() -> tuple[int, str]:
     """This process's parent: its pid, and which program it is (a Spark worker, or a keep_warm zygote)."""
     parent = os.getppid()
     with open(f"/proc/{parent}/cmdline", "rb") as cmdline:
@@ -160,5 +160,10 @@ def environment_of(name: str) -> tuple:
 
 def loaded_and_parent(module: str) -> tuple:
     """Whether ``module`` was imported before this job (by a spare), and who started this process."""
-    return module in sys.modules, _parent()[1]
+    return module in sys.modules, parent_process()[1]
 
+
+
+def failing_prestart(executable, run_env, modules) -> int:
+    """Stands in for rank_task.prestart_zygote in a warm-up stage's tasks: fails as a broken warm-up would."""
+    raise RuntimeError("injected failure of the warm-up task")
