@@ -54,6 +54,10 @@ class SparkBackend(Backend):
         """The environment variables this backend gives every rank (a copy)."""
         return dict(self._env)
 
+    def rank_env(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
+        """What the ranks of a call with ``env`` get: this backend's variables, with the call's on top."""
+        return {**self._env, **dict(env or {})}
+
     @property
     def run_options(self) -> dict[str, Any]:
         """The spark_hvd.run keywords this backend was made with (a copy)."""
@@ -65,8 +69,7 @@ class SparkBackend(Backend):
         from spark_hvd.launch.runner import run
 
         options = {**self._run_options, **run_options}
-        full_env = {**self._env, **dict(env or {})}
-        return run(fn, args=args, kwargs=kwargs, num_proc=self.num_processes(), env=full_env, **options)
+        return run(fn, args=args, kwargs=kwargs, num_proc=self.num_processes(), env=self.rank_env(env), **options)
 
     def __repr__(self) -> str:
         return f"SparkBackend(num_proc={self._num_proc!r}, options={sorted(self._run_options)})"

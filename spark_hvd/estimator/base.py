@@ -264,7 +264,7 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         try:
             modules = checked.module_names("keep_warm", options.get("keep_warm", self.warm_modules))
             executable = checked.executable(options.get("executable"))
-            env = checked.rank_env({**backend.env, **(self.getBackendEnv() or {})})
+            env = checked.rank_env(backend.rank_env(self.getBackendEnv()))
         except (TypeError, ValueError):
             return None    # the launch names the bad value
         return start_warm_up(options.get("spark") or spark, backend.num_processes(), env, executable, modules)

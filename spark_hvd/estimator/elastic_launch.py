@@ -17,6 +17,5 @@ def run_elastic_fit(fn: Callable[[], Any], elastic: ElasticPlan, backend: Any, s
 
     options = {"spark": spark, "verbose": verbose, "start_timeout": start_timeout, "keep_warm": keep_warm,
                "commit_store": commit_store, **backend.run_options, "on_event": on_event}
-    full_env = {**backend.env, **dict(env)}
     return run_elastic(fn, num_proc=backend.num_processes(), min_num_proc=elastic.min_num_proc,
-                       max_num_proc=elastic.max_num_proc, env=full_env, **options)
+                       max_num_proc=elastic.max_num_proc, env=backend.rank_env(env), **options)
