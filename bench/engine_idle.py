@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from _baseline import SAFE_PATH, checked_baseline
+from _thread_cpu import thread_cpu_s
 
 MARKER = "@@engine_idle "
 SPELLS = 4
@@ -30,17 +31,7 @@ SPELLS = 4
 def background_cpu_s() -> float:
     """CPU seconds so far of every thread but the main one: the engine's (with OMP_NUM_THREADS=1 numpy
     starts none of its own), found this way in builds that do not name it too."""
-    used = 0.0
-    for task in os.listdir("/proc/self/task"):
-        if int(task) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/self/task/{task}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except FileNotFoundError:
-            continue
-        used += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return used
+    return sum(seconds for name, seconds in thread_cpu_s().items() if name != "main")
 
 
 def rank_main(idle_s: float) -> None:

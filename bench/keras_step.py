@@ -43,6 +43,7 @@ from typing import Any
 
 from _baseline import SAFE_PATH, SUFFIX as BASELINE_SUFFIX, checked_baseline
 from _step_runs import free_port, interleaved_medians, print_step_table, run_processes
+from _thread_cpu import thread_cpu_s
 
 MARKER = "@@keras_step "
 STEP_CONFIGS = ("ours", "ours-fit", "mwms", "single", "pair")
@@ -282,31 +283,17 @@ def run_profile(steps: int, rounds: int) -> None:
     arrays = [np.ones(v.shape, np.float32) for v in variables]
     names = [f"bare.{i}" for i in range(len(arrays))]
 
-    def thread_cpu() -> dict[str, float]:
-        """CPU seconds used so far, by thread name (TensorFlow's pools, the engine, the main thread)."""
-        out: dict[str, float] = {}
-        for task in os.listdir("/proc/self/task"):
-            try:
-                with open(f"/proc/self/task/{task}/stat") as f:
-                    text = f.read()
-            except FileNotFoundError:
-                continue  # ended while listed
-            name = "main" if int(task) == os.getpid() else text[text.index("(") + 1:text.rindex(")")]
-            fields = text.rsplit(")", 1)[1].split()
-            out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        return out
-
     def timeit(fn: Any) -> float:
         for _ in range(WARMUP_STEPS):
             fn()
         spent.update(submit=0.0, wait=0.0)
         times = []
-        before = thread_cpu()
+        before = thread_cpu_s()
         for _ in range(steps):
             start = time.perf_counter()
             fn()
             times.append(time.perf_counter() - start)
-        after = thread_cpu()
+        after = thread_cpu_s()
         used = {k: (v - before.get(k, 0.0)) / steps * 1e3 for k, v in after.items()}
         cpu.append(f"{sum(used.values()):.1f} (" + ", ".join(
             f"{k} {v:.1f}" for k, v in sorted(used.items(), key=lambda kv: -kv[1]) if v >= 0.05) + ")")
