@@ -46,6 +46,8 @@ from spark_hvd.torch_distributed_call import TorchDistributedCall
 _CANCEL_DEADLINE_S = 60.0
 # After success, how long the ranks' last output lines may take to arrive.
 _OUTPUT_DRAIN_S = 10.0
+# After a failure, how long the healthy ranks' last events may take: a rank that lingers delays the error.
+_FAILED_DRAIN_S = REPORT_LAG_S
 
 
 def run(
@@ -309,25 +311,54 @@ class _Supervisor:
                 event = self._events.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 return False
-            if isinstance(event, RankFailed):
-                self._failures.append(event.failure)
-            elif isinstance(event, (JobFailed, JobFinished, StageRows)):
+            if self._take_while_ending(event):
                 return True
         return False
 
     def _cancel_and_wait(self) -> None:
-        """Cancels the stage and waits for Spark to end it, collecting later failure reports."""
+        """Cancels the stage and waits for Spark to end it, collecting later failure reports and
+        delivering the events the ranks sent before they stopped."""
         self._job.cancel()
         deadline = time.monotonic() + _CANCEL_DEADLINE_S
         while True:
             try:
                 event = self._events.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
+                break
+            if self._take_while_ending(event):
+                break
+        self._drain_after_end(deadline)
+
+    def _take_while_ending(self, event: Any) -> bool:
+        """Handles an event that arrives once the job is failing; returns whether the job has ended.
+
+        Each rank's reports come through a reader thread of its own, so a healthy rank's events (an
+        epoch's metrics) can still be on their way when another rank's failure is taken: they are
+        delivered, so that what the job finished is not lost with it."""
+        if isinstance(event, RankFailed):
+            self._failures.append(event.failure)
+        elif isinstance(event, RankEvent):
+            self._deliver_while_ending(event)
+        return isinstance(event, (JobFailed, JobFinished, StageRows))
+
+    def _deliver_while_ending(self, event: RankEvent) -> None:
+        if self._on_event is None:
+            return
+        try:
+            self._on_event(event.rank, event.data)
+        except Exception as e:  # noqa: BLE001 - the job's own failure is the error to raise
+            self._err.write_line(f"{DRIVER_TAG} ".encode(),
+                                 f"rank {event.rank}'s event was not delivered while the job failed: {e!r}".encode())
+
+    def _drain_after_end(self, deadline: float) -> None:
+        """Once the stage is over, reads every rank's connection to its end and takes what is queued."""
+        self._collector.wait_until_all_closed(max(0.0, min(_FAILED_DRAIN_S, deadline - time.monotonic())))
+        while True:
+            try:
+                event = self._events.get_nowait()
+            except queue.Empty:
                 return
-            if isinstance(event, RankFailed):
-                self._failures.append(event.failure)
-            elif isinstance(event, (JobFailed, JobFinished, StageRows)):
-                return
+            self._take_while_ending(event)
 
     def _error_after_job_failed(self, error: BaseException) -> BaseException:
         # A failing rank reports before its task fails, but the report travels on another path.
@@ -337,8 +368,8 @@ class _Supervisor:
                 event = self._events.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 break
-            if isinstance(event, RankFailed):
-                self._failures.append(event.failure)
+            self._take_while_ending(event)
+        self._drain_after_end(time.monotonic() + _FAILED_DRAIN_S)
         if self._failures:
             failure = self._run_error()
             failure.__cause__ = error
