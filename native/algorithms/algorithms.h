@@ -14,10 +14,10 @@
 namespace shvd {
 
 // In place over `count` elements: pipelined ring reduce-scatter then allgather, 2(p-1)/p of the data
-// per rank, around the ranks host by host. Average behaves as Sum here (the caller finishes it).
+// per rank, around the ranks host by host, ending with `finish` applied (see add_ring_allreduce).
 // With `source`, out of place: `data` ends with the reduction, `source` (this rank's values) is only read.
 void ring_allreduce(Mesh& mesh, void* data, size_t count, DType dtype, ReduceOp op, const CollectiveOptions& opts,
-                    const void* source = nullptr);
+                    const void* source = nullptr, const Finish& finish = {});
 
 // Whether an allreduce of `bytes` per rank takes the hierarchy: the mesh's hierarchical_allreduce option
 // when set, else when several hosts hold several ranks and the tensor is past the one-round size. Every

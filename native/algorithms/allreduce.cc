@@ -4,7 +4,8 @@
 // all ranks get identical bits after one round (for direct calls the tensors travel inside the
 // descriptor round itself); larger ones take the pipelined ring, ordered host by host, or across several
 // hosts the hierarchy (hierarchical_allreduce.cc). Prescaling happens before anything
-// is sent, Average's division and the postscale after.
+// is sent, Average's division and the postscale after: on the ring, to each rank's chunk as its last
+// reduction produces it, so the allgather carries finished values; elsewhere, over the whole result.
 #include <algorithm>
 #include <cstring>
 
@@ -16,14 +17,15 @@
 namespace shvd {
 
 void ring_allreduce(Mesh& mesh, void* data, size_t count, DType dtype, ReduceOp op, const CollectiveOptions& opts,
-                    const void* source) {
+                    const void* source, const Finish& finish) {
   if (mesh.size() == 1) {
     if (source != nullptr && source != data) std::memcpy(data, source, count * dtype_size(dtype));
+    apply_finish(data, count, dtype, finish);
     return;
   }
   RingItems ring(2 * mesh.size());
   add_ring_allreduce(ring.sends, ring.recvs, host_ordered_ring(mesh), static_cast<uint8_t*>(data), count, dtype, op,
-                     static_cast<const uint8_t*>(source));
+                     static_cast<const uint8_t*>(source), finish);
   ring.run(mesh, opts);
 }
 
@@ -65,6 +67,7 @@ OwnedResult run_allreduce(OpContext& ctx, const CallInfo& call, void* data, cons
   const int size = ctx.mesh.size();
   const size_t count = element_count(call.shape);
   const size_t bytes = call_bytes(call);
+  const Finish finish = finish_for(call.dtype, call.op, size, call.postscale);
   if (size > 1 && all_inline(agreed, [&](int) { return bytes; })) {
     take_source(ctx, call, data);
     reduce_inline(agreed, ctx.mesh.rank(), static_cast<uint8_t*>(data), 0, count, call.dtype, call.op);
@@ -75,11 +78,13 @@ OwnedResult run_allreduce(OpContext& ctx, const CallInfo& call, void* data, cons
     take_source(ctx, call, data);
     direct_allreduce(ctx.mesh, data, count, call.dtype, call.op, ctx.options, ctx.slots);
   } else {
-    // The ring reads the input where it is: no copy into the output first.
-    ring_allreduce(ctx.mesh, data, count, call.dtype, call.op, ctx.options, ctx.source);
+    // The ring reads the input where it is (no copy into the output first) and finishes each rank's
+    // chunk as it is reduced (no pass over the whole result after).
+    ring_allreduce(ctx.mesh, data, count, call.dtype, call.op, ctx.options, ctx.source, finish);
     ctx.source = nullptr;
+    return {};
   }
-  finish_reduction(data, count, call.dtype, call.op, size, call.postscale);
+  apply_finish(data, count, call.dtype, finish);
   return {};
 }
 

@@ -66,17 +66,7 @@ Agreed agreed_from(CollectiveKind kind, const CallInfo* const* by_rank, size_t s
 }
 
 void finish_reduction(void* data, size_t count, DType dtype, ReduceOp op, int world_size, double postscale) {
-  if (op == ReduceOp::kAverage) {
-    // Horovod averages by folding 1/size into the postscale. For integers without a postscale an exact
-    // integer division gives the same truncated quotient without the double's rounding; with one, the
-    // combined factor truncates once, as Horovod's does (7 * (2.0 / 2) is 7, not (7 / 2) * 2).
-    if (dtype_is_integer(dtype) && postscale == 1.0) {
-      divide(data, count, dtype, world_size);
-    } else {
-      postscale /= double(world_size);
-    }
-  }
-  if (postscale != 1.0) scale(data, count, dtype, postscale);
+  apply_finish(data, count, dtype, finish_for(dtype, op, world_size, postscale));
 }
 
 }  // namespace shvd

@@ -82,7 +82,8 @@ void add_ring_allgather(std::vector<SendItem>& sends, std::vector<RecvItem>& rec
 }
 
 void add_ring_allreduce(std::vector<SendItem>& sends, std::vector<RecvItem>& recvs, const RingView& ring,
-                        uint8_t* data, size_t count, DType dtype, ReduceOp op, const uint8_t* source) {
+                        uint8_t* data, size_t count, DType dtype, ReduceOp op, const uint8_t* source,
+                        const Finish& finish) {
   const int size = ring.size();
   if (size == 1) return;
   Partition parts = split_rows(count, size);
@@ -93,6 +94,7 @@ void add_ring_allreduce(std::vector<SendItem>& sends, std::vector<RecvItem>& rec
     byte_len[i] = parts.rows[i] * elem;
   }
   add_ring_reduce_scatter(sends, recvs, ring, data, parts.offset, parts.rows, dtype, op, 0, source);
+  recvs.back().finish = finish;
   // The allgather's first send is this rank's fully reduced chunk: it streams out as it is produced.
   const size_t* last_reduced = &recvs.back().done;
   add_ring_allgather(sends, recvs, ring, data, byte_offset, byte_len, 0, last_reduced);

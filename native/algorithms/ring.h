@@ -61,8 +61,11 @@ void add_ring_allgather(std::vector<SendItem>& sends, std::vector<RecvItem>& rec
 
 // Appends a whole pipelined ring allreduce of `count` elements at `data` (reduce-scatter, then allgather
 // chained to it): 2(size-1) sends and receives. With `source`, out of place (see add_ring_reduce_scatter):
-// `data` ends with the reduction of every rank's values, `source` is only read.
+// `data` ends with the reduction of every rank's values, `source` is only read. `finish` (Average's
+// division, the postscale) is applied to this rank's chunk as its last reduction produces it, before the
+// allgather sends it on: each rank finishes 1/size of the result, in cache, and all get the same bits.
 void add_ring_allreduce(std::vector<SendItem>& sends, std::vector<RecvItem>& recvs, const RingView& ring,
-                        uint8_t* data, size_t count, DType dtype, ReduceOp op, const uint8_t* source = nullptr);
+                        uint8_t* data, size_t count, DType dtype, ReduceOp op, const uint8_t* source = nullptr,
+                        const Finish& finish = {});
 
 }  // namespace shvd

@@ -165,6 +165,24 @@ void divide(void* buf, size_t count, DType dtype, int64_t divisor) {
   reduce_detail::table()->divide_int(buf, count, dtype, divisor);
 }
 
+Finish finish_for(DType dtype, ReduceOp op, int world_size, double postscale) {
+  Finish finish;
+  finish.factor = postscale;
+  if (op == ReduceOp::kAverage) {
+    if (dtype_is_integer(dtype) && postscale == 1.0) {
+      finish.divisor = world_size;
+    } else {
+      finish.factor = postscale / double(world_size);
+    }
+  }
+  return finish;
+}
+
+void apply_finish(void* buf, size_t count, DType dtype, const Finish& finish) {
+  if (finish.divisor != 1) divide(buf, count, dtype, finish.divisor);
+  if (finish.factor != 1.0) scale(buf, count, dtype, finish.factor);
+}
+
 const char* reduce_isa() { return reduce_detail::table()->name; }
 
 }  // namespace shvd

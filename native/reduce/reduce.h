@@ -53,6 +53,20 @@ void scale(void* buf, size_t count, DType dtype, double factor);
 // - Floats: scale(buf, count, dtype, 1.0 / divisor) (float16/bfloat16 via float32).
 void divide(void* buf, size_t count, DType dtype, int64_t divisor);
 
+// What ends a reduction once every rank's values are summed: Average's division and the postscale.
+// It is element-wise, so each part of a result can be finished on its own (the ring finishes each
+// piece of the chunk it completes as soon as it is reduced, while it is in cache) with the same bits
+// as one pass over the whole.
+struct Finish {
+  int64_t divisor = 1;  // integer Average without a postscale: an exact integer division
+  double factor = 1.0;  // otherwise 1/size and the postscale folded into one scale
+  bool needed() const { return divisor != 1 || factor != 1.0; }
+};
+// Horovod's rule: Average folds 1/size into the postscale, and an integer scale truncates once
+// (7 * (2.0 / 2) is 7, not (7 / 2) * 2); integers without a postscale divide exactly.
+Finish finish_for(DType dtype, ReduceOp op, int world_size, double postscale);
+void apply_finish(void* buf, size_t count, DType dtype, const Finish& finish);
+
 // The instruction set in use: "avx512", "avx2" or "baseline".
 const char* reduce_isa();
 

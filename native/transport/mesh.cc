@@ -422,6 +422,7 @@ static void reduce_arrived(RecvItem& item, const uint8_t* incoming, size_t count
   } else {
     reduce_inplace(item.dst + item.done, incoming, count, item.dtype, item.op);
   }
+  if (item.finish.needed()) apply_finish(item.dst + item.done, count, item.dtype, item.finish);
 }
 
 bool Mesh::progress_recv_tcp(RecvItem& item, Peer& peer) {

@@ -17,6 +17,7 @@
 #include "common/byte_buffer.h"
 #include "common/deadline.h"
 #include "common/types.h"
+#include "reduce/reduce.h"
 #include "transport/host_layout.h"
 #include "transport/shm_ring.h"
 #include "transport/socket.h"
@@ -77,6 +78,9 @@ struct RecvItem {
   const uint8_t* reduce_from = nullptr;
   DType dtype = DType::kUInt8;
   ReduceOp op = ReduceOp::kSum;
+  // With reduce: applied to each piece right after it is reduced, while it is still in cache (the last
+  // receive of an allreduce's reduce-scatter completes this rank's chunk, which is then final).
+  Finish finish;
   // Self-describing receive: the first `describe_bytes` bytes hold a little-endian uint64 total
   // length at offset 8; the payload then grows *grow_into up to max_len.
   ByteBuffer* grow_into = nullptr;
