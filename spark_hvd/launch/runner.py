@@ -234,6 +234,7 @@ class _Supervisor:
         self._after_commit = launch.after_commit
         self._started: set[int] = set()
         self._failures: list[RankFailure] = []
+        self._delivering = True  # until the caller's callback fails: then nothing more is handed to it
         self._t0 = time.monotonic()
 
     def wait(self) -> dict[int, bytes]:
@@ -260,7 +261,9 @@ class _Supervisor:
                         self._deliver(self._after_commit)
                 elif isinstance(event, RankFailed):
                     self._failures.append(event.failure)
-                    if not (event.failure.peer_failure and self._await_root_cause()):
+                    if event.failure.peer_failure and self._await_root_cause():
+                        self._drain_after_end(time.monotonic() + _FAILED_DRAIN_S)
+                    else:
                         self._cancel_and_wait()
                     raise self._run_error()
                 elif isinstance(event, JobFailed):
@@ -289,6 +292,7 @@ class _Supervisor:
             callback()
         except BaseException:
             # The caller's callback failed: the job has no one left to report to.
+            self._delivering = False
             self._cancel_and_wait()
             raise
 
@@ -342,13 +346,15 @@ class _Supervisor:
         return isinstance(event, (JobFailed, JobFinished, StageRows))
 
     def _deliver_while_ending(self, event: RankEvent) -> None:
-        if self._on_event is None:
+        if self._on_event is None or not self._delivering:
             return
         try:
             self._on_event(event.rank, event.data)
         except Exception as e:  # noqa: BLE001 - the job's own failure is the error to raise
+            self._delivering = False
             self._err.write_line(f"{DRIVER_TAG} ".encode(),
-                                 f"rank {event.rank}'s event was not delivered while the job failed: {e!r}".encode())
+                                 f"rank {event.rank}'s event was not delivered while the job failed, nor will "
+                                 f"later ones be: {e!r}".encode())
 
     def _drain_after_end(self, deadline: float) -> None:
         """Once the stage is over, reads every rank's connection to its end and takes what is queued."""

@@ -78,10 +78,27 @@ def test_events_behind_a_job_failure_that_came_first_are_delivered() -> None:
     assert delivered == [(0, epoch(0)), (0, epoch(1))]
 
 
+def test_events_behind_a_peers_reaction_and_the_jobs_end_are_delivered() -> None:
+    # Rank 0 reports only that its peer vanished; the job ends before rank 1 says anything.
+    reaction = RankFailed(RankFailure(0, "PeerFailureError: rank 1 closed its connection", peer_failure=True,
+                                      blamed_rank=1))
+    delivered: list[tuple[int, dict]] = []
+    error, jobs, _ = run_script([reaction, JobFailed(RuntimeError("stage failed")), RankEvent(0, epoch(0))],
+                                lambda rank, data: delivered.append((rank, data)))
+    assert error.rank == 1 and "stopped responding" in str(error)
+    assert delivered == [(0, epoch(0))]
+
+
 def test_a_callback_that_fails_while_the_job_fails_does_not_hide_the_ranks_error() -> None:
+    calls: list[int] = []
+
     def refuse(rank: int, data: dict) -> None:
+        calls.append(rank)
         raise OSError("tracking server unreachable")
 
-    error, _, err = run_script([FAILURE, RankEvent(0, epoch(0)), JobFailed(RuntimeError("stage failed"))], refuse)
+    error, _, err = run_script([FAILURE, RankEvent(0, epoch(0)), RankEvent(0, epoch(1)),
+                                JobFailed(RuntimeError("stage failed"))], refuse)
     assert error.rank == 1 and "injected" in str(error)
-    assert "rank 0's event was not delivered while the job failed" in err and "tracking server unreachable" in err
+    # Said once, and the callback is not called again.
+    assert err.count("event was not delivered while the job failed") == 1, err
+    assert "tracking server unreachable" in err and calls == [0]
