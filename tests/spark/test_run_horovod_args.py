@@ -53,6 +53,8 @@ def mesh_addresses() -> dict:
     collective.allreduce(np.ones(1), op=collective.Sum)  # the mesh is up and in use
     local = sorted({c.laddr.ip for c in psutil.Process().net_connections(kind="tcp")
                     if c.status == psutil.CONN_ESTABLISHED})
+    # A rank that returned first would close its side of the mesh while the other still lists its own.
+    collective.barrier()
     return {"rank": collective.rank(), "local": local,
             "rendezvous_host": parse_host_port(job_config().rendezvous)[0]}
 
