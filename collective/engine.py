@@ -13,6 +13,7 @@ from collective import _native
 from collective._native import CollectiveKind, DType, ReduceOp
 from collective.auto_names import AutoNames, auto_name
 from collective.config import Config
+from collective.reduce_ops import scale_factors
 
 
 class Engine:
@@ -43,22 +44,24 @@ class Engine:
         required), or None (barrier, join). The memory must stay valid until the handle completes.
         An allreduce given ``source`` (a buffer of the same dtype and size, valid as long) reads its
         input there and only writes ``tensor``: the ring reads it in place, so nothing copies it first."""
+        prescale, postscale = scale_factors(prescale, postscale)
         if name:
-            return self._native.enqueue(kind, name, tensor, dtype, shape, op, int(root), float(prescale),
-                                        float(postscale), list(splits), int(group), int(group_size), source)
+            return self._native.enqueue(kind, name, tensor, dtype, shape, op, int(root), prescale, postscale,
+                                        list(splits), int(group), int(group_size), source)
         with self._names.next_number() as number:
             return self._native.enqueue(kind, auto_name(kind.name.lower(), number), tensor, dtype, shape, op,
-                                        int(root), float(prescale), float(postscale), list(splits), int(group),
-                                        int(group_size), source)
+                                        int(root), prescale, postscale, list(splits), int(group), int(group_size),
+                                        source)
 
     def run(self, kind: CollectiveKind, name: str | None, tensor: Any, dtype: DType | None = None,
             shape: Sequence[int] | None = None, op: ReduceOp = ReduceOp.SUM, root: int = -1, prescale: float = 1.0,
             postscale: float = 1.0, splits: Sequence[int] = ()) -> Any:
         """Submits one request and waits for it: takes and returns what the communicator's ``run`` does.
         A call with a tensor gives its ``dtype``."""
+        prescale, postscale = scale_factors(prescale, postscale)
         if name:
-            return self._native.run(kind, name, tensor, dtype, shape, op, int(root), float(prescale),
-                                    float(postscale), list(splits), self._timeout_s * 4)
+            return self._native.run(kind, name, tensor, dtype, shape, op, int(root), prescale, postscale,
+                                    list(splits), self._timeout_s * 4)
         # In two steps, so that the number is used up only once the engine has accepted the request.
         handle = self.submit(kind, None, tensor, dtype, shape, op, root, prescale, postscale, splits)
         return self.wait(handle, DType.uint8 if dtype is None else dtype)

@@ -20,7 +20,7 @@ from collective.dtypes import as_buffer, dtype_code, split_counts
 from collective.engine import wait_all
 from collective.errors import InvalidArgumentError
 from collective.grouped import Member, member_names, submit_group
-from collective.reduce_ops import ReduceOp, Sum, resolve_op
+from collective.reduce_ops import ReduceOp, Sum, resolve_op, scale_factors
 from collective.process_sets import ProcessSet, global_process_set, runtime_for, set_rank_of
 
 # Bound once: looking a member up on its enum class costs about 150 ns, a tenth of a small call.
@@ -52,6 +52,7 @@ def allreduce_(tensor: np.ndarray, average: bool | None = None, name: str | None
                process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Reduces ``tensor`` across all ranks in place and returns it. ``op`` defaults to Average."""
     name = name or ""
+    prescale_factor, postscale_factor = scale_factors(prescale_factor, postscale_factor)
     work = _in_place_target(tensor, "allreduce_")
     code = dtype_code(work.dtype, name)
     op_code = op if type(op) is ReduceOp and average is None else resolve_op(op, average)
@@ -133,6 +134,7 @@ def reducescatter(tensor: np.ndarray, op: ReduceOp | None = None, name: str | No
     Rank r gets rows [offset_r, offset_r + n_r), where the first ``rows % size`` ranks get one extra row.
     """
     name = name or ""
+    prescale_factor, postscale_factor = scale_factors(prescale_factor, postscale_factor)
     array = _as_array(tensor, name)
     code = dtype_code(array.dtype, name)
     flat, out_shape = runtime_for(process_set).collectives.run(CollectiveKind.REDUCESCATTER, name, as_buffer(array, code), code, None,
@@ -143,6 +145,7 @@ def reducescatter(tensor: np.ndarray, op: ReduceOp | None = None, name: str | No
 def _run_group(kind: CollectiveKind, tensors: Sequence[np.ndarray | Sequence], name: str | None,
                process_set: ProcessSet, op: ReduceOp = Sum, prescale_factor: float = 1.0,
                postscale_factor: float = 1.0) -> list[np.ndarray]:
+    prescale_factor, postscale_factor = scale_factors(prescale_factor, postscale_factor)
     names = member_names(name, len(tensors))
     arrays = [_as_array(t, n or "") for t, n in zip(tensors, names)]
     codes = [dtype_code(a.dtype, n or "") for a, n in zip(arrays, names)]

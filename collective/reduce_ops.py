@@ -5,7 +5,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from collective._native import ReduceOp
+from collective.errors import InvalidArgumentError
 
 Sum = ReduceOp.SUM
 Average = ReduceOp.AVERAGE
@@ -26,3 +29,19 @@ def resolve_op(op: ReduceOp | int | None, average: bool | None, default: ReduceO
         return ReduceOp(int(op))
     except ValueError:
         raise ValueError(f"unknown reduce op {op!r}; use Sum, Average, Min, Max or Product") from None
+
+
+def scale_factor(value: Any, parameter: str) -> float:
+    """A prescale or postscale factor as the float the engine takes. Anything that is not a real number
+    is refused, naming ``parameter``; so is a string, which ``float`` would otherwise parse."""
+    if not isinstance(value, (str, bytes)):
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            pass
+    raise InvalidArgumentError(f"{parameter} must be a real number, got {value!r}")
+
+
+def scale_factors(prescale: Any, postscale: Any) -> tuple[float, float]:
+    """Both factors of a call, checked: what every entry point to a transport passes on."""
+    return scale_factor(prescale, "prescale_factor"), scale_factor(postscale, "postscale_factor")

@@ -19,6 +19,7 @@ from collective.mpi import transfers
 from collective.mpi.buffers import tensor_array
 from collective.mpi.calls import Call, agreement_words, calls_from_records, check_agreement, rows_record, \
     validate_call
+from collective.reduce_ops import scale_factors
 
 _PLAN_CAPACITY = 4096  # distinct calls remembered; past it the memory starts over
 
@@ -100,6 +101,7 @@ class MpiCommunicator:
             shape: Sequence[int] | None = None, op: ReduceOp = ReduceOp.SUM, root: int = -1, prescale: float = 1.0,
             postscale: float = 1.0, splits: Sequence[int] = ()) -> Any:
         """One collective now: takes and returns what the native communicator's ``run`` does."""
+        prescale, postscale = scale_factors(prescale, postscale)
         data, code, dims = tensor_array(tensor, dtype, shape) if tensor is not None else (None, -1, ())
         with self._lock:
             call, words, expected, plain = self._plan((kind, name, code, dims, op, root, prescale, postscale,

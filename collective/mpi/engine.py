@@ -41,6 +41,7 @@ from collective.mpi.buffers import ITEMSIZE, STORAGE, tensor_array
 from collective.mpi.calls import Call, check_agreement, kind_name, validate_call
 from collective.mpi.negotiation import Table
 from collective.mpi.tracing import MEMCPY_IN, MEMCPY_OUT, NEGOTIATE, QUEUE, EngineTimeline, now_ns, phase_of
+from collective.reduce_ops import scale_factors
 
 logger = logging.getLogger(__name__)
 
@@ -130,6 +131,7 @@ class MpiEngine:
 
         The background thread is not woken: it picks the request up within a cycle time (gathering
         what else is submitted meanwhile, for fusion), or the caller's wait runs the cycle at once."""
+        prescale, postscale = scale_factors(prescale, postscale)
         data, code, dims = tensor_array(tensor, dtype, shape) if tensor is not None else (None, -1, ())
         if source is not None:
             self._copy_source(kind, name, data, code, dims, source)

@@ -172,6 +172,12 @@ def main() -> None:
             bad["mismatched shapes"] = lambda: hvd.allreduce(np.ones(2 + rank, np.float32), name="shapes")
         if running_engine() is not None:
             bad["a duplicate in-flight name"] = duplicate_name
+        # Refused before anything is sent (a string would otherwise parse as a number), naming the parameter.
+        bad["prescale_factor='2'"] = lambda: hvd.allreduce(np.ones(2, np.float32), prescale_factor="2", name="pre")
+        bad["postscale_factor=None"] = lambda: hvd.grouped_reducescatter([np.ones((size, 2), np.float32)],
+                                                                         postscale_factor=None, name="post")
+        bad["reducescatter's postscale_factor=[2]"] = lambda: hvd.reducescatter(
+            np.ones((size, 2), np.float32), postscale_factor=[2], name="rs.post")
         for what, call in bad.items():
             try:
                 call()
@@ -179,6 +185,9 @@ def main() -> None:
             except ValueError as exc:
                 if not isinstance(exc, hvd.CollectiveError):
                     failures.append(f"{what}: {type(exc).__name__} is not a CollectiveError")
+                parameter = what.split("=")[0].split(" ")[-1]
+                if "factor" in what and f"{parameter} must be a real number" not in str(exc):
+                    failures.append(f"{what}: the error does not name {parameter}: {exc}")
 
     def duplicate_name() -> None:
         submit_duplicate_while_held(running_engine(), CollectiveKind.ALLREDUCE, "dup")

@@ -194,6 +194,9 @@ def errors(c: Checks, mode: str) -> None:
         t, splits=[size * 2] * size, name=f"bad_splits.{mode}"), tf.ones(size * 2)), "splits beyond the first dimension")
     c.raises(tf.errors.InvalidArgumentError, "splits must be integers", lambda: in_mode(mode, lambda t: hvd.alltoall(
         t, splits=tf.ones(size)), tf.ones(size)), "float splits")
+    c.raises(tf.errors.InvalidArgumentError, "postscale_factor must be a real number, got 'x'", lambda: in_mode(
+        mode, lambda t: hvd.allreduce(t, postscale_factor="x", name=f"bad_scale.{mode}"), tf.ones(2)),
+        "a scale factor that is not a number")
     sparse = (tf.ones((1, 2)), tf.constant([0]))
     c.raises(NotImplementedError, "Min", lambda: in_mode(mode, lambda v, i: hvd.allreduce(
         tf.IndexedSlices(v, i), op=hvd.Min), *sparse), "sparse allreduce with Min")

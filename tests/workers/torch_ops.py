@@ -381,7 +381,8 @@ def bad_arguments_are_value_errors(c: Cases) -> None:
     bad = {"splits of the wrong length": lambda: hvd.alltoall(rows, splits=[1] * (size + 1), name="a2a.len"),
            "float splits": lambda: hvd.alltoall(rows, splits=torch.ones(size), name="a2a.type"),
            "splits not summing to the rows": lambda: hvd.alltoall(rows, splits=torch.ones(size, dtype=torch.int32)),
-           "a duplicate in-flight name": _duplicate_name}
+           "a duplicate in-flight name": _duplicate_name,
+           "postscale_factor='x'": lambda: hvd.allreduce(torch.ones(3), postscale_factor="x", name="post")}
     if size > 1:
         bad["mismatched shapes"] = lambda: hvd.allreduce(torch.ones(2 + hvd.rank()), name="shapes")
     for what, call in bad.items():
@@ -391,6 +392,8 @@ def bad_arguments_are_value_errors(c: Cases) -> None:
         except ValueError as exc:
             c.check(isinstance(exc, hvd.HorovodInternalError) or what != "mismatched shapes",
                     f"{what}: {type(exc).__name__} is not a HorovodInternalError")
+            c.check("factor" not in what or "postscale_factor must be a real number, got 'x'" in str(exc),
+                    f"{what}: the error does not name the parameter: {exc}")
 
 
 def _duplicate_name() -> None:
