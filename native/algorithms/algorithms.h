@@ -51,9 +51,10 @@ void pairwise_alltoallv(Mesh& mesh, const uint8_t* send, const std::vector<size_
                         const std::vector<size_t>& recv_len, const CollectiveOptions& opts);
 
 // In place over `data`, split into per-rank element ranges (offset, count): afterwards range `rank`
-// holds the full reduction. Other ranges hold partial results.
+// holds the full reduction, with `finish` applied as the last receive produced it. Other ranges hold
+// partial results.
 void ring_reducescatter(Mesh& mesh, void* data, const std::vector<size_t>& elem_offset,
                         const std::vector<size_t>& elem_count, DType dtype, ReduceOp op,
-                        const CollectiveOptions& opts);
+                        const CollectiveOptions& opts, const Finish& finish = {});
 
 }  // namespace shvd

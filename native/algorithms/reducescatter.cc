@@ -13,12 +13,17 @@ namespace shvd {
 
 void ring_reducescatter(Mesh& mesh, void* data, const std::vector<size_t>& elem_offset,
                         const std::vector<size_t>& elem_count, DType dtype, ReduceOp op,
-                        const CollectiveOptions& opts) {
-  if (mesh.size() == 1) return;
+                        const CollectiveOptions& opts, const Finish& finish) {
+  if (mesh.size() == 1) {
+    apply_finish(static_cast<uint8_t*>(data) + elem_offset[0] * dtype_size(dtype), elem_count[0], dtype, finish);
+    return;
+  }
   RingItems ring(mesh.size());
   // Shift -1 so that each ring position ends holding its own rank's chunk (chunks listed in ring order).
   add_ring_reduce_scatter(ring.sends, ring.recvs, host_ordered_ring(mesh), static_cast<uint8_t*>(data),
                           in_ring_order(mesh, elem_offset), in_ring_order(mesh, elem_count), dtype, op, -1);
+  // The last receive completes this rank's chunk: it is finished piece by piece as it is reduced.
+  ring.recvs.back().finish = finish;
   ring.run(mesh, opts);
 }
 
@@ -62,12 +67,13 @@ OwnedResult run_reducescatter(OpContext& ctx, const CallInfo& call, void*, const
   uint8_t* work = ctx.work.data();
   const size_t mine_at = plan.elem_offset[me] * elem;
   const size_t my_count = plan.elem_count[me];
+  const Finish finish = finish_for(call.dtype, call.op, size, call.postscale);
   if (size > 1 && all_inline(agreed, [&](int) { return bytes; })) {
     reduce_inline(agreed, me, work, mine_at, my_count, call.dtype, call.op);
+    apply_finish(work + mine_at, my_count, call.dtype, finish);
   } else {
-    ring_reducescatter(ctx.mesh, work, plan.elem_offset, plan.elem_count, call.dtype, call.op, ctx.options);
+    ring_reducescatter(ctx.mesh, work, plan.elem_offset, plan.elem_count, call.dtype, call.op, ctx.options, finish);
   }
-  finish_reduction(work + mine_at, my_count, call.dtype, call.op, size, call.postscale);
   OwnedResult out;
   out.shape = call.shape;
   out.shape[0] = int64_t(plan.rows[me]);
