@@ -18,7 +18,7 @@ import collective
 from collective._native import CollectiveKind
 from collective.errors import InvalidArgumentError
 from collective.nccl import Route, route_tensor
-from collective.reduce_ops import ReduceOp
+from collective.reduce_ops import ReduceOp, scale_factors
 from collective.torch.cuda_context import CudaContext, cuda_context
 from collective.torch.handles import poll, register, synchronize
 from collective.torch.tensors import check_tensor, checked_call, label
@@ -90,6 +90,7 @@ def _reduce(context: CudaContext, buffer: torch.Tensor, code: int, op: ReduceOp,
 def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], names: Sequence[str | None], op: ReduceOp,
                              prescale: float, postscale: float, cpu_grouped: Callable[..., int]) -> int:
     """In place; ``cpu_grouped`` is the engine's grouped allreduce, for host staging."""
+    prescale, postscale = scale_factors(prescale, postscale)
     targets = list(tensors)
     codes = [check_tensor(t, n) for t, n in zip(targets, names)]
     context = _context_for(targets[0], names[0])
