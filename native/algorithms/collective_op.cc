@@ -65,8 +65,4 @@ Agreed agreed_from(CollectiveKind kind, const CallInfo* const* by_rank, size_t s
   return agreed;
 }
 
-void finish_reduction(void* data, size_t count, DType dtype, ReduceOp op, int world_size, double postscale) {
-  apply_finish(data, count, dtype, finish_for(dtype, op, world_size, postscale));
-}
-
 }  // namespace shvd

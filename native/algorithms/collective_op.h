@@ -94,9 +94,6 @@ void validate_call(CallInfo& call, int size);
 // For an op's validate: the call needs a first dimension to split or gather along.
 void require_rows(const CallInfo& call);
 
-// Shared by the reductions: Average divides by the world size (folded into the postscale when there is one,
-// as Horovod does), then the postscale factor applies.
-void finish_reduction(void* data, size_t count, DType dtype, ReduceOp op, int world_size, double postscale);
 // Direct calls whose tensors all came inside the descriptor round: reduces `count` elements at byte
 // `offset` of every rank's copy into this rank's `local` copy, in rank order, so every rank gets the
 // same bits.

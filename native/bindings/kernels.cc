@@ -28,7 +28,7 @@ void register_kernels(nb::module_& m) {
       "finish_reduction",
       [](uintptr_t buf, size_t count, DType dtype, ReduceOp op, int world_size, double postscale) {
         nb::gil_scoped_release release;
-        finish_reduction(reinterpret_cast<void*>(buf), count, dtype, op, world_size, postscale);
+        apply_finish(reinterpret_cast<void*>(buf), count, dtype, finish_for(dtype, op, world_size, postscale));
       },
       nb::arg("buf"), nb::arg("count"), nb::arg("dtype"), nb::arg("op"), nb::arg("world_size"), nb::arg("postscale"),
       "Average's division, then the postscale: how every reduction ends.");
