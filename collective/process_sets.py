@@ -10,6 +10,7 @@ thread, so sets used at the same time cannot deadlock each other.
 from __future__ import annotations
 
 import json
+import operator
 import threading
 from typing import Any, Sequence
 
@@ -150,12 +151,22 @@ def require_global(process_set: ProcessSet | None, what: str) -> None:
         raise NotImplementedError(f"{what} with a process_set other than the global one is not implemented yet")
 
 
+def rank_number(value: Any, what: str) -> int:
+    """``value`` (a ``root_rank`` or other rank argument) as an int. Only integers are ranks: a float
+    such as 1.5 is refused rather than truncated, and a string rather than parsed."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise InvalidArgumentError(f"{what} must be an integer rank, got {value!r}") from None
+
+
 def set_rank_of(runtime: _Runtime, global_rank: int, what: str) -> int:
     """The set rank of ``global_rank`` (a ``root_rank``), for a call on ``runtime``."""
+    global_rank = rank_number(global_rank, what)
     if runtime.members is None:
-        return int(global_rank)
+        return global_rank
     try:
-        return runtime.members.index(int(global_rank))
+        return runtime.members.index(global_rank)
     except ValueError:
         raise InvalidArgumentError(f"{what} {global_rank} is not in the process set (ranks "
                                    f"{list(runtime.members)})") from None

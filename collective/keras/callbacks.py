@@ -8,6 +8,7 @@ from typing import Any, Callable, Iterable
 import keras
 import numpy as np
 
+from collective.process_sets import rank_number
 from collective.reduce_ops import Average
 from collective.runtime import size
 from collective.tensorflow import engine_calls
@@ -22,7 +23,7 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
 
     def __init__(self, root_rank: int = 0, device: str = "", local_variables: Iterable[Any] | None = None) -> None:
         super().__init__()
-        self.root_rank = int(root_rank)
+        self.root_rank = rank_number(root_rank, "root_rank")
         self.broadcast_done = False
         # Variables each rank keeps its own value of (Horovod's local_variables), by identity.
         self.local_variables = {id(v): v for v in (local_variables or [])}

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 import tensorflow as tf
 
-from collective.process_sets import ProcessSet, global_process_set, runtime_for
+from collective.process_sets import ProcessSet, global_process_set, rank_number, runtime_for
 from collective.reduce_ops import Average, ReduceOp, Sum, resolve_op as _resolve_op
 from collective.runtime import rank
 from collective.tensorflow import engine_calls
@@ -276,7 +276,10 @@ def broadcast(tensor: Any, root_rank: int, name: str | None = None, ignore_name_
 def check_root(root_rank: int, name: str | None,
                 process_set: ProcessSet = global_process_set) -> tuple[int, int]:
     """``root_rank`` (a global rank), checked against the ranks of ``process_set``, and its rank there."""
-    root = int(root_rank)
+    try:
+        root = rank_number(root_rank, "root_rank")
+    except CollectiveError as error:
+        raise invalid_argument(str(error)) from None
     runtime = runtime_for(process_set)
     members = runtime.members
     if members is None:

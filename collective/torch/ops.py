@@ -20,6 +20,7 @@ from collective.process_sets import (
     ProcessSet,
     global_process_set,
     global_rank_of,
+    rank_number,
     require_global,
     runtime_for,
     set_rank_of,
@@ -232,7 +233,7 @@ def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None = No
     in Horovod), in place; ``synchronize`` returns ``tensor``."""
     if cuda_ops.is_cuda(tensor):
         _on_cpu(process_set, "broadcast")
-        return cuda_ops.broadcast_async_(tensor, int(root_rank), name, broadcast_async_)
+        return cuda_ops.broadcast_async_(tensor, rank_number(root_rank, "root_rank"), name, broadcast_async_)
     code = check_tensor(tensor, name)
     work = _writable(tensor)
     runtime = runtime_for(process_set)

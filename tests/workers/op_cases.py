@@ -178,6 +178,9 @@ def main() -> None:
                                                                          postscale_factor=None, name="post")
         bad["reducescatter's postscale_factor=[2]"] = lambda: hvd.reducescatter(
             np.ones((size, 2), np.float32), postscale_factor=[2], name="rs.post")
+        # A rank that is not an integer is refused, not parsed (a string) or truncated (1.5 would be rank 1).
+        bad["root_rank='0'"] = lambda: hvd.broadcast(np.ones(2, np.float32), root_rank="0", name="root.str")
+        bad["root_rank=0.5"] = lambda: hvd.broadcast(np.ones(2, np.float32), root_rank=0.5, name="root.float")
         for what, call in bad.items():
             try:
                 call()
@@ -188,6 +191,8 @@ def main() -> None:
                 parameter = what.split("=")[0].split(" ")[-1]
                 if "factor" in what and f"{parameter} must be a real number" not in str(exc):
                     failures.append(f"{what}: the error does not name {parameter}: {exc}")
+                if "root_rank" in what and "root_rank must be an integer rank" not in str(exc):
+                    failures.append(f"{what}: the error does not name root_rank: {exc}")
 
     def duplicate_name() -> None:
         submit_duplicate_while_held(running_engine(), CollectiveKind.ALLREDUCE, "dup")

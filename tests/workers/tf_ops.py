@@ -197,6 +197,9 @@ def errors(c: Checks, mode: str) -> None:
     c.raises(tf.errors.InvalidArgumentError, "postscale_factor must be a real number, got 'x'", lambda: in_mode(
         mode, lambda t: hvd.allreduce(t, postscale_factor="x", name=f"bad_scale.{mode}"), tf.ones(2)),
         "a scale factor that is not a number")
+    c.raises(tf.errors.InvalidArgumentError, "root_rank must be an integer rank, got 0.5", lambda: in_mode(
+        mode, lambda t: hvd.broadcast(t, root_rank=0.5, name=f"bad_root.{mode}"), tf.ones(2)),
+        "a root rank that is not an integer")
     sparse = (tf.ones((1, 2)), tf.constant([0]))
     c.raises(NotImplementedError, "Min", lambda: in_mode(mode, lambda v, i: hvd.allreduce(
         tf.IndexedSlices(v, i), op=hvd.Min), *sparse), "sparse allreduce with Min")

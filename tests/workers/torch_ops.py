@@ -382,7 +382,8 @@ def bad_arguments_are_value_errors(c: Cases) -> None:
            "float splits": lambda: hvd.alltoall(rows, splits=torch.ones(size), name="a2a.type"),
            "splits not summing to the rows": lambda: hvd.alltoall(rows, splits=torch.ones(size, dtype=torch.int32)),
            "a duplicate in-flight name": _duplicate_name,
-           "postscale_factor='x'": lambda: hvd.allreduce(torch.ones(3), postscale_factor="x", name="post")}
+           "postscale_factor='x'": lambda: hvd.allreduce(torch.ones(3), postscale_factor="x", name="post"),
+           "root_rank=0.5": lambda: hvd.broadcast(torch.ones(3), root_rank=0.5, name="root.float")}
     if size > 1:
         bad["mismatched shapes"] = lambda: hvd.allreduce(torch.ones(2 + hvd.rank()), name="shapes")
     for what, call in bad.items():
@@ -394,6 +395,8 @@ def bad_arguments_are_value_errors(c: Cases) -> None:
                     f"{what}: {type(exc).__name__} is not a HorovodInternalError")
             c.check("factor" not in what or "postscale_factor must be a real number, got 'x'" in str(exc),
                     f"{what}: the error does not name the parameter: {exc}")
+            c.check("root_rank" not in what or "root_rank must be an integer rank, got 0.5" in str(exc),
+                    f"{what}: the error does not name root_rank: {exc}")
 
 
 def _duplicate_name() -> None:
