@@ -170,7 +170,9 @@ class FitProgress:
         self._done_steps = max(self._done_steps, target)
 
     def _epoch_done(self, epoch: int, metrics: dict[str, float]) -> None:
-        self._step(epoch, self.steps_per_epoch, None)
+        # Step events are throttled, so a fast epoch may send none: the bar's loss would be the last one
+        # sent (the first step's, in a short fit). The epoch's own loss replaces it.
+        self._step(epoch, self.steps_per_epoch, metrics.get("loss"))
         now = time.monotonic()
         took = now - (self._epoch_started if self._epoch_started is not None else now)
         self._epoch_started = now

@@ -80,3 +80,19 @@ def test_a_notebook_without_ipywidgets_gets_plain_lines_and_no_warning(monkeypat
     assert [line.split(":")[0] for line in text.splitlines()] == [
         "spark-hvd", "spark-hvd", "epoch 1/2", "epoch 2/2", "spark-hvd"], text
     assert not recwarn.list
+
+
+def test_the_bar_shows_each_epochs_loss_when_no_step_event_came_in_the_epoch() -> None:
+    from spark_hvd.estimator.progress import FitProgress, _Display
+
+    display = _Display(stream=io.StringIO(), notebook=False)
+    progress = FitProgress(epochs=3, steps_per_epoch=4, display=display)
+    progress.on_event(0, {"type": "start", "first_epoch": 0})
+    # Rank 0 throttles its step events: in a fast fit, the first step's is the only one.
+    progress.on_event(0, {"type": "step", "epoch": 0, "step": 0, "loss": 2.302})
+    seen = []
+    for epoch, loss in enumerate((1.68, 0.55)):
+        progress.on_event(0, {"type": "epoch", "epoch": epoch, "metrics": {"loss": loss, "val_loss": 0.9}})
+        seen.append(display.bar.postfix)
+    assert seen == ["loss=1.68", "loss=0.55"]
+    progress.close()
