@@ -267,7 +267,9 @@ def broadcast(tensor: Any, root_rank: int, name: str | None = None, ignore_name_
 
         def backward(dy: tf.Tensor) -> tf.Tensor:
             averaged = allreduce(dy, op=Average, name=_grad_name(submitted), process_set=process_set)
-            return averaged if rank() == root else tf.zeros_like(averaged)
+            # Times 0, not zeros_like: a TF1 Session prunes what the fetched tensor does not depend on,
+            # and the non-root ranks must still run the allreduce the root waits in.
+            return averaged if rank() == root else averaged * 0
         return y, backward
 
     return _from_bits(forward(x), original)

@@ -290,6 +290,9 @@ def tf1_session(c: Checks, mode: str) -> None:
         summed = hvd.allreduce(x, op=hvd.Sum)
         gathered = hvd.allgather(tf.reshape(x, [1, 3]))
         (grad,) = tf.gradients(tf.reduce_sum(hvd.allreduce(x, op=hvd.Average)), x)
+        # A Session runs only what the fetched tensor needs: the non-root ranks' zero gradient must still
+        # depend on the allreduce the root waits in.
+        (broadcast_grad,) = tf.gradients(tf.reduce_sum(hvd.broadcast(x, root_rank=0) * (rank + 1.0)), x)
         variable = tf.compat.v1.Variable(np.full(2, float(rank)))
         sync = hvd.broadcast_global_variables(0)
         # A TF1 optimizer: one step of plain SGD (rate 1) on loss = sum(w * (rank + 1)) moves w by the mean.
@@ -305,6 +308,7 @@ def tf1_session(c: Checks, mode: str) -> None:
         with tf.compat.v1.Session() as session:
             session.run([tf.compat.v1.global_variables_initializer(), tf.compat.v1.local_variables_initializer()])
             got_sum, got_gathered, got_grad = session.run([summed, gathered, grad])
+            got_broadcast_grad = session.run(broadcast_grad)
             session.run(sync)
             got_variable = session.run(variable)
             session.run(barrier)
@@ -317,6 +321,7 @@ def tf1_session(c: Checks, mode: str) -> None:
     c.close(got_sum, np.full(3, size * (size + 1) / 2), "Session allreduce")
     c.close(got_gathered, np.stack([np.full(3, r + 1.0) for r in range(size)]), "Session allgather")
     c.close(got_grad, np.ones(3), "Session allreduce gradient")
+    c.close(got_broadcast_grad, np.full(3, (size + 1) / 2 if rank == 0 else 0.0), "Session broadcast gradient")
     c.close(got_variable, np.zeros(2), "broadcast_global_variables in a Session")
     c.close(got_weight, np.full(2, -(size + 1) / 2), "DistributedOptimizer of a TF1 optimizer")
     mean = (size + 1) / 2
