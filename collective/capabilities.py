@@ -80,6 +80,11 @@ def ddl_built() -> bool:
     return False
 
 
+def sycl_built() -> bool:
+    """False: there is no SYCL (Intel GPU) path."""
+    return False
+
+
 __all__ = ["ccl_built", "cuda_built", "ddl_built", "gloo_built", "gloo_enabled", "mpi_built", "mpi_enabled",
-           "mpi_threads_supported", "nccl_built", "rocm_built",
+           "mpi_threads_supported", "nccl_built", "rocm_built", "sycl_built",
            "is_homogeneous"]  # a topology query, exported with these as Horovod's packages export it

@@ -10,7 +10,7 @@ import os
 from typing import Any, Iterator, Sequence, TypeVar
 
 from collective.capabilities import (ccl_built, cuda_built, ddl_built, gloo_built, mpi_built, nccl_built,
-                                     rocm_built)
+                                     rocm_built, sycl_built)
 
 T = TypeVar("T")
 
@@ -102,4 +102,4 @@ def _set_or_unset(name: str, value: str | None) -> None:
 
 
 __all__ = ["ccl_built", "check_extension", "cuda_built", "ddl_built", "env", "gloo_built", "gpu_available",
-           "is_version_greater_equal_than", "mpi_built", "nccl_built", "rocm_built", "split_list"]
+           "is_version_greater_equal_than", "mpi_built", "nccl_built", "rocm_built", "split_list", "sycl_built"]

@@ -11,10 +11,12 @@ import collective
 from collective.common import util
 from collective.config import launcher_rank_and_size
 from collective.runner.common.util.env import get_env_rank_and_size
+from collective.runner.util.threads import in_thread, on_event
 
 
 def test_build_queries_are_the_packages_own() -> None:
-    for name in ("mpi_built", "gloo_built", "nccl_built", "cuda_built", "rocm_built", "ccl_built", "ddl_built"):
+    for name in ("mpi_built", "gloo_built", "nccl_built", "cuda_built", "rocm_built", "ccl_built", "ddl_built",
+                 "sycl_built"):
         assert getattr(util, name)() == getattr(collective, name)(), name
 
 
@@ -78,3 +80,37 @@ def test_get_env_rank_and_size_reads_this_process(monkeypatch) -> None:
     monkeypatch.setenv("HOROVOD_RANK", "3")
     monkeypatch.setenv("HOROVOD_SIZE", "5")
     assert get_env_rank_and_size() == (3, 5)
+
+
+def test_in_thread_runs_the_target_and_silent_swallows_what_it_raises() -> None:
+    import threading
+
+    got: list[int] = []
+    in_thread(got.append, (7,)).join(timeout=30)
+    assert got == [7]
+    failures: list[BaseException] = []
+    previous, threading.excepthook = threading.excepthook, lambda hook_args: failures.append(hook_args.exc_value)
+    try:
+        in_thread(lambda: 1 / 0, silent=True).join(timeout=30)
+        assert failures == []
+        in_thread(lambda: 1 / 0).join(timeout=30)
+        assert [type(f) for f in failures] == [ZeroDivisionError]
+    finally:
+        threading.excepthook = previous
+    with pytest.raises(ValueError, match="args must be a tuple, not list"):
+        in_thread(got.append, [1])
+
+
+def test_on_event_calls_once_the_event_is_set_and_not_after_stop() -> None:
+    import threading
+
+    event, stop, got = threading.Event(), threading.Event(), []
+    waiting = on_event(event, got.append, ("called",), stop=stop, check_stop_interval_s=0.01)
+    assert waiting.is_alive() and got == []
+    event.set()
+    waiting.join(timeout=30)
+    assert got == ["called"]
+    stopped = on_event(threading.Event(), got.append, ("never",), stop=stop, check_stop_interval_s=0.01)
+    stop.set()
+    stopped.join(timeout=30)
+    assert not stopped.is_alive() and got == ["called"]
