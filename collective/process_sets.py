@@ -349,7 +349,40 @@ def add_initial_sets(process_sets: Sequence[ProcessSet | Sequence[int]] | str | 
         return
     if isinstance(process_sets, str):
         raise ValueError(f"process_sets must be a list of ProcessSet or 'dynamic', got {process_sets!r}")
-    for process_set in process_sets:
+    job = current()
+    every_rank = tuple(range(job.topology.size))
+    listed: set[tuple[int, ...]] = set()
+    duplicates: list[int] = []
+    for number, entry in enumerate(process_sets):
+        process_set = entry if isinstance(entry, ProcessSet) else ProcessSet(entry)
         if process_set is global_process_set:
             continue
+        if process_set.mpi_comm is not None:
+            add_process_set(process_set)
+            continue
+        ranks = tuple(process_set.ranks or ())
+        # As in Horovod: a set the list repeats, or the global set's ranks, gets no id of its own; the others
+        # are still added, and the error names the repeats once every rank has added them.
+        if ranks == every_rank or ranks in listed:
+            duplicates.append(number)
+            continue
+        listed.add(ranks)
+        existing = next((set_id for set_id, known in job.process_set_ranks.items() if known == ranks), None)
+        if existing is not None:  # from an earlier init(process_sets=...): Horovod binds to it
+            process_set.ranks, process_set.process_set_id = list(ranks), existing
+            continue
         add_process_set(process_set)
+    if duplicates:
+        raise ValueError(f"init(process_sets=...): entries {duplicates} repeat an earlier entry or the global set's "
+                         "ranks; they were not added (the others were)")
+
+
+class HorovodBasics:
+    """What Horovod's ``mpi_ops._basics`` shows that scripts and tests read: the running job's process sets."""
+
+    @staticmethod
+    def _get_process_set_ids_and_ranks() -> dict[int, list[int]]:
+        """Every process set of the job by id, the global set (0) included, with its global ranks."""
+        job = current()
+        return {0: list(range(job.topology.size)),
+                **{set_id: list(ranks) for set_id, ranks in sorted(job.process_set_ranks.items())}}

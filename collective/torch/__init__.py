@@ -85,3 +85,5 @@ from collective.capabilities import *  # noqa: E402,F401,F403  (the names in its
 from collective.capabilities import __all__ as _capability_names  # noqa: E402
 
 __all__ += _capability_names
+
+from collective.torch import mpi_ops  # noqa: E402,F401  (hvd.mpi_ops, which re-exports the names above)

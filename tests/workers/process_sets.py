@@ -9,6 +9,7 @@ import threading
 import numpy as np
 
 import collective as hvd
+from collective.process_sets import HorovodBasics
 from collective.runtime import engine as running_engine, start_engine
 from common import Cases, report
 
@@ -120,6 +121,34 @@ def main() -> None:
             except ValueError as exc:
                 if "root_rank 1" not in str(exc):
                     failures.append(f"unclear root error: {exc}")
+
+    @case
+    def init_again_binds_known_sets_and_names_repeats() -> None:
+        """Horovod's rule: a later init(process_sets=...) binds sets whose ranks exist to their ids; entries
+        that repeat one another or the global set get no id and a ValueError, and the rest are still added."""
+        same_as_low = hvd.ProcessSet(reversed(low.ranks))
+        first_only = hvd.ProcessSet([0])  # in no set of the 3- or 4-rank job yet
+        listed = [same_as_low, hvd.ProcessSet(range(size - 1, -1, -1)), first_only, hvd.ProcessSet([0])]
+        try:
+            hvd.init(process_sets=listed)
+            failures.append("init(process_sets=...) with repeated entries was accepted")
+        except ValueError as exc:
+            if "entries [1, 3]" not in str(exc):
+                failures.append(f"the repeats are not named: {exc}")
+        if same_as_low.process_set_id != low.process_set_id:
+            failures.append(f"a set with low's ranks was not bound to low's id: {same_as_low}")
+        if first_only.process_set_id in (None, 0) or (rank == 0) is not first_only.included():
+            failures.append(f"the new set was not added: {first_only}")
+        elif rank == 0:
+            check(failures, "the new set's allreduce", hvd.allreduce(np.array([5]), op=hvd.Sum, process_set=first_only),
+                  np.array([5]))
+        # What Horovod's tests read through hvd.mpi_ops._basics: every set by id, the global one as 0.
+        listing = HorovodBasics()._get_process_set_ids_and_ranks()
+        want = {0: list(range(size)), first_only.process_set_id: [0],
+                **{ps.process_set_id: ps.ranks for ps in sets.values() if ps.process_set_id is not None}}
+        if listing != want:
+            failures.append(f"_get_process_set_ids_and_ranks() = {listing}, want {want}")
+        hvd.barrier()
 
     @case
     def remove_then_add_again() -> None:
