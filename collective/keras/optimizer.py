@@ -90,7 +90,7 @@ class _Distributed:
         reduced across ranks as ``apply`` would reduce them. ``apply``/``apply_gradients`` then takes them
         as they are. With ``backward_passes_per_step`` > 1 they stay local: ``apply`` sums them and reduces
         every that many passes, as Horovod's aggregation does."""
-        variables = list(var_list)
+        variables = tf.nest.flatten(var_list)  # Keras 2 took nested lists of variables; so does Horovod's
         if callable(loss):
             tape = tf.GradientTape() if tape is None else tape
             with tape:
@@ -125,6 +125,13 @@ class _Distributed:
         return [(scale_local(g, settings.reducer.process_set) if settings.scale_local_gradients else g)
                 if is_local else next(reduced)
                 for g, is_local in zip(grads, local)]
+
+    def apply_gradients(self, grads_and_vars: Any, name: str | None = None,
+                        experimental_aggregate_gradients: bool = True, **kwargs: Any) -> Any:
+        """Keras 3's ``apply_gradients``, also taking the Keras 2 arguments Horovod scripts pass (``name``,
+        ``experimental_aggregate_gradients``), which change nothing here: the gradients are reduced in
+        ``apply`` either way."""
+        return super().apply_gradients(grads_and_vars, **kwargs)  # type: ignore[misc]
 
     @not_converted
     def apply(self, grads: Sequence[Any], trainable_variables: Sequence[Any] | None = None) -> Any:
