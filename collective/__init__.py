@@ -28,7 +28,7 @@ from collective.ops import (
     reducescatter,
 )
 from collective.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
-from collective.reduce_ops import Average, Max, Min, Product, ReduceOp, Sum
+from collective.reduce_ops import Adasum, Average, Max, Min, Product, ReduceOp, Sum
 from collective.runtime import (
     cross_rank,
     cross_size,
@@ -44,7 +44,7 @@ from collective.runtime import (
 from collective.timeline import start_timeline, stop_timeline
 
 __all__ = [
-    "Average", "AuthenticationError", "CollectiveError", "CollectiveTimeoutError", "Config",
+    "Adasum", "Average", "AuthenticationError", "CollectiveError", "CollectiveTimeoutError", "Config",
     "InvalidArgumentError", "Max", "Min", "MismatchError", "NotInitializedError", "PeerFailureError",
     "ProcessSet", "Product", "ReduceOp", "Sum", "add_process_set", "allgather", "allreduce", "allreduce_", "alltoall", "barrier",
     "broadcast", "broadcast_", "cross_rank", "cross_size", "global_process_set", "grouped_allgather", "grouped_reducescatter", "init",

@@ -17,6 +17,21 @@ Max = ReduceOp.MAX
 Product = ReduceOp.PRODUCT
 
 
+class NotImplementedOp:
+    """A reduce op Horovod has that this package does not implement. The name exists, so that scripts and
+    tests that mention it import and can catch the error; any collective given it raises
+    NotImplementedError (a RuntimeError, which Horovod's torch ops raise for an op they refuse)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+Adasum = NotImplementedOp("Adasum")
+
+
 def resolve_op(op: ReduceOp | int | None, average: bool | None, default: ReduceOp = Average) -> ReduceOp:
     """Horovod's rule: ``op`` wins; the deprecated ``average=`` flag maps to Average/Sum."""
     if op is not None and average is not None:
@@ -25,9 +40,12 @@ def resolve_op(op: ReduceOp | int | None, average: bool | None, default: ReduceO
         if average is None:
             return default
         return Average if average else Sum
+    if isinstance(op, NotImplementedOp):
+        raise NotImplementedError(f"op={op.name} is not implemented here; use Sum or Average (see the migration "
+                                  "guide)")
     try:
         return ReduceOp(int(op))
-    except ValueError:
+    except (TypeError, ValueError):
         raise ValueError(f"unknown reduce op {op!r}; use Sum, Average, Min, Max or Product") from None
 
 

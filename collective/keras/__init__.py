@@ -23,6 +23,7 @@ from collective.keras.ops import allgather, allreduce, broadcast, reducescatter
 from collective.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer
 from collective.keras.saving import load_model
 from collective.tensorflow import (
+    Adasum,
     Average,
     CollectiveError,
     CollectiveTimeoutError,
@@ -69,7 +70,7 @@ from collective.keras import elastic  # noqa: E402  (hvd.elastic, which builds o
 from collective.elastic.errors import HostsUpdatedInterrupt  # noqa: E402
 
 __all__ = [
-    "Average", "BestModelCheckpoint", "BroadcastGlobalVariablesCallback", "CollectiveError", "CollectiveTimeoutError", "Compression",
+    "Adasum", "Average", "BestModelCheckpoint", "BroadcastGlobalVariablesCallback", "CollectiveError", "CollectiveTimeoutError", "Compression",
     "DistributedOptimizer", "HorovodInternalError", "HostsUpdatedInterrupt", "InvalidArgumentError", "LearningRateScheduleCallback",
     "LearningRateWarmupCallback", "Max", "MetricAverageCallback", "Min", "MismatchError", "NotInitializedError",
     "PartialDistributedOptimizer", "PeerFailureError", "ProcessSet", "Product", "ReduceOp", "Sum", "SyncBatchNormalization",

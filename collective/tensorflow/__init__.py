@@ -24,7 +24,7 @@ from collective.errors import (
     PeerFailureError,
 )
 from collective.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
-from collective.reduce_ops import Average, Max, Min, Product, ReduceOp, Sum
+from collective.reduce_ops import Adasum, Average, Max, Min, Product, ReduceOp, Sum
 from collective.runtime import cross_rank, cross_size, is_initialized, local_rank, local_size, rank, size
 from collective.tensorflow.compression import Compression
 from collective.tensorflow.functions import (
@@ -63,7 +63,7 @@ from collective.tensorflow import elastic  # noqa: E402  (hvd.elastic, which bui
 from collective.elastic.errors import HostsUpdatedInterrupt  # noqa: E402
 
 __all__ = [
-    "Average", "CollectiveError", "CollectiveTimeoutError", "Compression", "DistributedGradientTape",
+    "Adasum", "Average", "CollectiveError", "CollectiveTimeoutError", "Compression", "DistributedGradientTape",
     "DistributedOptimizer",
     "HorovodInternalError", "HostsUpdatedInterrupt", "InvalidArgumentError", "Max", "Min", "MismatchError", "NotInitializedError",
     "PartialDistributedGradientTape", "PeerFailureError", "ProcessSet", "Product", "ReduceOp", "Sum",

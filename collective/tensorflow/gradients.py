@@ -9,7 +9,7 @@ from typing import Any, Sequence
 import tensorflow as tf
 
 from collective.process_sets import ProcessSet, global_process_set
-from collective.reduce_ops import Average, ReduceOp, Sum
+from collective.reduce_ops import Average, ReduceOp, Sum, resolve_op
 from collective.tensorflow.bridge import as_tensor, not_converted, op_name
 from collective.tensorflow.compression import Compression, Compressor
 from collective.tensorflow.ops import allreduce
@@ -45,6 +45,7 @@ class GradientReducer:
     def __post_init__(self) -> None:
         if not isinstance(self.process_set, ProcessSet):
             raise ValueError(f"process_set must be a ProcessSet, got {type(self.process_set).__name__}")
+        resolve_op(self.op, None)  # NotImplementedError for Adasum, ValueError for what is no op at all
         if self.op not in (Sum, Average):
             raise ValueError(f"gradients can be reduced with op=Average or op=Sum, not {ReduceOp(self.op).name}")
         if self.gradient_predivide_factor != 1.0 and self.op != Average:

@@ -44,7 +44,10 @@ def resolve_op(op: ReduceOp | int | None, average: bool | None) -> ReduceOp:
     if average is not None:
         warnings.warn("the `average` argument is deprecated; use op=Average or op=Sum", DeprecationWarning,
                       stacklevel=3)
-    return _resolve_op(op, average)
+    try:
+        return _resolve_op(op, average)
+    except NotImplementedError as error:  # Adasum: past AutoGraph as it is, as Horovod's would be
+        raise not_implemented(str(error)) from None
 
 
 def _grad_name(name: str | None) -> str | None:

@@ -15,7 +15,7 @@ from collective.errors import (
     PeerFailureError,
 )
 from collective.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
-from collective.reduce_ops import Average, Max, Min, Product, ReduceOp, Sum
+from collective.reduce_ops import Adasum, Average, Max, Min, Product, ReduceOp, Sum
 from collective.runtime import cross_rank, cross_size, is_initialized, local_rank, local_size, rank, size
 from collective.torch.autograd import (
     allgather,
@@ -67,7 +67,7 @@ from collective.torch import elastic  # noqa: E402  (hvd.elastic, which builds o
 from collective.elastic.errors import HostsUpdatedInterrupt  # noqa: E402
 
 __all__ = [
-    "Average", "CollectiveError", "CollectiveTimeoutError", "Compression", "DistributedOptimizer",
+    "Adasum", "Average", "CollectiveError", "CollectiveTimeoutError", "Compression", "DistributedOptimizer",
     "HorovodInternalError", "HostsUpdatedInterrupt", "InvalidArgumentError", "Max", "Min", "MismatchError", "NotInitializedError",
     "PeerFailureError", "ProcessSet", "Product", "ReduceOp", "Sum", "SyncBatchNorm", "add_process_set", "allgather", "allgather_async",
     "allgather_object", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "alltoall",

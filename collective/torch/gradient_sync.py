@@ -15,7 +15,7 @@ import torch
 
 from collective.reduce_ops import Average, ReduceOp
 from collective.torch.compression import Compressor
-from collective.process_sets import ProcessSet, global_process_set, require_global
+from collective.process_sets import ProcessSet, global_process_set
 from collective.torch.ops import allreduce_async_, submit_grouped_allreduce_, synchronize
 from collective.torch.sparse import sparse_allreduce_async
 
@@ -54,6 +54,7 @@ class GradientSync:
         self._ready_in_group: dict[tuple[torch.Tensor, ...], set[torch.Tensor]] = {}
         self._submitted: dict[torch.Tensor, _Submission] = {}
         self._order: list[_Submission] = []
+        self._densified: set[torch.Tensor] = set()  # sparse gradients sent dense (sparse_as_dense)
         self._hooks: list[Any] = []
 
     def register_hooks(self) -> None:
@@ -95,6 +96,7 @@ class GradientSync:
                 pass
         self._order.clear()
         self._submitted.clear()
+        self._densified.clear()
         self._ready_in_group.clear()
         self._passes_left = {p: self.backward_passes_per_step for p in self._params}
 
@@ -121,12 +123,14 @@ class GradientSync:
                 # Unused in this step here, but the other ranks still send it.
                 p.grad = torch.zeros_like(p)
             elif p.grad.is_sparse and self._sparse_as_dense:
+                # Reduced dense, handed back sparse: an optimizer such as SparseAdam takes only sparse ones.
                 p.grad = p.grad.to_dense()
+                self._densified.add(p)
         # Sparse gradients travel on their own (their indices and values gathered), uncompressed.
         for p in params:
             if p.grad.is_sparse:
-                _sparse_on_global_set(self._process_set)
-                handle = sparse_allreduce_async(p.grad, name=self._names[p], op=self._op)
+                handle = sparse_allreduce_async(p.grad, name=self._names[p], op=self._op,
+                                                process_set=self._process_set)
                 self._record(_Submission((p,), handle, [p.grad], [None], sparse=True))
         params = tuple(p for p in params if not p.grad.is_sparse)
         if params:
@@ -170,12 +174,12 @@ class GradientSync:
                 result = self._compression.decompress(sent, ctx)
                 if result.data_ptr() != p.grad.data_ptr():  # compressed: bring the result home
                     p.grad.copy_(result)
+        for p in self._densified:
+            p.grad = p.grad.to_sparse()
+        self._densified.clear()
         self._order.clear()
         self._submitted.clear()
         self._passes_left = {p: self.backward_passes_per_step for p in self._params}
         if error is not None:
             raise error
 
-
-def _sparse_on_global_set(process_set: ProcessSet) -> None:
-    require_global(process_set, "DistributedOptimizer's sparse gradients (use sparse_as_dense=True)")

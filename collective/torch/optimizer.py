@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 
-from collective.reduce_ops import Average, ReduceOp
+from collective.reduce_ops import Average, ReduceOp, resolve_op
 from collective.process_sets import ProcessSet, global_process_set, runtime_for
 from collective.torch.compression import Compression, Compressor
 from collective.torch.gradient_sync import GradientSync
@@ -89,8 +89,10 @@ class _DistributedOptimizer:
         self.process_set = process_set
         self._synchronized = False
         self._should_synchronize = True
+        # As in Horovod, a rank outside the set trains on its own gradients: no hooks, nothing to wait for.
+        self._included = process_set.process_set_id is None or bool(process_set.included())
         # With one rank there is nothing to overlap; synchronize() alone does the (trivial) allreduces.
-        if runtime_for(process_set).topology.size > 1:
+        if self._included and runtime_for(process_set).topology.size > 1:
             self._gradient_sync.register_hooks()
 
     @property
@@ -105,8 +107,10 @@ class _DistributedOptimizer:
         self._gradient_sync.set_backward_passes_per_step(passes)
 
     def synchronize(self) -> None:
-        """Waits for every gradient's allreduce; afterwards ``p.grad`` holds the average."""
-        self._gradient_sync.synchronize()
+        """Waits for every gradient's allreduce; afterwards ``p.grad`` holds the average (on a rank outside
+        the optimizer's process set, its own gradient)."""
+        if self._included:
+            self._gradient_sync.synchronize()
         self._synchronized = True
 
     @contextmanager
@@ -182,10 +186,13 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Ite
     ``backward_passes_per_step`` accumulates that many backward passes locally before reducing;
     ``gradient_predivide_factor`` divides before the sum and multiplies after (Average only);
     ``groups`` (or the deprecated ``num_groups``) reduces parameters in fused groups;
-    ``sparse_as_dense`` turns sparse gradients (``nn.Embedding(sparse=True)``) dense before reducing them,
-    else their indices and values are gathered from every rank (``sparse_allreduce_async``);
-    ``process_set`` averages over that set's ranks only (every member wraps its optimizer with it).
+    ``sparse_as_dense`` turns sparse gradients (``nn.Embedding(sparse=True)``) dense to reduce them, and the
+    result sparse again for the step (SparseAdam takes only sparse ones); else their indices and values are
+    gathered from every rank (``sparse_allreduce_async``);
+    ``process_set`` averages over that set's ranks only (every member wraps its optimizer with it); a rank
+    outside the set steps on its own gradients, as in Horovod.
     """
+    op = resolve_op(op, None)  # Adasum's NotImplementedError now, not at the first backward
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if backward_passes_per_step < 1:

@@ -7,7 +7,7 @@ import torch
 
 from collective.errors import InvalidArgumentError
 from collective.reduce_ops import Average, ReduceOp, Sum
-from collective.runtime import size
+from collective.process_sets import ProcessSet, global_process_set, runtime_for
 from collective.torch.handles import poll, register, synchronize
 from collective.torch.ops import allgather_async, resolve_op
 from collective.torch.tensors import label
@@ -25,10 +25,11 @@ def _part(name: str | None, part: str) -> str | None:
     return f"{name}.{part}" if name else None
 
 
-def sparse_allreduce_async(tensor: torch.Tensor, name: str | None = None, op: ReduceOp = Average) -> SparseHandle:
-    """Starts reducing the sparse COO ``tensor`` across ranks; ``synchronize`` (or calling the handle)
-    returns a sparse tensor of the same shape with every rank's entries, their values divided by the
-    number of ranks for Average. Only Sum and Average are sparse reductions."""
+def sparse_allreduce_async(tensor: torch.Tensor, name: str | None = None, op: ReduceOp = Average,
+                           process_set: ProcessSet = global_process_set) -> SparseHandle:
+    """Starts reducing the sparse COO ``tensor`` across the ranks of ``process_set``; ``synchronize`` (or
+    calling the handle) returns a sparse tensor of the same shape with every member's entries, their values
+    divided by the set's size for Average. Only Sum and Average are sparse reductions."""
     if not isinstance(tensor, torch.Tensor) or not tensor.is_sparse:
         raise InvalidArgumentError(f"sparse_allreduce_async: tensor {label(name)} is not a sparse COO tensor")
     reduce_op = resolve_op(op, None)
@@ -38,15 +39,16 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str | None = None, op: Re
     # Allgather concatenates along the first dimension, so the indices travel one entry per row.
     indices = tensor._indices().t().contiguous()
     values = tensor._values()
-    values_handle = allgather_async(values, _part(name, "values"))
-    indices_handle = allgather_async(indices, _part(name, "indices"))
+    members = runtime_for(process_set).topology.size
+    values_handle = allgather_async(values, _part(name, "values"), process_set)
+    indices_handle = allgather_async(indices, _part(name, "indices"), process_set)
     shape = tensor.shape
 
     def finish(_results: list) -> torch.Tensor:
         gathered_values = synchronize(values_handle)
         gathered_indices = synchronize(indices_handle)
         if reduce_op == Average:
-            gathered_values = gathered_values / size()
+            gathered_values = gathered_values / members
         return torch.sparse_coo_tensor(gathered_indices.t(), gathered_values, shape)
     return SparseHandle(register([], finish, (indices, values),
                                  ready=lambda: poll(values_handle) and poll(indices_handle)))

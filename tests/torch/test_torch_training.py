@@ -11,7 +11,7 @@ import pytest
 from jobs import JobResult, run_job
 
 CASES = ["matches_single_process", "backward_passes_per_step", "adam_state_broadcast",
-         "fresh_optimizer_state_broadcast", "sparse_embeddings", "compression_converges",
+         "fresh_optimizer_state_broadcast", "sparse_embeddings", "sparse_adam_with_sparse_as_dense", "compression_converges",
          "synchronize_and_guards", "mismatched_models", "unused_parameters", "sync_batch_norm"]
 
 

@@ -101,6 +101,40 @@ def main() -> None:
             ref_opt.step()
         close("parameters after training", flat(net), flat(reference))
 
+    @case
+    def every_rank_wraps_with_the_pair_and_the_rank_outside_trains_alone() -> None:
+        """Horovod's rule: every rank may build DistributedOptimizer(process_set=pair); rank 1, outside it,
+        steps on its own gradients without waiting for anyone."""
+        net = model()
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1),
+                                       named_parameters=net.named_parameters(), process_set=pair)
+        reference = model()
+        ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+        members = pair.ranks if pair.included() else [rank]
+        for step in range(STEPS):
+            opt.zero_grad()
+            x, y = batch(rank, step)
+            torch.nn.functional.mse_loss(net(x), y).backward()
+            opt.step()
+            ref_opt.zero_grad()
+            losses = [torch.nn.functional.mse_loss(reference(bx), by) for bx, by in (batch(r, step) for r in members)]
+            (sum(losses) / len(losses)).backward()
+            ref_opt.step()
+        close("parameters after training with the pair's optimizer", flat(net), flat(reference))
+        hvd.barrier()
+
+    @case
+    def sparse_allreduce_within_the_set() -> None:
+        dense = torch.zeros(6, 2, dtype=torch.float64)
+        dense[rank] = rank + 1.0
+        got = hvd.sparse_allreduce_async(dense.to_sparse(), name="sparse.set", op=hvd.Sum, process_set=mine)()
+        want = torch.zeros(6, 2, dtype=torch.float64)
+        for member in mine.ranks:
+            want[member] = member + 1.0
+        close("sparse allreduce (Sum) on the set", got.to_dense(), want)
+        got = hvd.synchronize(hvd.sparse_allreduce_async(dense.to_sparse(), name="sparse.set.avg", process_set=mine))
+        close("sparse allreduce (Average) on the set", got.to_dense(), want / len(mine.ranks))
+
     case.run_and_report("torch_process_sets")
     hvd.shutdown()
 

@@ -202,11 +202,27 @@ def sparse_embeddings(c: Cases) -> None:
             x, y = batch(step)
             torch.nn.functional.mse_loss(net(my_shard(x, PER_RANK)), my_shard(y, PER_RANK)).backward()
             optimizer.step()
-        c.check(net[0].weight.grad.is_sparse != sparse_as_dense,
-                f"sparse_as_dense={sparse_as_dense}: gradient layout {net[0].weight.grad.layout}")
+        # Reduced dense or gathered sparse, the step sees a sparse gradient, as the model made it (Horovod's).
+        c.check(net[0].weight.grad.is_sparse, f"sparse_as_dense={sparse_as_dense}: gradient layout "
+                                              f"{net[0].weight.grad.layout}")
         check_identical_across_ranks(c, net, f"sparse_as_dense={sparse_as_dense}")
         diff = (flat_params(net) - flat_params(reference)).abs().max().item()
         c.check(diff < 1e-9, f"sparse_as_dense={sparse_as_dense}: differs from single-process training by {diff}")
+
+
+def sparse_adam_with_sparse_as_dense(c: Cases) -> None:
+    """SparseAdam takes only sparse gradients: with sparse_as_dense they are reduced dense and handed back
+    sparse, so it steps, and every rank ends with the same table."""
+    torch.manual_seed(78)
+    table = torch.nn.Embedding(10, 3, sparse=True)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SparseAdam(list(table.parameters()), lr=0.1),
+                                         named_parameters=table.named_parameters(), sparse_as_dense=True)
+    rows = torch.tensor([[1, 2, 4, 5], [4, 3, 2, 9]]) if hvd.rank() == 0 else torch.tensor([[1, 3, 4], [4, 7, 9]])
+    for _ in range(2):
+        optimizer.zero_grad()
+        table(rows).sum().backward()
+        optimizer.step()
+    check_identical_across_ranks(c, table, "SparseAdam with sparse_as_dense")
 
 
 def compression_converges(c: Cases) -> None:
@@ -328,7 +344,7 @@ def sync_batch_norm(c: Cases) -> None:
 
 
 CASES = [matches_single_process, backward_passes_per_step, adam_state_broadcast, fresh_optimizer_state_broadcast,
-         sparse_embeddings, compression_converges,
+         sparse_embeddings, sparse_adam_with_sparse_as_dense, compression_converges,
          synchronize_and_guards, mismatched_models, unused_parameters, sync_batch_norm]
 
 
