@@ -7,7 +7,9 @@ goes through ``.numpy()`` and ``tf.convert_to_tensor``). Eagerly that happens di
 DLPack path holds there too; ``tf.numpy_function`` was measured first and copies each tensor on the
 way in and again on the way out (twice the time for a 1 MiB allreduce). A py_function op is stateful,
 and TensorFlow's automatic control dependencies run stateful ops in the order they were traced, so
-every rank submits its collectives in program order, as the engine's negotiation requires. No
+every rank submits its collectives in program order, as the engine's negotiation requires (in a TF1
+graph run by a Session, which has no such dependencies, each collective op depends on the one built
+before it instead: see _in_program_order). No
 TensorFlow header or custom kernel is involved; ops cannot be XLA-compiled (a clear error says so).
 
 Errors. Eagerly, an op raises the tf.errors class Horovod raises in its place, which is also the
@@ -32,6 +34,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.framework.func_graph import FuncGraph
 from tensorflow.python.ops.control_flow_util import GraphOrParentsInXlaContext
 from tensorflow.python.ops.control_flow_v2_func_graphs import ControlFlowFuncGraph
 
@@ -49,6 +52,8 @@ SUPPORTED_DTYPES = frozenset(tf.as_dtype(d.name) for d in DType)
 not_converted = tf.autograph.experimental.do_not_convert
 
 _graph_counters: "weakref.WeakKeyDictionary[Any, itertools.count]" = weakref.WeakKeyDictionary()
+# The last collective op built in each TF1 graph; see _in_program_order.
+_last_collective: "weakref.WeakKeyDictionary[Any, tf.Operation]" = weakref.WeakKeyDictionary()
 
 
 def label(name: str | None) -> str:
@@ -101,11 +106,33 @@ def run(fn: Callable[..., Sequence[np.ndarray]], inputs: Sequence[tf.Tensor], ou
         raise invalid_argument(
             "collectives cannot run inside an XLA-compiled function (jit_compile=True); Keras 3 turns XLA on by "
             "default when a GPU is present, so compile the model with jit_compile=False")
-    outputs = tf.py_function(_reporting_errors(fn, out_dtypes), list(inputs), list(out_dtypes))
+    outputs = _in_program_order(lambda: tf.py_function(_reporting_errors(fn, out_dtypes), list(inputs),
+                                                       list(out_dtypes)))
     for output, shape in zip(outputs, out_shapes):
         if shape is not None:
             output.set_shape(shape)
     return list(outputs)
+
+
+def _in_program_order(build: Callable[[], Any]) -> Any:
+    """Builds a collective op; in a TF1 graph, after the graph's previous one.
+
+    A tf.function orders its stateful ops itself. A graph run by a ``tf.compat.v1.Session`` does not: its
+    independent py_function ops may start in any order, each blocking one of the Session's few inter-op
+    threads until its peers submit the same collective, and ranks that started different ones wait for
+    each other for ever (Horovod's asynchronous kernels hold no thread). A control dependency on the
+    previous collective gives every rank the order they were built in. A fetch then also runs the
+    collectives built before it in that graph: the same ones on every rank, without their consumers
+    (a broadcast's assignments, for one) unless those are fetched too."""
+    graph = tf.compat.v1.get_default_graph()
+    if isinstance(graph, FuncGraph):
+        return build()
+    previous = _last_collective.get(graph)
+    with tf.control_dependencies([previous] if previous is not None else []):
+        outputs = build()
+    if outputs:
+        _last_collective[graph] = outputs[0].op
+    return outputs
 
 
 # A graph op's Python exception reaches the caller as a tf.errors.OpError rebuilt from a status code

@@ -293,6 +293,11 @@ def tf1_session(c: Checks, mode: str) -> None:
         # A Session runs only what the fetched tensor needs: the non-root ranks' zero gradient must still
         # depend on the allreduce the root waits in.
         (broadcast_grad,) = tf.gradients(tf.reduce_sum(hvd.broadcast(x, root_rank=0) * (rank + 1.0)), x)
+        # Independent collectives fetched together: more than the Session's inter-op threads, which would
+        # each block in a different one on each rank unless every rank starts them in the order built.
+        many = [hvd.allgather(tf.fill([1 + (i % 3), 2], float(rank + i))) for i in range(20)]
+        twice = hvd.grouped_allgather([tf.reshape(x, [1, 3]), tf.reshape(x, [3, 1])])
+        grads_twice = [tf.gradients(tf.reduce_sum(twice[0]) + tf.reduce_sum(twice[1]), x)[0] for _ in range(2)]
         variable = tf.compat.v1.Variable(np.full(2, float(rank)))
         sync = hvd.broadcast_global_variables(0)
         # A TF1 optimizer: one step of plain SGD (rate 1) on loss = sum(w * (rank + 1)) moves w by the mean.
@@ -309,6 +314,8 @@ def tf1_session(c: Checks, mode: str) -> None:
             session.run([tf.compat.v1.global_variables_initializer(), tf.compat.v1.local_variables_initializer()])
             got_sum, got_gathered, got_grad = session.run([summed, gathered, grad])
             got_broadcast_grad = session.run(broadcast_grad)
+            got_many = session.run(many)
+            got_grads_twice = session.run(grads_twice)
             session.run(sync)
             got_variable = session.run(variable)
             session.run(barrier)
@@ -322,6 +329,11 @@ def tf1_session(c: Checks, mode: str) -> None:
     c.close(got_gathered, np.stack([np.full(3, r + 1.0) for r in range(size)]), "Session allgather")
     c.close(got_grad, np.ones(3), "Session allreduce gradient")
     c.close(got_broadcast_grad, np.full(3, (size + 1) / 2 if rank == 0 else 0.0), "Session broadcast gradient")
+    for i, got in enumerate(got_many):
+        c.close(got, np.concatenate([np.full((1 + (i % 3), 2), float(r + i)) for r in range(size)]),
+                f"Session allgather {i} of 20 fetched together")
+    for got in got_grads_twice:  # each member's gradient: the allgathered upstream ones (1s) of this rank's rows
+        c.close(got, np.full(3, 2.0), "grouped_allgather gradient, backward built twice and run together")
     c.close(got_variable, np.zeros(2), "broadcast_global_variables in a Session")
     c.close(got_weight, np.full(2, -(size + 1) / 2), "DistributedOptimizer of a TF1 optimizer")
     mean = (size + 1) / 2
