@@ -81,11 +81,12 @@ def main() -> None:
             if last != 2:
                 failures.append(f"join returned {last}, want global rank 2")
 
-    @case
-    def distributed_optimizer_on_a_set_matches_one_process() -> None:
+    def trained_against_one_process(process_set: hvd.ProcessSet, data_ranks: list[int]) -> None:
+        """DistributedOptimizer(process_set=) against one process trained on ``data_ranks``' combined data
+        (the mean of their losses), compared after STEPS steps."""
         net = model()
         opt = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1),
-                                       named_parameters=net.named_parameters(), process_set=mine)
+                                       named_parameters=net.named_parameters(), process_set=process_set)
         reference = model()
         ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
         for step in range(STEPS):
@@ -93,34 +94,21 @@ def main() -> None:
             x, y = batch(rank, step)
             torch.nn.functional.mse_loss(net(x), y).backward()
             opt.step()
-            # One process on the set's combined data: the mean of the members' losses.
             ref_opt.zero_grad()
-            losses = [torch.nn.functional.mse_loss(reference(bx), by) for bx, by in
-                      (batch(r, step) for r in mine.ranks)]
+            losses = [torch.nn.functional.mse_loss(reference(bx), by) for bx, by in (batch(r, step) for r in data_ranks)]
             (sum(losses) / len(losses)).backward()
             ref_opt.step()
-        close("parameters after training", flat(net), flat(reference))
+        close(f"parameters after training on set {process_set.ranks}", flat(net), flat(reference))
+
+    @case
+    def distributed_optimizer_on_a_set_matches_one_process() -> None:
+        trained_against_one_process(mine, mine.ranks)
 
     @case
     def every_rank_wraps_with_the_pair_and_the_rank_outside_trains_alone() -> None:
         """Horovod's rule: every rank may build DistributedOptimizer(process_set=pair); rank 1, outside it,
         steps on its own gradients without waiting for anyone."""
-        net = model()
-        opt = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1),
-                                       named_parameters=net.named_parameters(), process_set=pair)
-        reference = model()
-        ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
-        members = pair.ranks if pair.included() else [rank]
-        for step in range(STEPS):
-            opt.zero_grad()
-            x, y = batch(rank, step)
-            torch.nn.functional.mse_loss(net(x), y).backward()
-            opt.step()
-            ref_opt.zero_grad()
-            losses = [torch.nn.functional.mse_loss(reference(bx), by) for bx, by in (batch(r, step) for r in members)]
-            (sum(losses) / len(losses)).backward()
-            ref_opt.step()
-        close("parameters after training with the pair's optimizer", flat(net), flat(reference))
+        trained_against_one_process(pair, pair.ranks if pair.included() else [rank])
         hvd.barrier()
 
     @case
