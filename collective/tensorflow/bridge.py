@@ -13,10 +13,10 @@ before it instead: see _in_program_order). No
 TensorFlow header or custom kernel is involved; ops cannot be XLA-compiled (a clear error says so).
 
 Errors. Eagerly, an op raises the tf.errors class Horovod raises in its place, which is also the
-collective's own exception (``collective.tensorflow.errors``). From a graph, TensorFlow rebuilds a
-py_function's exception from a status code it derives from the exception's type, so there they arrive
-as tf.errors.InvalidArgumentError (MismatchError, InvalidArgumentError) or tf.errors.UnknownError (the
-others), their message starting with the collective error's class name.
+collective's own exception (``collective.tensorflow.errors``). From a graph, TensorFlow rebuilds the
+error from a status code, so there it arrives as the same tf.errors class (FailedPreconditionError
+when ranks disagree, InvalidArgumentError for bad arguments, UnknownError when the job fails) whose
+message holds the collective error's class name and text, but it is not the collective class.
 
 Names. Ranks must agree on every collective's name. Eager calls without ``name=`` use the engine's
 counter (Horovod's rule). Graph ops are named when traced, from the graph's name (the traced
@@ -40,9 +40,9 @@ from tensorflow.python.ops.control_flow_v2_func_graphs import ControlFlowFuncGra
 
 from collective._native import DType
 from collective.dtypes import SUPPORTED
-from collective.errors import CollectiveError, InvalidArgumentError, MismatchError
+from collective.errors import CollectiveError
 from collective.tensorflow.engine_calls import TENSOR_ALIGNMENT
-from collective.tensorflow.errors import as_tf_error, invalid_argument
+from collective.tensorflow.errors import as_tf_error, invalid_argument, tf_error_class
 
 # TensorFlow names every native DType as the native table does.
 SUPPORTED_DTYPES = frozenset(tf.as_dtype(d.name) for d in DType)
@@ -106,15 +106,17 @@ def run(fn: Callable[..., Sequence[np.ndarray]], inputs: Sequence[tf.Tensor], ou
         raise invalid_argument(
             "collectives cannot run inside an XLA-compiled function (jit_compile=True); Keras 3 turns XLA on by "
             "default when a GPU is present, so compile the model with jit_compile=False")
-    outputs = _in_program_order(lambda: tf.py_function(_reporting_errors(fn, out_dtypes), list(inputs),
-                                                       list(out_dtypes)))
+    def build() -> list[tf.Tensor]:
+        *results, failure = tf.py_function(_reporting_errors(fn, out_dtypes), list(inputs), [*out_dtypes, tf.string])
+        return _failing_with(failure, results)
+    outputs = _in_program_order(build)
     for output, shape in zip(outputs, out_shapes):
         if shape is not None:
             output.set_shape(shape)
     return list(outputs)
 
 
-def _in_program_order(build: Callable[[], Any]) -> Any:
+def _in_program_order(build: Callable[[], list[tf.Tensor]]) -> list[tf.Tensor]:
     """Builds a collective op; in a TF1 graph, after the graph's previous one.
 
     A tf.function orders its stateful ops itself. A graph run by a ``tf.compat.v1.Session`` does not: its
@@ -130,15 +132,34 @@ def _in_program_order(build: Callable[[], Any]) -> Any:
     previous = _last_collective.get(graph)
     with tf.control_dependencies([previous] if previous is not None else []):
         outputs = build()
-    if outputs:
-        _last_collective[graph] = outputs[0].op
+    # The op that ends the collective, its error check included: the next one starts after it succeeds.
+    _last_collective[graph] = outputs[0].op
     return outputs
 
 
 # A graph op's Python exception reaches the caller as a tf.errors.OpError rebuilt from a status code
 # that py_function derives from the exception's type: ValueError gives InvalidArgumentError, any
-# other type UnknownError. The collective error's class name leads the message either way.
-_INVALID_INPUT = (MismatchError, InvalidArgumentError)
+# other type UnknownError; the collective error's class name leads the message. No exception type
+# gives FailedPreconditionError, which Horovod raises when ranks disagree, so those errors take
+# another way out: the py_function returns placeholder outputs and a path that cannot be opened, and
+# a ReadFile op fails on it. TensorFlow reports a file opened through a non-directory (ENOTDIR) as
+# FailedPreconditionError and quotes the path, which carries the message. On success the path is
+# /dev/null, an empty read. The read feeds a stateful Assert, which the outputs depend on: Grappler
+# turns a stateless op whose outputs nobody reads into a NoOp, and it forwards identities, so no
+# chain of identities keeps the read alive by itself.
+_NO_FAILURE = "/dev/null"
+
+
+def _failing_with(failure: tf.Tensor, outputs: Sequence[tf.Tensor]) -> list[tf.Tensor]:
+    kept_alive = tf.raw_ops.Assert(condition=tf.constant(True), data=[tf.io.read_file(failure)])
+    with tf.control_dependencies([kept_alive]):
+        return [tf.identity(output) for output in outputs]
+
+
+def _failure_path(exc: CollectiveError) -> str:
+    """A path whose opening fails with ENOTDIR and whose text, as TensorFlow's error quotes it, shows
+    the collective error on a line of its own."""
+    return f"{_NO_FAILURE}/\n{type(exc).__name__}: {exc}\n"
 
 
 def _reporting_errors(fn: Callable[..., Sequence[np.ndarray]],
@@ -146,11 +167,15 @@ def _reporting_errors(fn: Callable[..., Sequence[np.ndarray]],
     @not_converted
     def call(*tensors: tf.Tensor) -> list[tf.Tensor]:
         try:
-            return _through_numpy(fn, tensors, out_dtypes)
-        except _INVALID_INPUT as exc:
-            raise ValueError(f"{type(exc).__name__}: {exc}") from exc
+            return [*_through_numpy(fn, tensors, out_dtypes), tf.constant(_NO_FAILURE)]
         except CollectiveError as exc:
-            raise RuntimeError(f"{type(exc).__name__}: {exc}") from exc
+            tf_class = tf_error_class(exc)
+            if tf_class is tf.errors.FailedPreconditionError:
+                placeholders = [tf.zeros([0], dtype) for dtype in out_dtypes]
+                return [*placeholders, tf.constant(_failure_path(exc))]
+            message = f"{type(exc).__name__}: {exc}"
+            raise (ValueError(message) if tf_class is tf.errors.InvalidArgumentError
+                   else RuntimeError(message)) from exc
     return call
 
 

@@ -27,10 +27,19 @@ _TF_CLASS: list[tuple[type[BaseException], type[tf.errors.OpError]]] = [
 _dual_classes: dict[type[BaseException], type[BaseException]] = {}
 
 
+def tf_error_class(error: collective_errors.CollectiveError) -> type[tf.errors.OpError]:
+    """The tf.errors class Horovod raises where ``error`` is raised."""
+    return _tf_class_for(type(error))
+
+
+def _tf_class_for(cls: type[BaseException]) -> type[tf.errors.OpError]:
+    return next(t for ours, t in _TF_CLASS if issubclass(cls, ours))
+
+
 def _dual_class(cls: type[BaseException]) -> type[BaseException]:
     """A class that is both ``cls`` and the tf.errors class it maps to, named as ``cls``."""
     if cls not in _dual_classes:
-        tf_class = next(t for ours, t in _TF_CLASS if issubclass(cls, ours))
+        tf_class = _tf_class_for(cls)
         dual = type(cls.__name__, (tf_class, cls), {"__module__": __name__})
         globals().setdefault(cls.__name__, dual)  # where pickle looks it up
         _dual_classes[cls] = dual

@@ -175,9 +175,8 @@ def sparse_allreduce(c: Checks, mode: str) -> None:
 
 
 def errors(c: Checks, mode: str) -> None:
-    """Errors are the tf.errors classes Horovod raises (and still the collective's own, eagerly). Bad
-    input found while tracing raises the same in both modes; what only the running op can see arrives
-    from a graph as a tf.errors.InvalidArgumentError (py_function cannot carry FailedPrecondition)."""
+    """Errors are the tf.errors classes Horovod raises in both modes (and still the collective's own,
+    eagerly): InvalidArgumentError for bad input, FailedPreconditionError when ranks disagree."""
     size, rank = hvd.size(), hvd.rank()
     for error in (tf.errors.InvalidArgumentError, hvd.InvalidArgumentError):
         c.raises(error, "root_rank 7",
@@ -208,7 +207,7 @@ def errors(c: Checks, mode: str) -> None:
     # Ranks disagree on a shape: every rank gets the same error, and the job goes on.
     mismatched = tf.ones((2 + rank,))
     mismatch_errors = (tf.errors.FailedPreconditionError, hvd.MismatchError) if mode == "eager" else \
-        (tf.errors.InvalidArgumentError,)
+        (tf.errors.FailedPreconditionError,)
     for i, error in enumerate(mismatch_errors):
         c.raises(error, "ranks disagree on the shape",
                  lambda: in_mode(mode, lambda t: hvd.allreduce(t, name=f"bad.{mode}.{i}"), mismatched), "shape mismatch")
@@ -339,6 +338,11 @@ def tf1_session(c: Checks, mode: str) -> None:
     mean = (size + 1) / 2
     c.close(np.array(got_aggregated), np.array([0, -mean, -mean, -2 * mean]), "backward_passes_per_step=2")
     c.raises(RuntimeError, "eager", lambda: hvd.broadcast_global_variables(0), "broadcast_global_variables eagerly")
+    with tf.Graph().as_default():
+        mismatched = hvd.allgather(tf.ones((1, 2 + rank)), name="session_mismatch")
+        with tf.compat.v1.Session() as session:
+            c.raises(tf.errors.FailedPreconditionError, "MismatchError: ranks disagree on the trailing shape",
+                     lambda: session.run(mismatched), "Session allgather of mismatched shapes")
 
 
 def barrier_join_objects(c: Checks, mode: str) -> None:
