@@ -35,6 +35,17 @@ def _register_local_source(self: Any, source: Any) -> None:
     self._collective_local_sources[id(source)] = source
 
 
+def _get_local_and_global_gradients(self: Any, loss: Any, var_list: Any) -> tuple[list[tuple[Any, Any]],
+                                                                                 list[tuple[Any, Any]]]:
+    """``gradient(loss, var_list)`` split as Horovod's tape splits it: ``(local, global)``, each a list of
+    ``(variable, gradient)`` pairs in ``var_list``'s order; local pairs are the registered local sources'."""
+    variables = tf.nest.flatten(var_list, expand_composites=False)
+    pairs = list(zip(variables, tf.nest.flatten(self.gradient(loss, var_list), expand_composites=False)))
+    local = [pair for pair in pairs if id(pair[0]) in self._collective_local_sources]
+    shared = [pair for pair in pairs if id(pair[0]) not in self._collective_local_sources]
+    return local, shared
+
+
 def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "", device_sparse: str = "",
                             compression: type[Compressor] = Compression.none, sparse_as_dense: bool = False,
                             op: ReduceOp = Average, gradient_predivide_factor: float = 1.0, num_groups: int = 0,
@@ -44,7 +55,9 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "", d
     ranks with ``op`` (Average or Sum), among the ranks of ``process_set`` (a rank outside it keeps its
     local gradients, as in Horovod). Sparse gradients (IndexedSlices) are gathered from every rank,
     or densified first with ``sparse_as_dense``. ``device_*`` are accepted for Horovod compatibility.
-    ``register_local_source(variable)`` keeps a variable's gradient local. ``num_groups``/``groups`` are
+    ``register_local_source(variable)`` keeps a variable's gradient local, and
+    ``get_local_and_global_gradients(loss, var_list)`` returns the local and the reduced
+    ``(variable, gradient)`` pairs apart. ``num_groups``/``groups`` are
     checked and need nothing more: a step's gradients go to the engine together.
 
     The result is an instance of a subclass of the tape's own class sharing its recorded state, so it
@@ -56,6 +69,7 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "", d
                               process_set=process_set)
     base = type(gradtape)
     cls = type(base.__name__, (base,), {"gradient": _gradient, "register_local_source": _register_local_source,
+                                        "get_local_and_global_gradients": _get_local_and_global_gradients,
                                         "__module__": __name__})
     tape = cls.__new__(cls)
     tape.__dict__.update(gradtape.__dict__)
