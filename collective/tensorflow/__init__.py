@@ -53,6 +53,7 @@ from collective.timeline import start_timeline, stop_timeline
 from collective.tensorflow.optimizer import DistributedOptimizer
 from collective.tensorflow.rank_ops import local_rank_op, local_size_op, process_set_included_op, rank_op, size_op
 from collective.tensorflow.sync_batch_norm import SyncBatchNormalization
+from collective.tensorflow.session_hooks import BroadcastGlobalVariablesHook
 from collective.tensorflow import util  # noqa: E402  (hvd.util, as Horovod's package has it)
 from collective.tensorflow.util import _executing_eagerly  # noqa: F401  (Horovod exposes it on the package)
 
@@ -63,7 +64,7 @@ from collective.tensorflow import elastic  # noqa: E402  (hvd.elastic, which bui
 from collective.elastic.errors import HostsUpdatedInterrupt  # noqa: E402
 
 __all__ = [
-    "Adasum", "Average", "CollectiveError", "CollectiveTimeoutError", "Compression", "DistributedGradientTape",
+    "Adasum", "Average", "BroadcastGlobalVariablesHook", "CollectiveError", "CollectiveTimeoutError", "Compression", "DistributedGradientTape",
     "DistributedOptimizer",
     "HorovodInternalError", "HostsUpdatedInterrupt", "InvalidArgumentError", "Max", "Min", "MismatchError", "NotInitializedError",
     "PartialDistributedGradientTape", "PeerFailureError", "ProcessSet", "Product", "ReduceOp", "Sum",

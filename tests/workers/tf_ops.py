@@ -338,6 +338,16 @@ def tf1_session(c: Checks, mode: str) -> None:
     mean = (size + 1) / 2
     c.close(np.array(got_aggregated), np.array([0, -mean, -mean, -2 * mean]), "backward_passes_per_step=2")
     c.raises(RuntimeError, "eager", lambda: hvd.broadcast_global_variables(0), "broadcast_global_variables eagerly")
+    # Horovod's TF1 recipe: a MonitoredTrainingSession whose hook starts every rank from the root's variables.
+    with tf.Graph().as_default():
+        tf.compat.v1.train.get_or_create_global_step()
+        start = tf.compat.v1.Variable(np.full(2, float(rank)))
+        hooks = [hvd.BroadcastGlobalVariablesHook(size - 1)]
+        with tf.compat.v1.train.MonitoredTrainingSession(hooks=hooks) as session:
+            got_start = session.run(start)
+    c.close(got_start, np.full(2, size - 1.0), "BroadcastGlobalVariablesHook in a MonitoredTrainingSession")
+    c.raises(hvd.InvalidArgumentError, "root_rank must be an integer rank, got '0'",
+             lambda: hvd.BroadcastGlobalVariablesHook("0"), "a hook's root rank that is not an integer")
     with tf.Graph().as_default():
         mismatched = hvd.allgather(tf.ones((1, 2 + rank)), name="session_mismatch")
         with tf.compat.v1.Session() as session:
