@@ -156,10 +156,20 @@ def _failing_with(failure: tf.Tensor, outputs: Sequence[tf.Tensor]) -> list[tf.T
         return [tf.identity(output) for output in outputs]
 
 
+# Linux refuses a longer path with ENAMETOOLONG, which TensorFlow reports as InvalidArgumentError.
+_PATH_MAX_BYTES = 4095
+_CUT = " [...]"
+
+
 def _failure_path(exc: CollectiveError) -> str:
     """A path whose opening fails with ENOTDIR and whose text, as TensorFlow's error quotes it, shows
-    the collective error on a line of its own."""
-    return f"{_NO_FAILURE}/\n{type(exc).__name__}: {exc}\n"
+    the collective error on a line of its own (its end cut off where the path would be too long)."""
+    head = f"{_NO_FAILURE}/\n"
+    text = f"{type(exc).__name__}: {exc}"
+    room = _PATH_MAX_BYTES - len(head.encode()) - len("\n".encode())
+    if len(text.encode()) > room:
+        text = text.encode()[:room - len(_CUT)].decode(errors="ignore") + _CUT
+    return f"{head}{text}\n"
 
 
 def _reporting_errors(fn: Callable[..., Sequence[np.ndarray]],

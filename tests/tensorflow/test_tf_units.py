@@ -108,6 +108,36 @@ def test_collective_errors_become_horovods_tf_errors_and_pickle(ours: type, thei
     assert type(back) is type(converted) and str(back) == "rank 1 disagrees"
 
 
+@pytest.mark.parametrize("graph", ["tf.function", "Session"])
+@pytest.mark.parametrize("ours, theirs, text", [
+    (hvd.MismatchError, tf.errors.FailedPreconditionError, "ranks disagree on the shape of 'w'"),
+    (hvd.MismatchError, tf.errors.FailedPreconditionError, "rank 1: [3]; " * 1000),
+    (hvd.NotInitializedError, tf.errors.FailedPreconditionError, "call init() first"),
+    (hvd.InvalidArgumentError, tf.errors.InvalidArgumentError, "splits must sum to 4"),
+    (hvd.PeerFailureError, tf.errors.UnknownError, "rank 1 exited")])
+def test_graph_ops_fail_with_horovods_tf_error_class(graph: str, ours: type, theirs: type, text: str) -> None:
+    """A collective that fails inside a graph raises the tf.errors class Horovod raises there, with the
+    collective error's class and text in the message; a message too long for the path that carries a
+    FailedPrecondition is cut, not turned into another class."""
+    from collective.tensorflow.bridge import run
+
+    def failing(array: np.ndarray) -> list[np.ndarray]:
+        raise ours(text)
+
+    def build() -> tf.Tensor:
+        (out,) = run(failing, [tf.ones(2)], [tf.float32], [[2]])
+        return out
+    with pytest.raises(theirs) as caught:
+        if graph == "Session":
+            with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+                session.run(build())
+        else:
+            tf.function(build)()
+    message = str(caught.value)
+    assert f"{ours.__name__}: {text[:1000]}" in message
+    assert (text in message) == (len(text) < 4000) and ("[...]" in message) == (len(text) >= 4000)
+
+
 def test_gradient_buckets_start_from_the_last_variable() -> None:
     """Buckets follow backward's order (last variable first) and close once they hold BUCKET_BYTES; a
     gradient of unknown size closes its bucket."""
