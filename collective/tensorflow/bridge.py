@@ -151,7 +151,10 @@ _NO_FAILURE = "/dev/null"
 
 
 def _failing_with(failure: tf.Tensor, outputs: Sequence[tf.Tensor]) -> list[tf.Tensor]:
-    kept_alive = tf.raw_ops.Assert(condition=tf.constant(True), data=[tf.io.read_file(failure)])
+    # Both ops have CPU kernels only: pinned there, a Session without soft placement accepts them under a
+    # GPU device scope too.
+    with tf.device("/device:CPU:0"):
+        kept_alive = tf.raw_ops.Assert(condition=tf.constant(True), data=[tf.io.read_file(failure)])
     with tf.control_dependencies([kept_alive]):
         return [tf.identity(output) for output in outputs]
 
