@@ -40,7 +40,7 @@ from collective.mpi import transfers
 from collective.mpi.buffers import ITEMSIZE, STORAGE, tensor_array
 from collective.mpi.calls import Call, check_agreement, kind_name, validate_call
 from collective.mpi.negotiation import Table
-from collective.mpi.tracing import MEMCPY_IN, MEMCPY_OUT, NEGOTIATE, QUEUE, EngineTimeline, now_ns, phase_of
+from collective.mpi.tracing import MEMCPY_IN, MEMCPY_OUT, QUEUE, EngineTimeline, negotiate_phase_of, now_ns, phase_of
 from collective.reduce_ops import scale_factors
 
 logger = logging.getLogger(__name__)
@@ -442,7 +442,7 @@ class MpiEngine:
             with self._lock:
                 mine = self._in_flight.pop(name, None)
             if timeline is not None and mine is not None and mine.enqueued_ns:
-                timeline.phase(name, NEGOTIATE, mine.enqueued_ns, self._negotiated_ns)
+                timeline.phase(name, negotiate_phase_of(mine.call.kind), mine.enqueued_ns, self._negotiated_ns)
             number = self._call_number
             self._call_number += 1
             if by_rank is None:

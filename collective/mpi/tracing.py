@@ -13,8 +13,7 @@ from collective import _native
 from collective._native import CollectiveKind
 
 # The fusion buffer's phases, named as the native engine names them.
-MEMCPY_IN, MEMCPY_OUT, NEGOTIATE, QUEUE = ("MEMCPY_IN_FUSION_BUFFER", "MEMCPY_OUT_FUSION_BUFFER", "NEGOTIATE",
-                                           "QUEUE")
+MEMCPY_IN, MEMCPY_OUT, QUEUE = "MEMCPY_IN_FUSION_BUFFER", "MEMCPY_OUT_FUSION_BUFFER", "QUEUE"
 
 now_ns = _native.Timeline.now_ns  # the writer's clock
 
@@ -23,6 +22,12 @@ now_ns = _native.Timeline.now_ns  # the writer's clock
 def phase_of(kind: int) -> str:
     """ALLREDUCE, BROADCAST...: the phase a collective of ``kind`` is recorded under."""
     return _native.collective_phase(CollectiveKind(kind))
+
+
+@functools.lru_cache(maxsize=None)
+def negotiate_phase_of(kind: int) -> str:
+    """NEGOTIATE_ALLREDUCE...: the phase a collective of ``kind`` waits for its peers under."""
+    return _native.negotiate_phase(CollectiveKind(kind))
 
 
 class EngineTimeline:

@@ -5,10 +5,13 @@ namespace shvd {
 // Indexed by code: kinds count from 1.
 #define SHVD_KIND_NAME(enumerator, code, python_name, name) name,
 #define SHVD_KIND_PHASE(enumerator, code, python_name, name) python_name,
+#define SHVD_NEGOTIATE_PHASE(enumerator, code, python_name, name) "NEGOTIATE_" python_name,
 constexpr const char* kKindNames[] = {"unknown collective", SHVD_COLLECTIVE_KINDS(SHVD_KIND_NAME)};
 constexpr const char* kKindPhases[] = {"COLLECTIVE", SHVD_COLLECTIVE_KINDS(SHVD_KIND_PHASE)};
+constexpr const char* kNegotiatePhases[] = {"NEGOTIATE", SHVD_COLLECTIVE_KINDS(SHVD_NEGOTIATE_PHASE)};
 #undef SHVD_KIND_NAME
 #undef SHVD_KIND_PHASE
+#undef SHVD_NEGOTIATE_PHASE
 
 const char* collective_name(CollectiveKind kind) {
   return is_collective_kind(int64_t(kind)) ? kKindNames[int(kind)] : kKindNames[0];
@@ -16,6 +19,10 @@ const char* collective_name(CollectiveKind kind) {
 
 const char* collective_phase(CollectiveKind kind) {
   return is_collective_kind(int64_t(kind)) ? kKindPhases[int(kind)] : kKindPhases[0];
+}
+
+const char* negotiate_phase(CollectiveKind kind) {
+  return is_collective_kind(int64_t(kind)) ? kNegotiatePhases[int(kind)] : kNegotiatePhases[0];
 }
 
 std::string call_label(const CallInfo& call) { return std::string(collective_name(call.kind)) + " '" + call.name + "'"; }

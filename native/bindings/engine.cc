@@ -98,6 +98,9 @@ void register_timeline(nb::module_& m) {
   m.def(
       "collective_phase", [](CollectiveKind kind) { return std::string(collective_phase(kind)); }, nb::arg("kind"),
       "The timeline phase name of a collective kind (ALLREDUCE...).");
+  m.def(
+      "negotiate_phase", [](CollectiveKind kind) { return std::string(negotiate_phase(kind)); }, nb::arg("kind"),
+      "The timeline phase name of a collective kind's negotiation (NEGOTIATE_ALLREDUCE...).");
 }
 
 }  // namespace

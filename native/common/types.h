@@ -89,5 +89,7 @@ const char* reduce_op_name(ReduceOp op);
 const char* collective_name(CollectiveKind kind);
 // The kind as the timeline's phase names it: "ALLREDUCE", ...
 const char* collective_phase(CollectiveKind kind);
+// The phase of a collective's negotiation, as Horovod's timeline names it: "NEGOTIATE_ALLREDUCE", ...
+const char* negotiate_phase(CollectiveKind kind);
 
 }  // namespace shvd

@@ -321,7 +321,7 @@ void Engine::execute(const Response& resp, Clock::time_point negotiated) {
   for (const ResponseEntry& e : resp.entries) {
     if (e.cache_id >= 0) cache_.emplace(signature_of(e.spec), e.cache_id);
     if (LocalRequest* req = local(e.spec.name)) {
-      timeline_.phase(e.spec.name, "NEGOTIATE", req->enqueued, negotiated);
+      timeline_.phase(e.spec.name, negotiate_phase(e.spec.kind), req->enqueued, negotiated);
       timeline_.phase(e.spec.name, "QUEUE", negotiated, Clock::now());
     }
   }

@@ -26,7 +26,7 @@ def test_engine_behaviour(num_proc: int, tmp_path: Path) -> None:
     events = json.loads(timeline.read_text())  # valid JSON, as Perfetto and chrome://tracing read it
     phases = {(e["name"], e.get("tid")) for e in events if e.get("ph") == "X"}
     names = {e["name"] for e in events if e.get("ph") == "X"}
-    assert {"NEGOTIATE", "QUEUE", "ALLREDUCE", "MEMCPY_IN_FUSION_BUFFER", "MEMCPY_OUT_FUSION_BUFFER"} <= names
+    assert {"NEGOTIATE_ALLREDUCE", "QUEUE", "ALLREDUCE", "MEMCPY_IN_FUSION_BUFFER", "MEMCPY_OUT_FUSION_BUFFER"} <= names
     rows = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
     assert "fuse.0" in rows.values() and "a" in rows.values()
     assert all(tid in rows for _, tid in phases)

@@ -167,10 +167,10 @@ def test_engine_timeline_read_back(backend: str, tmp_path: Path) -> None:
     (record,) = job.records(0)
     assert record["right"] is True
     first, second = record["at_init"], record["at_run"]
-    assert first["rows"] == ["from.init"] and {"NEGOTIATE", "QUEUE", "ALLREDUCE"} <= set(first["phases"]), first
+    assert first["rows"] == ["from.init"] and {"NEGOTIATE_ALLREDUCE", "QUEUE", "ALLREDUCE"} <= set(first["phases"]), first
     assert second["rows"] == [*(f"fused.{i}" for i in range(8)), "traced.allgather", "traced.broadcast"], second
-    assert {"NEGOTIATE", "QUEUE", "MEMCPY_IN_FUSION_BUFFER", "ALLREDUCE", "MEMCPY_OUT_FUSION_BUFFER", "BROADCAST",
-            "ALLGATHER"} <= set(second["phases"]), second
+    assert {"NEGOTIATE_ALLREDUCE", "NEGOTIATE_ALLGATHER", "NEGOTIATE_BROADCAST", "QUEUE", "MEMCPY_IN_FUSION_BUFFER",
+            "ALLREDUCE", "MEMCPY_OUT_FUSION_BUFFER", "BROADCAST", "ALLGATHER"} <= set(second["phases"]), second
     # Submitted together, some of the eight were fused (how many per cycle is up to timing): "N tensors, B bytes".
     fused = [[int(word) for word in detail.split()[::2]] for detail in second["fused"]]
     assert fused and all(n >= 2 and nbytes == 32 * n for n, nbytes in fused), second

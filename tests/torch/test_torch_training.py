@@ -40,7 +40,7 @@ def test_timeline_is_chrome_trace_with_allreduce_phases(training_job: tuple[JobR
     assert isinstance(events, list)
     phases = [e for e in events if e.get("ph") == "X"]
     names = {e["name"] for e in phases}
-    assert {"NEGOTIATE", "QUEUE", "ALLREDUCE", "MEMCPY_IN_FUSION_BUFFER", "MEMCPY_OUT_FUSION_BUFFER"} <= names
+    assert {"NEGOTIATE_ALLREDUCE", "QUEUE", "ALLREDUCE", "MEMCPY_IN_FUSION_BUFFER", "MEMCPY_OUT_FUSION_BUFFER"} <= names
     assert all(isinstance(e["ts"], (int, float)) and e["dur"] >= 0 for e in phases)
     # One row per tensor, named after it: the DistributedOptimizer's gradients appear by parameter name.
     rows = {e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"}

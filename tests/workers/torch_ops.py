@@ -534,7 +534,7 @@ def timeline(c: Cases) -> None:
     rows = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
     phases = {e["name"] for e in events if e.get("ph") == "X"}
     c.check({"traced.allreduce", "traced.broadcast"} <= rows, f"timeline rows {sorted(rows)}")
-    c.check({"ALLREDUCE", "BROADCAST", "NEGOTIATE"} <= phases, f"timeline phases {sorted(phases)}")
+    c.check({"ALLREDUCE", "BROADCAST", "NEGOTIATE_ALLREDUCE", "NEGOTIATE_BROADCAST"} <= phases, f"timeline phases {sorted(phases)}")
     c.check("after.stop" not in rows, "an op after stop_timeline() was recorded")
     c.check(any(e.get("name") == "CYCLE_START" for e in events), "mark_cycles=True marked no cycle")
 
