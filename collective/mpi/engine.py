@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from collective._native import CollectiveKind, DType, ReduceOp
+from collective._native import CollectiveKind, DType, ReduceOp, joined_refusal
 from collective.auto_names import AutoNames, auto_name
 from collective.config import Config
 from collective.errors import CollectiveError, CollectiveTimeoutError, InvalidArgumentError, MismatchError, \
@@ -319,7 +319,8 @@ class MpiEngine:
                 gathered = self._gather_batches(rows, payload)
                 for rank, calls in enumerate(gathered):
                     self._table.announce(rank, calls, self._round)
-                self._run_ready(self._table.take_ready())
+                joined = sorted(self._table.joined)
+                self._run_ready(self._table.take_ready(), joined)
                 self._fail_stalled(max(row[_EXPIRE] for row in rows))
                 anything = any(gathered)
             if anything:
@@ -430,9 +431,10 @@ class MpiEngine:
             time.sleep(pause)  # a long wait (an idle peer ticks once per cycle time): stop using the CPU
             pause = min(pause * 2, _LONGEST_PAUSE_S)
 
-    def _run_ready(self, ready: list[tuple[str, dict[int, Call] | None]]) -> None:
+    def _run_ready(self, ready: list[tuple[str, dict[int, Call] | None]], joined: Sequence[int] = ()) -> None:
         """Runs ``ready`` in order: (name, every rank's call), or (name, None) for one of this rank's own
-        requests that every rank made identically."""
+        requests that every rank made identically. While ranks have ``joined``, only allreduces run; the
+        rest fail as the native coordinator fails them (the tables, so the refusals, are alike on every rank)."""
         fused: list[tuple[_Request | None, Call]] = []
         timeline = self._timeline if self._timeline.on and ready else None
         self._negotiated_ns = now_ns() if timeline is not None else 0
@@ -452,6 +454,10 @@ class MpiEngine:
             else:
                 ranks = sorted(by_rank)
                 base = by_rank[ranks[0]]
+                if joined and base.kind != CollectiveKind.ALLREDUCE:
+                    if mine is not None:
+                        mine.finish(error=InvalidArgumentError(joined_refusal(CollectiveKind(base.kind), name, list(joined))))
+                    continue
                 calls = [by_rank[r] for r in ranks]
                 if any(c != base for c in calls):
                     try:
@@ -518,7 +524,8 @@ class MpiEngine:
         timeline.phase(name, MEMCPY_OUT, copy_out, now_ns())
 
     def _run_one(self, mine: _Request | None, base: Call, by_rank: dict[int, Call] | None) -> None:
-        """One collective; a rank that has joined (``mine`` None) takes part with an empty tensor."""
+        """One collective. ``mine`` is None only on a rank that has joined, and then only for an allreduce
+        (nothing else runs while ranks have joined), to which it contributes zeros."""
         start = now_ns() if self._timeline.on else 0
         storage = STORAGE[base.dtype] if base.dtype >= 0 else np.uint8
         data = mine.data if mine is not None else None
@@ -527,15 +534,12 @@ class MpiEngine:
             transfers.allreduce(self._comm, data if data is not None else np.zeros(base.count(), storage), base)
             result: Any = None
         elif kind == CollectiveKind.BROADCAST:
-            transfers.broadcast(self._comm, data if data is not None else np.zeros(base.count(), storage), base.root)
+            transfers.broadcast(self._comm, data, base.root)
             result = None
         elif kind == CollectiveKind.REDUCESCATTER:
-            result = tuple(transfers.reducescatter(
-                self._comm, data if data is not None else np.zeros(base.count(), storage), base))
+            result = tuple(transfers.reducescatter(self._comm, data, base))
         elif kind in (CollectiveKind.ALLGATHER, CollectiveKind.ALLTOALL):
-            empty = base._replace(shape=(0, *base.shape[1:]), splits=(0,) * self._size)
-            calls = [base] * self._size if by_rank is None else [by_rank.get(r, empty) for r in range(self._size)]
-            data = data if data is not None else np.empty(0, storage)
+            calls = [base] * self._size if by_rank is None else [by_rank[r] for r in range(self._size)]
             if kind == CollectiveKind.ALLGATHER:
                 result = transfers.allgather(self._comm, data, calls)
             else:

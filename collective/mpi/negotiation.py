@@ -3,7 +3,8 @@
 Each engine cycle, every rank announces the requests it submitted since the last cycle; all ranks
 feed the same announcements, in rank order, into their own ``Table``, so every rank picks the same
 ready requests in the same order (first announced anywhere, first run) without a coordinator.
-A rank that has joined counts as present for every request: it takes part with an empty tensor.
+A rank that has joined counts as present for every request; while ranks have joined only allreduces
+run (the engine refuses the rest, as the native coordinator does), the joined ranks contributing zeros.
 """
 
 from __future__ import annotations

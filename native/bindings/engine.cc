@@ -4,6 +4,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings/bindings.h"
+#include "engine/coordinator.h"
 #include "engine/engine.h"
 #include "engine/timeline.h"
 
@@ -101,6 +102,8 @@ void register_timeline(nb::module_& m) {
   m.def(
       "negotiate_phase", [](CollectiveKind kind) { return std::string(negotiate_phase(kind)); }, nb::arg("kind"),
       "The timeline phase name of a collective kind's negotiation (NEGOTIATE_ALLREDUCE...).");
+  m.def("joined_refusal", &joined_refusal, nb::arg("kind"), nb::arg("name"), nb::arg("joined"),
+        "Why a collective other than allreduce is refused while the ranks ``joined`` have joined.");
 }
 
 }  // namespace

@@ -169,15 +169,17 @@ Response Coordinator::to_response(const std::string& name, Pending& p) {
   return resp;
 }
 
+std::string joined_refusal(CollectiveKind kind, const std::string& name, const std::vector<int>& joined) {
+  return std::string(collective_name(kind)) + " '" + name + "' cannot run while rank(s) " + rank_list(joined) +
+         " have joined; only allreduce continues until every rank has joined";
+}
+
 Response Coordinator::refused_while_joined(const std::string& name, const RequestSpec& first) const {
   std::vector<int> joined;
   for (int r = 0; r < options_.size; ++r) {
     if (joined_[r]) joined.push_back(r);
   }
-  return error_response(first.kind, ErrorKind::kInvalidArgument,
-                        std::string(collective_name(first.kind)) + " '" + name + "' cannot run while rank(s) " +
-                            rank_list(joined) + " have joined; only allreduce continues until every rank has joined",
-                        first);
+  return error_response(first.kind, ErrorKind::kInvalidArgument, joined_refusal(first.kind, name, joined), first);
 }
 
 void Coordinator::assign_cache_id(ResponseEntry* entry) {

@@ -12,6 +12,10 @@
 
 namespace shvd {
 
+// Why a collective other than allreduce is refused while some ranks have joined (Horovod's rule: only
+// allreduce continues until every rank has joined). The MPI engine raises the same text.
+std::string joined_refusal(CollectiveKind kind, const std::string& name, const std::vector<int>& joined);
+
 struct CoordinatorOptions {
   int size = 1;
   size_t fusion_threshold_bytes = 128 << 20;  // 0 disables fusion

@@ -92,6 +92,16 @@ def main() -> None:
             # The others joined at once and contribute zeros: every sum is just this rank's 1.
             if total[0] != 3.0:
                 failures.append(f"sums with joined ranks: {total[0]}")
+            # Anything but an allreduce is refused while ranks have joined (Horovod's rule), on both engines.
+            try:
+                engine.wait(engine.submit(kinds.ALLGATHER, "join.gather", np.ones((2, 3), np.float32)))
+                failures.append("an allgather ran while ranks had joined")
+            except hvd.InvalidArgumentError as exc:
+                joined = ", ".join(str(r) for r in range(size - 1))
+                want = (f"allgather 'join.gather' cannot run while rank(s) {joined} have joined; only allreduce "
+                        "continues until every rank has joined")
+                if str(exc) != want:
+                    failures.append(f"refusal while joined: {exc!s}, want {want}")
         joined_last = engine.wait(engine.submit(kinds.JOIN, None, None))
         if joined_last != last:
             failures.append(f"join returned {joined_last}, want {last}")

@@ -446,7 +446,7 @@ def automatic_names_stay_in_step(c: Cases) -> None:
     size = hvd.size()
     if hvd.rank() == 0:
         try:
-            hvd.allgather(torch.ones(1))  # the ring engine refuses it while ranks have joined; MPI's runs it
+            hvd.allgather(torch.ones(1))  # refused while ranks have joined (both engines)
         except hvd.InvalidArgumentError:
             pass
         hvd.allreduce(torch.ones(1))  # the joined ranks contribute zeros without submitting it
