@@ -28,6 +28,7 @@ and the graph's counter, so ranks that build the same graph agree.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import weakref
 from typing import Any, Callable, Sequence
@@ -150,6 +151,12 @@ def _in_program_order(build: Callable[[], list[tf.Tensor]]) -> list[tf.Tensor]:
 _NO_FAILURE = "/dev/null"
 
 
+@functools.lru_cache(maxsize=None)
+def _no_failure_path() -> tf.Tensor:
+    """The success path as one eager tensor, made once and returned by every op rather than per call."""
+    return tf.constant(_NO_FAILURE)
+
+
 def _failing_with(failure: tf.Tensor, outputs: Sequence[tf.Tensor]) -> list[tf.Tensor]:
     # Both ops have CPU kernels only: pinned there, a Session without soft placement accepts them under a
     # GPU device scope too.
@@ -180,7 +187,7 @@ def _reporting_errors(fn: Callable[..., Sequence[np.ndarray]],
     @not_converted
     def call(*tensors: tf.Tensor) -> list[tf.Tensor]:
         try:
-            return [*_through_numpy(fn, tensors, out_dtypes), tf.constant(_NO_FAILURE)]
+            return [*_through_numpy(fn, tensors, out_dtypes), _no_failure_path()]
         except CollectiveError as exc:
             tf_class = tf_error_class(exc)
             if tf_class is tf.errors.FailedPreconditionError:
