@@ -130,7 +130,7 @@ def ranks_of_set_id(process_set_id: int) -> tuple[int, ...]:
 def runtime_for(process_set: ProcessSet | None) -> _Runtime:
     """The runtime a collective on ``process_set`` runs on (the job's own for the global set)."""
     job = current()
-    if process_set is None or process_set.process_set_id == 0:
+    if is_global(process_set):
         return job
     if not isinstance(process_set, ProcessSet):
         raise InvalidArgumentError(f"process_set must be a ProcessSet, got {type(process_set).__name__}")
@@ -145,10 +145,9 @@ def runtime_for(process_set: ProcessSet | None) -> _Runtime:
     return runtime
 
 
-def require_global(process_set: ProcessSet | None, what: str) -> None:
-    """For the paths that have no per-set communicators yet: a clear error instead of the wrong ranks."""
-    if process_set is not None and process_set is not global_process_set and process_set.process_set_id != 0:
-        raise NotImplementedError(f"{what} with a process_set other than the global one is not implemented yet")
+def is_global(process_set: ProcessSet | None) -> bool:
+    """Whether ``process_set`` stands for every rank of the job (None does too)."""
+    return process_set is None or (isinstance(process_set, ProcessSet) and process_set.process_set_id == 0)
 
 
 def rank_number(value: Any, what: str) -> int:

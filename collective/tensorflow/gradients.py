@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 import tensorflow as tf
 
-from collective.process_sets import ProcessSet, global_process_set
+from collective.process_sets import ProcessSet, global_process_set, is_global
 from collective.reduce_ops import Average, ReduceOp, Sum, resolve_op
 from collective.tensorflow.bridge import as_tensor, not_converted, op_name
 from collective.tensorflow.compression import Compression, Compressor
@@ -62,7 +62,7 @@ class GradientReducer:
         """Whether this rank reduces with its set's peers. As in Horovod, a rank outside the set (or
         in a set of one) keeps its local gradients; a set that was never added is an error."""
         process_set = self.process_set
-        if process_set is global_process_set or process_set.process_set_id == 0:
+        if is_global(process_set):
             return True
         if process_set.process_set_id is None:
             raise ValueError(f"{process_set} has not been added: call add_process_set() on every rank before "

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 import tensorflow as tf
 
-from collective.process_sets import ProcessSet, global_process_set, rank_number, runtime_for
+from collective.process_sets import ProcessSet, global_process_set, is_global, rank_number, runtime_for
 from collective.reduce_ops import Average, ReduceOp, Sum, resolve_op as _resolve_op
 from collective.runtime import rank
 from collective.tensorflow import engine_calls
@@ -57,7 +57,7 @@ def _grad_name(name: str | None) -> str | None:
 def _check_member(process_set: ProcessSet) -> None:
     """Refuses, when the op is built, a set that does not hold this rank, naming the set. The global set
     needs no check, so ops on it can still be built before init() (a graph, the XLA refusal)."""
-    if process_set is not global_process_set and process_set.process_set_id != 0:
+    if not is_global(process_set):
         try:
             runtime_for(process_set)
         except CollectiveError as error:  # not a member: the tf.errors class Horovod's op fails with

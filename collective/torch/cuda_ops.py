@@ -1,10 +1,16 @@
-"""Collectives on CUDA tensors: NCCL on the current CUDA stream, or host staging when ranks share a GPU.
+"""Collectives on CUDA tensors: NCCL on the current CUDA stream, or host staging when ranks share a GPU
+or the collective is on a process set.
 
 The NCCL route enqueues work on ``torch.cuda.current_stream()`` and returns; the handle's ``poll``
 asks a CUDA event and ``synchronize`` waits on it, as Horovod's GPU handles do. NCCL calls are
 issued in the caller's order, so (like torch.distributed) every rank must make its CUDA collectives
 in the same order; the DistributedOptimizer's hooks do. Grouped allreduces (the optimizer's) are
 packed into one fusion buffer on the device per dtype and reduced with one NCCL call.
+
+Host staging copies the tensors to host memory and runs the CPU collective there (the ``cpu_*``
+callables, which take the process set), then copies the result back to the tensor's device. The NCCL
+communicator spans the whole job, so a process set's collectives take that route: they run on the
+set's engine, whose negotiation, fusion, join and stall checks are the set's own.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import collective
 from collective._native import CollectiveKind
 from collective.errors import InvalidArgumentError
 from collective.nccl import Route, route_tensor
+from collective.process_sets import ProcessSet, is_global
 from collective.reduce_ops import ReduceOp, scale_factors
 from collective.torch.cuda_context import CudaContext, cuda_context
 from collective.torch.handles import poll, register, synchronize
@@ -36,6 +43,45 @@ def _context_for(tensor: torch.Tensor, name: str | None = None) -> CudaContext:
     return context
 
 
+def _nccl_context(tensor: torch.Tensor, name: str | None, process_set: ProcessSet) -> CudaContext | None:
+    """The NCCL context for ``tensor``'s collective, or None where it is staged through host memory: on a
+    process set (checked first, since making the job's context takes every rank of the job), or where
+    ranks share a GPU."""
+    if not is_global(process_set):
+        return None
+    context = _context_for(tensor, name)
+    return None if context.decision.route == Route.HOST_STAGING else context
+
+
+def _through_host(tensors: Sequence[torch.Tensor], start: Callable[[list[torch.Tensor]], int],
+                  finish: Callable[[list[torch.Tensor], Any], Any]) -> int:
+    """Copies ``tensors`` to host memory and starts their CPU collective (``start`` returns its handle);
+    synchronizing the returned handle gives ``finish(stages, the CPU result)``."""
+    stages = [t.detach().to("cpu", copy=True) for t in tensors]
+    inner = start(stages)
+    return register([], lambda _results: finish(stages, synchronize(inner)), (stages,), ready=lambda: poll(inner))
+
+
+def _copied_back(targets: Sequence[torch.Tensor]) -> Callable[[list[torch.Tensor], Any], list[torch.Tensor]]:
+    """The ``finish`` of an in-place staged collective: each stage is written back into its target."""
+    def finish(stages: list[torch.Tensor], _result: Any) -> list[torch.Tensor]:
+        with torch.no_grad():
+            for target, stage in zip(targets, stages):
+                target.copy_(stage)
+        return list(targets)
+    return finish
+
+
+def _moved_to(device: torch.device) -> Callable[[list[torch.Tensor], Any], Any]:
+    """The ``finish`` of an out-of-place staged collective: its result (a tensor, or a tuple whose first
+    item is one) moves to ``device``."""
+    def finish(_stages: list[torch.Tensor], result: Any) -> Any:
+        if isinstance(result, tuple):
+            return (result[0].to(device), *result[1:])
+        return result.to(device)
+    return finish
+
+
 def _stream(device: torch.device) -> int:
     return int(torch.cuda.current_stream(device).cuda_stream)
 
@@ -49,11 +95,6 @@ def _on_stream(device: torch.device, finish: Callable[[], Any], keep_alive: tupl
         event.synchronize()
         return finish()
     return register([], done, keep_alive, ready=event.query)
-
-
-def _staged(inner: int, finish: Callable[[Any], Any], keep_alive: tuple[Any, ...]) -> int:
-    """A handle over an engine handle for host-staged memory; ``finish`` copies the result back."""
-    return register([], lambda _results: finish(synchronize(inner)), keep_alive, ready=lambda: poll(inner))
 
 
 def _scale(buffer: torch.Tensor, factor: float) -> None:
@@ -88,22 +129,17 @@ def _reduce(context: CudaContext, buffer: torch.Tensor, code: int, op: ReduceOp,
 
 
 def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], names: Sequence[str | None], op: ReduceOp,
-                             prescale: float, postscale: float, cpu_grouped: Callable[..., int]) -> int:
+                             prescale: float, postscale: float, process_set: ProcessSet,
+                             cpu_grouped: Callable[..., int]) -> int:
     """In place; ``cpu_grouped`` is the engine's grouped allreduce, for host staging."""
     prescale, postscale = scale_factors(prescale, postscale)
     targets = list(tensors)
     codes = [check_tensor(t, n) for t, n in zip(targets, names)]
-    context = _context_for(targets[0], names[0])
-    if context.decision.route == Route.HOST_STAGING:
-        stages = [t.detach().to("cpu", copy=True) for t in targets]
-        inner = cpu_grouped(stages, names, op, prescale, postscale)
-
-        def copy_back(_results: Any) -> list[torch.Tensor]:
-            with torch.no_grad():
-                for target, stage in zip(targets, stages):
-                    target.copy_(stage)
-            return targets
-        return _staged(inner, copy_back, (stages,))
+    context = _nccl_context(targets[0], names[0], process_set)
+    if context is None:
+        return _through_host(targets, lambda stages: cpu_grouped(stages, names, op, prescale, postscale,
+                                                                 process_set=process_set),
+                             _copied_back(targets))
     buffers = []
     with torch.no_grad():
         for code in dict.fromkeys(codes):
@@ -127,24 +163,22 @@ def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], names: Sequence[st
 
 
 def allreduce_async_(tensor: torch.Tensor, name: str | None, op: ReduceOp, prescale: float, postscale: float,
-                     cpu_grouped: Callable[..., int]) -> int:
+                     process_set: ProcessSet, cpu_grouped: Callable[..., int]) -> int:
     """In place; ``synchronize`` returns ``tensor``."""
-    handle = grouped_allreduce_async_([tensor], [name], op, prescale, postscale, cpu_grouped)
+    handle = grouped_allreduce_async_([tensor], [name], op, prescale, postscale, process_set, cpu_grouped)
     return register([], lambda _r: synchronize(handle)[0], (tensor,), ready=lambda: poll(handle))
 
 
-def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None, cpu_broadcast: Callable[..., int]) -> int:
+def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None, process_set: ProcessSet,
+                     cpu_broadcast: Callable[..., int]) -> int:
+    """In place; ``root_rank`` is a global rank, also on a process set."""
     code = check_tensor(tensor, name)
-    context = _context_for(tensor, name)
-    if context.decision.route == Route.HOST_STAGING:
-        stage = tensor.detach().to("cpu", copy=True)
-        inner = cpu_broadcast(stage, root_rank, name)
-
-        def copy_back(_result: Any) -> torch.Tensor:
-            with torch.no_grad():
-                tensor.copy_(stage)
-            return tensor
-        return _staged(inner, copy_back, (stage,))
+    context = _nccl_context(tensor, name, process_set)
+    if context is None:
+        copy_back = _copied_back([tensor])
+        return _through_host([tensor],
+                             lambda stages: cpu_broadcast(stages[0], root_rank, name, process_set=process_set),
+                             lambda stages, result: copy_back(stages, result)[0])
     checked_call(CollectiveKind.BROADCAST, tensor, name, root=int(root_rank))
     work = tensor.detach() if tensor.is_contiguous() else tensor.detach().contiguous()
     context.comm.broadcast(work.data_ptr(), work.data_ptr(), work.numel(), code, int(root_rank), _stream(work.device))
@@ -160,14 +194,14 @@ def _rows_everywhere(rows: int, name: str | None) -> list[int]:
     return [int(r) for r in gathered]
 
 
-def allgather_async(tensor: torch.Tensor, name: str | None, cpu_allgather: Callable[..., int]) -> int:
+def allgather_async(tensor: torch.Tensor, name: str | None, process_set: ProcessSet,
+                    cpu_allgather: Callable[..., int]) -> int:
     code = check_tensor(tensor, name)
+    context = _nccl_context(tensor, name, process_set)
+    if context is None:  # the engine checks the call against the set's ranks
+        return _through_host([tensor], lambda stages: cpu_allgather(stages[0], name, process_set=process_set),
+                             _moved_to(tensor.device))
     checked_call(CollectiveKind.ALLGATHER, tensor, name)
-    context = _context_for(tensor, name)
-    if context.decision.route == Route.HOST_STAGING:
-        stage = tensor.detach().to("cpu")
-        inner = cpu_allgather(stage, name)
-        return _staged(inner, lambda result: result.to(tensor.device), (stage,))
     work = tensor.detach().contiguous()
     rows = _rows_everywhere(work.shape[0], name)
     row_elements = work[0].numel() if work.shape[0] else int(np.prod(work.shape[1:], dtype=np.int64))
@@ -184,13 +218,13 @@ def allgather_async(tensor: torch.Tensor, name: str | None, cpu_allgather: Calla
     return _on_stream(context.device, lambda: out, (work, out))
 
 
-def alltoall_async(tensor: torch.Tensor, splits: Any, name: str | None, cpu_alltoall: Callable[..., int]) -> int:
+def alltoall_async(tensor: torch.Tensor, splits: Any, name: str | None, process_set: ProcessSet,
+                   cpu_alltoall: Callable[..., int]) -> int:
     code = check_tensor(tensor, name)
-    context = _context_for(tensor, name)
-    if context.decision.route == Route.HOST_STAGING:
-        stage = tensor.detach().to("cpu")
-        inner = cpu_alltoall(stage, splits, name)
-        return _staged(inner, lambda result: (result[0].to(tensor.device), result[1]), (stage,))
+    context = _nccl_context(tensor, name, process_set)
+    if context is None:
+        return _through_host([tensor], lambda stages: cpu_alltoall(stages[0], splits, name, process_set=process_set),
+                             _moved_to(tensor.device))
     work = tensor.detach().contiguous()
     send_rows = checked_call(CollectiveKind.ALLTOALL, work, name, splits=splits)
     received = [int(r) for r in collective.alltoall(np.array(send_rows, np.int64),
@@ -207,14 +241,14 @@ def alltoall_async(tensor: torch.Tensor, splits: Any, name: str | None, cpu_allt
 
 
 def reducescatter_async(tensor: torch.Tensor, name: str | None, op: ReduceOp, prescale: float, postscale: float,
-                        cpu_reducescatter: Callable[..., int]) -> int:
+                        process_set: ProcessSet, cpu_reducescatter: Callable[..., int]) -> int:
     code = check_tensor(tensor, name)
+    context = _nccl_context(tensor, name, process_set)
+    if context is None:  # the engine checks the call against the set's ranks
+        return _through_host([tensor], lambda stages: cpu_reducescatter(stages[0], name, op, prescale, postscale,
+                                                                        process_set=process_set),
+                             _moved_to(tensor.device))
     checked_call(CollectiveKind.REDUCESCATTER, tensor, name)
-    context = _context_for(tensor, name)
-    if context.decision.route == Route.HOST_STAGING:
-        stage = tensor.detach().to("cpu")
-        inner = cpu_reducescatter(stage, name, op, prescale, postscale)
-        return _staged(inner, lambda result: result.to(tensor.device), (stage,))
     size, rank = collective.size(), collective.rank()
     rows = tensor.shape[0]
     per, extra = divmod(rows, size)

@@ -21,7 +21,6 @@ from collective.process_sets import (
     global_process_set,
     global_rank_of,
     rank_number,
-    require_global,
     runtime_for,
     set_rank_of,
 )
@@ -55,11 +54,6 @@ def resolve_op(op: ReduceOp | int | None, average: bool | None) -> ReduceOp:
 def _engine(process_set: ProcessSet) -> Any:
     """The engine of ``process_set`` (the job's for the global set), started if it was not."""
     return start_engine(runtime_for(process_set))
-
-
-def _on_cpu(process_set: ProcessSet, what: str) -> None:
-    """CUDA tensors go through NCCL, which has no per-set communicators here yet."""
-    require_global(process_set, f"collective.torch.{what} of a CUDA tensor (NCCL)")
 
 
 def _member(name: str | None, tensor: torch.Tensor, code: int) -> Member:
@@ -115,8 +109,7 @@ def allreduce_async_(tensor: torch.Tensor, average: bool | None = None, name: st
     """Starts reducing ``tensor`` across ranks (of ``process_set``) in place; ``synchronize`` returns ``tensor``."""
     reduce_op = resolve_op(op, average)
     if cuda_ops.is_cuda(tensor):
-        _on_cpu(process_set, "allreduce")
-        return cuda_ops.allreduce_async_(tensor, name, reduce_op, prescale_factor, postscale_factor,
+        return cuda_ops.allreduce_async_(tensor, name, reduce_op, prescale_factor, postscale_factor, process_set,
                                          submit_grouped_allreduce_)
     code = check_tensor(tensor, name)
     work = _writable(tensor)
@@ -156,8 +149,7 @@ def submit_grouped_allreduce_(tensors: Sequence[torch.Tensor], names: Sequence[s
     """One grouped allreduce with a name per tensor: the engine negotiates and fuses the group as a unit."""
     targets = list(tensors)
     if targets and cuda_ops.is_cuda(targets[0]):
-        _on_cpu(process_set, "grouped_allreduce")
-        return cuda_ops.grouped_allreduce_async_(targets, names, op, prescale_factor, postscale_factor,
+        return cuda_ops.grouped_allreduce_async_(targets, names, op, prescale_factor, postscale_factor, process_set,
                                                  submit_grouped_allreduce_)
     codes = [check_tensor(t, n) for t, n in zip(targets, names)]
     works = [_writable(t) for t in targets]
@@ -199,8 +191,7 @@ def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: bool | None = N
 def allgather_async(tensor: torch.Tensor, name: str | None = None, process_set: ProcessSet = global_process_set) -> int:
     """Starts concatenating every rank's ``tensor`` along the first dimension (which may differ)."""
     if cuda_ops.is_cuda(tensor):
-        _on_cpu(process_set, "allgather")
-        return cuda_ops.allgather_async(tensor, name, allgather_async)
+        return cuda_ops.allgather_async(tensor, name, process_set, allgather_async)
     code = check_tensor(tensor, name)
     work = contiguous_input(tensor)
     engine = _engine(process_set)
@@ -216,8 +207,7 @@ def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: str | None = 
     tensors = list(tensors)
     names = member_names(name, len(tensors))
     if _any_cuda(tensors):
-        _on_cpu(process_set, "grouped_allgather")
-        return _joined([allgather_async(t, n) for t, n in zip(tensors, names)])
+        return _joined([allgather_async(t, n, process_set) for t, n in zip(tensors, names)])
     codes = [check_tensor(t, n) for t, n in zip(tensors, names)]
     works = [contiguous_input(t) for t in tensors]
     engine = _engine(process_set)
@@ -232,8 +222,8 @@ def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None = No
     """Starts overwriting ``tensor`` with ``root_rank``'s (a global rank, also with a ``process_set``, as
     in Horovod), in place; ``synchronize`` returns ``tensor``."""
     if cuda_ops.is_cuda(tensor):
-        _on_cpu(process_set, "broadcast")
-        return cuda_ops.broadcast_async_(tensor, rank_number(root_rank, "root_rank"), name, broadcast_async_)
+        return cuda_ops.broadcast_async_(tensor, rank_number(root_rank, "root_rank"), name, process_set,
+                                         broadcast_async_)
     code = check_tensor(tensor, name)
     work = _writable(tensor)
     runtime = runtime_for(process_set)
@@ -263,8 +253,7 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: str | None = 
     ``synchronize`` returns ``(output, received_splits)``, received_splits an int32 tensor, as Horovod's.
     """
     if cuda_ops.is_cuda(tensor):
-        _on_cpu(process_set, "alltoall")
-        return cuda_ops.alltoall_async(tensor, splits, name, alltoall_async)
+        return cuda_ops.alltoall_async(tensor, splits, name, process_set, alltoall_async)
     code = check_tensor(tensor, name)
     work = contiguous_input(tensor)
     rows = [] if splits is None else split_list(splits, name)  # the engine divides evenly, as its op's rule says
@@ -284,9 +273,8 @@ def reducescatter_async(tensor: torch.Tensor, name: str | None = None, op: Reduc
     """Starts reducing ``tensor`` across ranks; this rank gets its share of the first dimension
     (the first ``rows % size`` ranks get one row more)."""
     if cuda_ops.is_cuda(tensor):
-        _on_cpu(process_set, "reducescatter")
         return cuda_ops.reducescatter_async(tensor, name, resolve_op(op, None), prescale_factor, postscale_factor,
-                                            reducescatter_async)
+                                            process_set, reducescatter_async)
     code = check_tensor(tensor, name)
     work = contiguous_input(tensor)
     engine = _engine(process_set)
@@ -305,8 +293,7 @@ def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: str | Non
     names = member_names(name, len(tensors))
     reduce_op = resolve_op(op, None)
     if _any_cuda(tensors):
-        _on_cpu(process_set, "grouped_reducescatter")
-        return _joined([reducescatter_async(t, n, reduce_op, prescale_factor, postscale_factor)
+        return _joined([reducescatter_async(t, n, reduce_op, prescale_factor, postscale_factor, process_set)
                         for t, n in zip(tensors, names)])
     codes = [check_tensor(t, n) for t, n in zip(tensors, names)]
     works = [contiguous_input(t) for t in tensors]

@@ -179,8 +179,49 @@ def distributed_optimizer(c: Checks, dev: torch.device) -> None:
         c.check(p.is_cuda and torch.allclose(p.detach().cpu(), q.detach(), atol=1e-10), f"parameter {name} differs")
 
 
+def process_sets(c: Checks, dev: torch.device) -> None:
+    """CUDA tensors on a process set (ranks 0 and the last; the last alone on 2 ranks): staged through host
+    memory onto the set's engine, results back on the device. Ranks outside the set only add it."""
+    size, rank = hvd.size(), hvd.rank()
+    if size < 2:
+        return  # a set other than the global one needs a second rank
+    members = [0, size - 1] if size >= 3 else [size - 1]
+    subset = hvd.add_process_set(members)
+    try:
+        if rank not in members:
+            return
+        me = members.index(rank)
+        inputs = [rank_input(r, (6, 5), torch.float32) for r in members]
+        got = hvd.allreduce(inputs[me].to(dev), op=hvd.Sum, name="ps.ar", process_set=subset)
+        c.check(got.device == dev and close(got, reference(inputs, "Sum"), torch.float32), "set allreduce")
+        pair = [inputs[me].to(dev), inputs[me][0].double().to(dev)]
+        out = hvd.grouped_allreduce(pair, op=hvd.Average, name="ps.group", process_set=subset)
+        c.check(close(out[1], reference([t[0] for t in inputs], "Average"), torch.float64), "set grouped allreduce")
+        got = hvd.broadcast(inputs[me].to(dev), root_rank=members[-1], name="ps.bc", process_set=subset)
+        c.check(got.device == dev and torch.equal(got.cpu(), inputs[-1]), "set broadcast from a global root")
+        got = hvd.allgather(inputs[me].to(dev), name="ps.ag", process_set=subset)
+        c.check(got.device == dev and torch.equal(got.cpu(), torch.cat(inputs)), "set allgather")
+        got = hvd.reducescatter(inputs[me].to(dev), op=hvd.Sum, name="ps.rs", process_set=subset)
+        share = 6 // len(members)
+        c.check(close(got, reference(inputs, "Sum")[me * share:(me + 1) * share], torch.float32), "set reducescatter")
+        out = hvd.alltoall(inputs[me].to(dev), name="ps.a2a", process_set=subset)  # even splits: no splits back
+        want = torch.cat([t[me * share:(me + 1) * share] for t in inputs])
+        c.check(out.device == dev and torch.equal(out.cpu(), want), "set alltoall")
+        net = torch.nn.Linear(5, 1).to(dev)
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1),
+                                       named_parameters=net.named_parameters(), process_set=subset)
+        opt.zero_grad()
+        net(torch.full((2, 5), float(rank), device=dev)).sum().backward()
+        opt.step()
+        c.check(net.weight.grad is not None and torch.allclose(
+            net.weight.grad.cpu(), torch.full((1, 5), 2.0 * sum(members) / len(members))), "set optimizer gradient")
+    finally:
+        hvd.remove_process_set(subset)
+
+
 CASES: list[Callable[[Checks, torch.device], None]] = [
-    allreduce, in_place_and_async, grouped, allgather, broadcast, reducescatter, alltoall, distributed_optimizer]
+    allreduce, in_place_and_async, grouped, allgather, broadcast, reducescatter, alltoall, distributed_optimizer,
+    process_sets]
 
 
 def main() -> None:

@@ -16,11 +16,11 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 WORKER = str(Path(__file__).resolve().parent / "gpu_worker.py")
 CASES = ["allreduce", "in_place_and_async", "grouped", "allgather", "broadcast", "reducescatter", "alltoall",
-         "distributed_optimizer"]
+         "distributed_optimizer", "process_sets"]
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("num_proc, route", [(1, "nccl"), (2, "host staging")])
+@pytest.mark.parametrize("num_proc, route", [(1, "nccl"), (2, "host staging"), (3, "host staging")])
 def test_cuda_collectives(num_proc: int, route: str) -> None:
     if num_proc > 1 and torch.cuda.device_count() >= num_proc:
         route = "nccl"  # one GPU per rank: NCCL serves them

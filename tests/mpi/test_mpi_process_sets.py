@@ -31,7 +31,7 @@ def test_torch_process_sets(backend: str) -> None:
     assert job.returncode == 0, job.output[-4000:]
     for rank in range(3):
         (record,) = job.records(rank)
-        assert len(record["ran"]) == 6, record
+        assert len(record["ran"]) == 7, record
         assert record["failures"] == [], record["failures"]
 
 

@@ -11,5 +11,5 @@ def test_torch_process_sets() -> None:
     assert job.returncode == 0, job.output[-4000:]
     for rank in range(3):
         (record,) = job.records(rank)
-        assert len(record["ran"]) == 6
+        assert len(record["ran"]) == 7
         assert record["failures"] == [], record["failures"]

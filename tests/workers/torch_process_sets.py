@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 import collective.torch as hvd
+from collective.torch import cuda_context, cuda_ops, ops
 from common import Cases, report
 
 torch.set_num_threads(1)
@@ -122,6 +123,48 @@ def main() -> None:
         close("sparse allreduce (Sum) on the set", got.to_dense(), want)
         got = hvd.synchronize(hvd.sparse_allreduce_async(dense.to_sparse(), name="sparse.set.avg", process_set=mine))
         close("sparse allreduce (Average) on the set", got.to_dense(), want / len(mine.ranks))
+
+    @case
+    def host_staged_ops_on_a_set() -> None:
+        """The route CUDA tensors take on a process set (the job's NCCL communicator spans every rank):
+        staged through host memory onto the set's engine. It is driven here with CPU tensors, which
+        take the same steps; making the job's CUDA context, which this CPU-only torch cannot, would
+        raise."""
+        members, me = mine.ranks, mine.rank()
+        x = torch.full((2, 3), float(rank + 1), dtype=torch.float64)
+        got = hvd.synchronize(cuda_ops.allreduce_async_(x, "staged.sum", hvd.Sum, 1.0, 1.0, mine,
+                                                        ops.submit_grouped_allreduce_))
+        if got is not x:
+            failures.append("staged allreduce_ did not return its tensor")
+        close("staged allreduce_ Sum", x, torch.full((2, 3), float(sum(r + 1 for r in members)), dtype=torch.float64))
+        pair_of = [torch.full((4,), float(rank), dtype=torch.float64), torch.arange(3, dtype=torch.float64) * rank]
+        got = hvd.synchronize(cuda_ops.grouped_allreduce_async_(pair_of, ["staged.g0", "staged.g1"], hvd.Average,
+                                                                1.0, 2.0, mine, ops.submit_grouped_allreduce_))
+        mean = sum(members) / len(members)
+        close("staged grouped Average (postscale 2)", got[0], torch.full((4,), 2 * mean, dtype=torch.float64))
+        close("staged grouped member 1", pair_of[1], torch.arange(3, dtype=torch.float64) * 2 * mean)
+        y = torch.full((3,), float(rank), dtype=torch.float64)
+        hvd.synchronize(cuda_ops.broadcast_async_(y, members[-1], "staged.bcast", mine, ops.broadcast_async_))
+        close("staged broadcast from a global root", y, torch.full((3,), float(members[-1]), dtype=torch.float64))
+        rows = torch.full((rank + 1, 2), float(rank), dtype=torch.float64)
+        got = hvd.synchronize(cuda_ops.allgather_async(rows, "staged.gather", mine, ops.allgather_async))
+        close("staged allgather (uneven rows)", got,
+              torch.cat([torch.full((r + 1, 2), float(r), dtype=torch.float64) for r in members]))
+        splits = [i + 1 for i in range(len(members))]
+        send = torch.cat([torch.full((n, 1), float(10 * rank + i), dtype=torch.float64) for i, n in enumerate(splits)])
+        out, received = hvd.synchronize(cuda_ops.alltoall_async(send, splits, "staged.a2a", mine, ops.alltoall_async))
+        close("staged alltoall", out, torch.cat([torch.full((me + 1, 1), float(10 * r + me), dtype=torch.float64)
+                                                 for r in members]))
+        if received.tolist() != [me + 1] * len(members):
+            failures.append(f"staged alltoall received splits {received.tolist()}")
+        table = torch.arange(2 * len(members) + 1, dtype=torch.float64).unsqueeze(1) * (rank + 1)
+        got = hvd.synchronize(cuda_ops.reducescatter_async(table, "staged.rs", hvd.Sum, 1.0, 1.0, mine,
+                                                           ops.reducescatter_async))
+        start = 2 * me + min(me, 1)
+        total = torch.arange(2 * len(members) + 1, dtype=torch.float64).unsqueeze(1) * sum(r + 1 for r in members)
+        close("staged reducescatter (one extra row)", got, total[start:start + 2 + (1 if me < 1 else 0)])
+        if cuda_context._context is not None:
+            failures.append("a staged process-set collective made the job's CUDA context")
 
     case.run_and_report("torch_process_sets")
     hvd.shutdown()
