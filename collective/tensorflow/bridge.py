@@ -7,10 +7,10 @@ goes through ``.numpy()`` and ``tf.convert_to_tensor``). Eagerly that happens di
 DLPack path holds there too; ``tf.numpy_function`` was measured first and copies each tensor on the
 way in and again on the way out (twice the time for a 1 MiB allreduce). A py_function op is stateful,
 and TensorFlow's automatic control dependencies run stateful ops in the order they were traced, so
-every rank submits its collectives in program order, as the engine's negotiation requires (in a TF1
-graph run by a Session, which has no such dependencies, each collective op depends on the one built
-before it instead: see _in_program_order). No
-TensorFlow header or custom kernel is involved; ops cannot be XLA-compiled (a clear error says so).
+every rank submits its collectives in program order. A TF1 graph run by a Session has no such
+dependencies, and a blocking op there holds one of the Session's few threads, so its collectives wait
+elsewhere (session_ops.py). No TensorFlow header or custom kernel is involved; ops cannot be
+XLA-compiled (a clear error says so).
 
 Errors. Eagerly, an op raises the tf.errors class Horovod raises in its place, which is also the
 collective's own exception (``collective.tensorflow.errors``). From a graph, TensorFlow rebuilds the
@@ -43,6 +43,7 @@ from collective._native import DType
 from collective.dtypes import SUPPORTED
 from collective.errors import CollectiveError
 from collective.tensorflow.engine_calls import TENSOR_ALIGNMENT
+from collective.tensorflow import session_ops
 from collective.tensorflow.errors import as_tf_error, invalid_argument, tf_error_class
 
 # TensorFlow names every native DType as the native table does.
@@ -53,8 +54,8 @@ SUPPORTED_DTYPES = frozenset(tf.as_dtype(d.name) for d in DType)
 not_converted = tf.autograph.experimental.do_not_convert
 
 _graph_counters: "weakref.WeakKeyDictionary[Any, itertools.count]" = weakref.WeakKeyDictionary()
-# The last collective op built in each TF1 graph; see _in_program_order.
-_last_collective: "weakref.WeakKeyDictionary[Any, tf.Operation]" = weakref.WeakKeyDictionary()
+# How many collectives of each derived name (a gradient's) each graph has; see distinct_in_graph.
+_graph_names: "weakref.WeakKeyDictionary[Any, dict[str, int]]" = weakref.WeakKeyDictionary()
 
 
 def label(name: str | None) -> str:
@@ -81,13 +82,30 @@ def op_name(kind: str, name: str | None) -> str | None:
     """
     if name or tf.executing_eagerly():
         return name or None
-    graph = tf.compat.v1.get_default_graph()
-    # The branches of tf.cond and the bodies of tf.while_loop are graphs of their own, named with a
-    # process-wide counter; they share their function's names and counter instead.
-    while isinstance(graph, ControlFlowFuncGraph):
-        graph = graph.outer_graph
+    graph = _naming_graph()
     counter = _graph_counters.setdefault(graph, itertools.count())
     return f"{getattr(graph, 'name', 'graph')}.{kind}.{next(counter)}"
+
+
+def distinct_in_graph(name: str) -> str:
+    """``name``, or in a graph that has an op of that name already, ``name.1``, ``name.2``... The
+    backward of one forward op may be built twice (two tf.gradients calls), and a Session may run both
+    at once. Eagerly, ``name`` as it is."""
+    if tf.executing_eagerly():
+        return name
+    built = _graph_names.setdefault(_naming_graph(), {})
+    repeat = built.get(name, 0)
+    built[name] = repeat + 1
+    return f"{name}.{repeat}" if repeat else name
+
+
+def _naming_graph() -> Any:
+    """The graph whose names a collective built now shares. The branches of tf.cond and the bodies of
+    tf.while_loop are graphs of their own, named with a process-wide counter: their function's instead."""
+    graph = tf.compat.v1.get_default_graph()
+    while isinstance(graph, ControlFlowFuncGraph):
+        graph = graph.outer_graph
+    return graph
 
 
 def sub_names(name: str | None, count: int) -> list[str | None]:
@@ -107,35 +125,22 @@ def run(fn: Callable[..., Sequence[np.ndarray]], inputs: Sequence[tf.Tensor], ou
         raise invalid_argument(
             "collectives cannot run inside an XLA-compiled function (jit_compile=True); Keras 3 turns XLA on by "
             "default when a GPU is present, so compile the model with jit_compile=False")
-    def build() -> list[tf.Tensor]:
+    if in_session_graph():
+        outputs = session_ops.collective_op(fn, inputs, out_dtypes, _view, _NO_FAILURE, _failure_path_or_raise,
+                                            _failing_with)
+    else:
         *results, failure = tf.py_function(_reporting_errors(fn, out_dtypes), list(inputs), [*out_dtypes, tf.string])
-        return _failing_with(failure, results)
-    outputs = _in_program_order(build)
+        outputs = _failing_with(failure, results)
     for output, shape in zip(outputs, out_shapes):
         if shape is not None:
             output.set_shape(shape)
     return list(outputs)
 
 
-def _in_program_order(build: Callable[[], list[tf.Tensor]]) -> list[tf.Tensor]:
-    """Builds a collective op; in a TF1 graph, after the graph's previous one.
-
-    A tf.function orders its stateful ops itself. A graph run by a ``tf.compat.v1.Session`` does not: its
-    independent py_function ops may start in any order, each blocking one of the Session's few inter-op
-    threads until its peers submit the same collective, and ranks that started different ones wait for
-    each other for ever (Horovod's asynchronous kernels hold no thread). A control dependency on the
-    previous collective gives every rank the order they were built in. A fetch then also runs the
-    collectives built before it in that graph: the same ones on every rank, without their consumers
-    (a broadcast's assignments, for one) unless those are fetched too."""
-    graph = tf.compat.v1.get_default_graph()
-    if isinstance(graph, FuncGraph):
-        return build()
-    previous = _last_collective.get(graph)
-    with tf.control_dependencies([previous] if previous is not None else []):
-        outputs = build()
-    # The op that ends the collective, its error check included: the next one starts after it succeeds.
-    _last_collective[graph] = outputs[0].op
-    return outputs
+def in_session_graph() -> bool:
+    """Whether ops built now go into a TF1 graph run by a ``tf.compat.v1.Session`` (not eager, not a
+    tf.function, which runs its stateful ops in the order they were traced)."""
+    return not tf.executing_eagerly() and not isinstance(tf.compat.v1.get_default_graph(), FuncGraph)
 
 
 # A graph op's Python exception reaches the caller as a tf.errors.OpError rebuilt from a status code
@@ -189,14 +194,26 @@ def _reporting_errors(fn: Callable[..., Sequence[np.ndarray]],
         try:
             return [*_through_numpy(fn, tensors, out_dtypes), _no_failure_path()]
         except CollectiveError as exc:
-            tf_class = tf_error_class(exc)
-            if tf_class is tf.errors.FailedPreconditionError:
-                placeholders = [tf.zeros([0], dtype) for dtype in out_dtypes]
-                return [*placeholders, tf.constant(_failure_path(exc))]
-            message = f"{type(exc).__name__}: {exc}"
-            raise (ValueError(message) if tf_class is tf.errors.InvalidArgumentError
-                   else RuntimeError(message)) from exc
+            return [*[tf.zeros([0], dtype) for dtype in out_dtypes], _check_path(exc)]
     return call
+
+
+def _check_path(failure: BaseException | None) -> tf.Tensor:
+    """What a graph op's check reads: /dev/null after success, else see _failure_path_or_raise."""
+    return _no_failure_path() if failure is None else tf.constant(_failure_path_or_raise(failure))
+
+
+def _failure_path_or_raise(failure: BaseException) -> str:
+    """The failing path for an error Horovod raises as FailedPreconditionError. Any other error is raised
+    here, as the Python exception py_function turns into the tf.errors class Horovod raises (ValueError:
+    InvalidArgumentError; others: UnknownError)."""
+    if not isinstance(failure, CollectiveError):
+        raise failure
+    tf_class = tf_error_class(failure)
+    if tf_class is tf.errors.FailedPreconditionError:
+        return _failure_path(failure)
+    message = f"{type(failure).__name__}: {failure}"
+    raise (ValueError(message) if tf_class is tf.errors.InvalidArgumentError else RuntimeError(message)) from failure
 
 
 def _through_numpy(fn: Callable[..., Sequence[np.ndarray]], tensors: Sequence[tf.Tensor],

@@ -27,6 +27,7 @@ from collective.runtime import rank
 from collective.tensorflow import engine_calls
 from collective.tensorflow.bridge import (
     as_tensor,
+    distinct_in_graph,
     label,
     leading_unknown,
     not_converted,
@@ -51,7 +52,7 @@ def resolve_op(op: ReduceOp | int | None, average: bool | None) -> ReduceOp:
 
 
 def _grad_name(name: str | None) -> str | None:
-    return f"{name}.grad" if name else None
+    return distinct_in_graph(f"{name}.grad") if name else None
 
 
 def _check_member(process_set: ProcessSet) -> None:

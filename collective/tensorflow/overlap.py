@@ -9,7 +9,8 @@ when backward ends), waits for every ticket and returns the reduced tensors. Ins
 tf.function a submit op depends only on its bucket's gradients (and, through TensorFlow's automatic
 control dependencies between stateful ops, on the submit traced before it), so the engine thread
 reduces the last layers' gradients while TensorFlow still computes the first layers'. Only the bucket
-finished last is waited for after backward. Eagerly, the ops simply run one after another.
+finished last is waited for after backward. Eagerly, the ops simply run one after another; in a TF1
+graph run by a Session, one op submits every gradient and waits.
 
 Buckets rather than one op per gradient: each op costs some tens of microseconds of Python, which a
 model with hundreds of variables would pay hundreds of times a step.
@@ -18,6 +19,7 @@ model with hundreds of variables would pay hundreds of times a step.
 from __future__ import annotations
 
 import itertools
+import threading
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -26,7 +28,7 @@ import tensorflow as tf
 from collective.process_sets import ProcessSet
 from collective.reduce_ops import ReduceOp
 from collective.tensorflow import engine_calls
-from collective.tensorflow.bridge import run
+from collective.tensorflow.bridge import in_session_graph, run
 
 # Large enough that a model pays a few bridge crossings a step, small enough that the buckets of the
 # last layers leave early; the MLP of bench/keras_step.py (10.5 MB) goes in three.
@@ -37,6 +39,9 @@ BUCKET_BYTES = 2 << 20
 # next step moves them to _abandoned, which keeps their arrays alive until the engine is done with them.
 _in_flight: dict[int, tuple[int, engine_calls.InFlight]] = {}
 _abandoned: list[engine_calls.InFlight] = []
+# A Session runs the collectives of a TF1 graph's independent optimizers at the same time (session_ops.py):
+# held while the two above are scanned.
+_lock = threading.Lock()
 _tickets = itertools.count(1)
 # One id per traced (or eager) call of allreduce_overlapped: its ops run once per step, in order.
 _sites = itertools.count(1)
@@ -71,7 +76,9 @@ def buckets(tensors: Sequence[tf.Tensor]) -> list[list[int]]:
 def allreduce_overlapped(tensors: Sequence[tf.Tensor], names: Sequence[str], op: ReduceOp, prescale: float,
                          postscale: float, process_set: ProcessSet) -> list[tf.Tensor]:
     """Every tensor reduced across the set's ranks, submitted bucket by bucket (see the module)."""
-    plan = buckets(tensors)
+    # A Session runs a TF1 graph's ops in no fixed order (session_ops.py), and a bucket's submit could
+    # then start after the step's wait op: one op there submits every gradient and waits.
+    plan = [list(reversed(range(len(tensors))))] if in_session_graph() else buckets(tensors)
     site = next(_sites)
     *early, last = plan
     tickets: list[tf.Tensor] = []
@@ -96,7 +103,8 @@ def allreduce_overlapped(tensors: Sequence[tf.Tensor], names: Sequence[str], op:
     except Exception:
         # Eagerly, the buckets already submitted are known here (a graph's are reaped by its next step).
         if tf.executing_eagerly():
-            _abandon([int(ticket) for ticket in tickets])
+            with _lock:
+                _abandon([int(ticket) for ticket in tickets])
         raise
     out: list[Any] = [None] * len(tensors)
     for index, tensor in zip(order, reduced):
@@ -109,8 +117,9 @@ def _submitter(names: list[str], op: ReduceOp, prescale: float, postscale: float
     """What a bucket's op runs: submits the gradients (numpy views) and returns the bucket's ticket."""
     def submit(*arrays: np.ndarray) -> int:
         if starts_step:
-            _abandon([ticket for ticket, (owner, _) in _in_flight.items() if owner == site])
-            _release_finished()
+            with _lock:
+                _abandon([ticket for ticket, (owner, _) in _in_flight.items() if owner == site])
+                _release_finished()
         outputs = [engine_calls.reused_buffer(a, _buffers, n) for a, n in zip(arrays, names)]
         ticket = next(_tickets)
         # Not as a group: the engine copies a group through its fusion buffer whole, where it reduces a

@@ -350,9 +350,60 @@ def tf1_session(c: Checks, mode: str) -> None:
              lambda: hvd.BroadcastGlobalVariablesHook("0"), "a hook's root rank that is not an integer")
     with tf.Graph().as_default():
         mismatched = hvd.allgather(tf.ones((1, 2 + rank)), name="session_mismatch")
+        after = hvd.allreduce(tf.constant([1.0]), op=hvd.Sum, name="after_mismatch")
         with tf.compat.v1.Session() as session:
             c.raises(tf.errors.FailedPreconditionError, "MismatchError: ranks disagree on the trailing shape",
                      lambda: session.run(mismatched), "Session allgather of mismatched shapes")
+            # A collective built later is not run again with it: the fetch needs only its own.
+            c.close(session.run(after), np.array([float(size)]), "a later collective after a failed one")
+    tf1_horovod_recipe(c)
+    tf1_fetches_run_only_their_collectives(c)
+
+
+def tf1_horovod_recipe(c: Checks) -> None:
+    """Horovod's TF1 example: data fed through a placeholder, DistributedOptimizer.minimize, and a
+    BroadcastGlobalVariablesHook (whose broadcast is built after the training op, in the hook's begin)
+    in a MonitoredTrainingSession that stops after 4 steps."""
+    size, rank = hvd.size(), hvd.rank()
+    with tf.Graph().as_default():
+        features = tf.compat.v1.placeholder(tf.float64, [None, 2])
+        weights = tf.compat.v1.Variable(np.full((2, 1), float(rank)))
+        loss = tf.reduce_sum(tf.matmul(features, weights))
+        step = tf.compat.v1.train.get_or_create_global_step()
+        optimizer = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.5))
+        train = optimizer.minimize(loss, global_step=step)
+        hooks = [hvd.BroadcastGlobalVariablesHook(0), tf.compat.v1.train.StopAtStepHook(last_step=4)]
+        steps = 0
+        with tf.compat.v1.train.MonitoredTrainingSession(hooks=hooks) as session:
+            while not session.should_stop():
+                session.run(train, feed_dict={features: np.full((4, 2), rank + 1.0)})
+                steps += 1
+                if steps == 3:  # a stopped session runs nothing more, so read before the last step
+                    final = session.run(weights)
+    # From rank 0's zeros, each step moves every weight by 0.5 x the mean over ranks of 4 (rank + 1).
+    c.check(steps == 4, f"the recipe ran {steps} steps, want 4")
+    c.close(final, np.full((2, 1), -3 * 0.5 * 4 * (size + 1) / 2), "Horovod's TF1 recipe (placeholder, hook)")
+
+
+def tf1_fetches_run_only_their_collectives(c: Checks) -> None:
+    """Independent collectives built in a different order on each rank, fetched together by a Session
+    with a single inter-op thread, complete: none holds the thread while it waits. And a fetch runs no
+    collective it does not need: one that needs a feed is left out when it is not fetched."""
+    size, rank = hvd.size(), hvd.rank()
+    with tf.Graph().as_default():
+        order = list(range(6)) if rank % 2 == 0 else list(reversed(range(6)))
+        built = {i: hvd.allreduce(tf.constant([float(i + rank)]), op=hvd.Sum, name=f"independent.{i}") for i in order}
+        fed = tf.compat.v1.placeholder(tf.float64, [1])
+        needs_feed = hvd.allreduce(fed, op=hvd.Sum, name="needs_feed")
+        later = hvd.allreduce(tf.constant([2.0]), op=hvd.Sum, name="after_needs_feed")
+        config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=1, intra_op_parallelism_threads=1)
+        with tf.compat.v1.Session(config=config) as session:
+            got = session.run([built[i] for i in range(6)])
+            c.close(session.run(later), np.array([2.0 * size]), "a collective fetched without an earlier one's feed")
+            c.close(session.run(needs_feed, feed_dict={fed: [1.0]}), np.array([float(size)]), "the fed one")
+    for i, value in enumerate(got):
+        c.close(value, np.array([float(size * i + size * (size - 1) / 2)]),
+                f"independent collective {i}, started in another order on every other rank, one thread")
 
 
 def barrier_join_objects(c: Checks, mode: str) -> None:
