@@ -30,6 +30,7 @@ ENV_TCP_CHUNK_BYTES = "COLLECTIVE_TCP_CHUNK_BYTES"
 ENV_REDUCE_ISA = "COLLECTIVE_REDUCE_ISA"
 ENV_FUSION_THRESHOLD = "COLLECTIVE_FUSION_THRESHOLD"
 ENV_CYCLE_TIME = "COLLECTIVE_CYCLE_TIME"
+ENV_GRADIENT_BUCKET_BYTES = "COLLECTIVE_GRADIENT_BUCKET_BYTES"
 ENV_CACHE_CAPACITY = "COLLECTIVE_CACHE_CAPACITY"
 ENV_TIMELINE = "COLLECTIVE_TIMELINE"
 ENV_STALL_CHECK_TIME = "COLLECTIVE_STALL_CHECK_TIME"
@@ -80,6 +81,9 @@ class Config:
     fusion_threshold_bytes: int = 128 << 20  # 0 turns tensor fusion off
     cycle_time_ms: float = 1.0
     cache_capacity: int = 1024               # response cache entries
+    # TensorFlow/Keras gradients go to the engine in buckets of this size, which overlap backward; 0 = one
+    # bucket after backward. None: 2 MiB where the host has more cores than ranks, else 0.
+    gradient_bucket_bytes: int | None = None
     timeline: str | None = None              # Chrome trace JSON written by rank 0
     stall_check_s: float = 60.0              # warn about tensors some ranks have not submitted; 0 = off
     # Then fail them on every rank, naming the missing ranks; 0 = never. Horovod's default is never: ours
@@ -431,6 +435,7 @@ _ENV_FIELDS: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "fusion_threshold_bytes": (ENV_FUSION_THRESHOLD, _parse_int),
     "cycle_time_ms": (ENV_CYCLE_TIME, _parse_seconds),
     "cache_capacity": (ENV_CACHE_CAPACITY, _parse_int),
+    "gradient_bucket_bytes": (ENV_GRADIENT_BUCKET_BYTES, _parse_int),
     "timeline": (ENV_TIMELINE, _parse_text),
     "stall_check_s": (ENV_STALL_CHECK_TIME, _parse_seconds),
     "stall_shutdown_s": (ENV_STALL_SHUTDOWN_TIME, _parse_seconds),
@@ -507,6 +512,9 @@ def _validate(values: Mapping[str, Any], label: Callable[[str], str]) -> None:
         value = values[name]
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             fail(name, "must be an int >= 0")
+    bucket = values["gradient_bucket_bytes"]
+    if bucket is not None and (isinstance(bucket, bool) or not isinstance(bucket, int) or bucket < 0):
+        fail("gradient_bucket_bytes", "must be an int >= 0 (0: one bucket after backward) or None (chosen by cores)")
     for name in ("cycle_time_ms", "stall_check_s", "stall_shutdown_s"):
         value = values[name]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:

@@ -1,6 +1,7 @@
 """A step's gradient allreduce split into ops that overlap backward.
 
-The gradients go to the engine in buckets of about ``BUCKET_BYTES``, taken in the reverse of the
+The gradients go to the engine in buckets of about ``BUCKET_BYTES`` (``Config.gradient_bucket_bytes``;
+by default only where the host has a core to spare: see bucket_bytes_for), taken in the reverse of the
 variables' order, which is the order backward produces them in a layered model. Each bucket is
 submitted by its own py_function op, which hands the engine the gradients' own memory (DLPack views,
 whose reference keeps TensorFlow from freeing or reusing it) with an output buffer for each, and
@@ -19,6 +20,7 @@ model with hundreds of variables would pay hundreds of times a step.
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 from typing import Any, Callable, Sequence
 
@@ -27,6 +29,7 @@ import tensorflow as tf
 
 from collective.process_sets import ProcessSet
 from collective.reduce_ops import ReduceOp
+from collective.runtime import current, is_initialized
 from collective.tensorflow import engine_calls
 from collective.tensorflow.bridge import in_session_graph, run
 
@@ -50,22 +53,38 @@ _sites = itertools.count(1)
 _buffers: dict[str, np.ndarray] = {}
 
 
-def _nbytes(tensor: tf.Tensor) -> int:
-    """The tensor's size, or BUCKET_BYTES (a bucket of its own) when its shape is not fully known."""
-    elements = tensor.shape.num_elements()
-    return BUCKET_BYTES if elements is None else elements * tensor.dtype.size
+def bucket_bytes_for(configured: int | None, cores: int, local_ranks: int) -> int:
+    """The bucket size (0: one bucket after backward): ``configured`` (Config.gradient_bucket_bytes), or
+    by default BUCKET_BYTES where the host has more cores than ranks, else 0. Overlap needs a core to
+    run the engine on while backward computes; where every core computes, each extra bucket only adds
+    a bridge crossing and a negotiation round to the step (bench/RESULTS.md: 0.6-1.0 ms a step on 2
+    cores with 2 ranks)."""
+    if configured is not None:
+        return configured
+    return BUCKET_BYTES if cores > local_ranks else 0
 
 
-def buckets(tensors: Sequence[tf.Tensor]) -> list[list[int]]:
+def _bucket_bytes() -> int:
+    """bucket_bytes_for this job and host (BUCKET_BYTES before init, when the host is not known yet)."""
+    if not is_initialized():
+        return BUCKET_BYTES
+    job = current()
+    return bucket_bytes_for(job.config.gradient_bucket_bytes, len(os.sched_getaffinity(0)), job.topology.local_size)
+
+
+def buckets(tensors: Sequence[tf.Tensor], bucket_bytes: int) -> list[list[int]]:
     """Indices of ``tensors`` grouped into buckets, last tensor first; a bucket closes once it holds
-    BUCKET_BYTES."""
+    ``bucket_bytes`` (a tensor of unknown size closes its own). 0: every tensor in one bucket."""
+    if bucket_bytes <= 0:
+        return [list(reversed(range(len(tensors))))] if tensors else []
     out: list[list[int]] = []
     current: list[int] = []
     held = 0
     for index in reversed(range(len(tensors))):
         current.append(index)
-        held += _nbytes(tensors[index])
-        if held >= BUCKET_BYTES:
+        elements = tensors[index].shape.num_elements()
+        held += bucket_bytes if elements is None else elements * tensors[index].dtype.size
+        if held >= bucket_bytes:
             out.append(current)
             current, held = [], 0
     if current:
@@ -78,7 +97,7 @@ def allreduce_overlapped(tensors: Sequence[tf.Tensor], names: Sequence[str], op:
     """Every tensor reduced across the set's ranks, submitted bucket by bucket (see the module)."""
     # A Session runs a TF1 graph's ops in no fixed order (session_ops.py), and a bucket's submit could
     # then start after the step's wait op: one op there submits every gradient and waits.
-    plan = [list(reversed(range(len(tensors))))] if in_session_graph() else buckets(tensors)
+    plan = buckets(tensors, 0 if in_session_graph() else _bucket_bytes())
     site = next(_sites)
     *early, last = plan
     tickets: list[tf.Tensor] = []

@@ -30,11 +30,13 @@ def test_every_variable_is_parsed() -> None:
         cfg.ENV_DISABLE_SHM: "true",
         cfg.ENV_SHM_BUFFER_BYTES: "65536",
         cfg.ENV_TCP_CHUNK_BYTES: "4096",
+        cfg.ENV_GRADIENT_BUCKET_BYTES: "0",
     }
     assert config_from_env(environ=environ) == Config(
         rank=2, size=4, rendezvous="10.0.0.1:29500", secret=b"\x00\xff\x10",
         advertise_host="10.0.0.7", host_key="node-a", timeout_s=12.5, connect_timeout_s=3.0,
-        handshake_timeout_s=0.5, enable_shm=False, shm_buffer_bytes=65536, tcp_chunk_bytes=4096)
+        handshake_timeout_s=0.5, enable_shm=False, shm_buffer_bytes=65536, tcp_chunk_bytes=4096,
+        gradient_bucket_bytes=0)
 
 
 @pytest.mark.timeout(10)
@@ -104,6 +106,8 @@ def test_cross_field_error_names_each_source() -> None:
     ({"tcp_chunk_bytes": 0}, "Config.tcp_chunk_bytes=0"),
     ({"host_key": ""}, "Config.host_key=''"),
     ({"scope": ""}, "Config.scope=''"),
+    ({"gradient_bucket_bytes": -1}, "Config.gradient_bucket_bytes=-1 must be an int >= 0 (0: one bucket"),
+    ({"gradient_bucket_bytes": True}, "Config.gradient_bucket_bytes=True"),
 ])
 def test_direct_construction_is_validated(kwargs: dict, needle: str) -> None:
     with pytest.raises(ValueError) as info:

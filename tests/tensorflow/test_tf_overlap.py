@@ -15,5 +15,5 @@ def test_overlap_buffers_and_failed_steps(mode: str) -> None:
     assert job.returncode == 0, job.output[-4000:]
     for rank in range(2):
         (record,) = job.records(rank)
-        assert len(record["ran"]) == 2
+        assert len(record["ran"]) == 3
         assert record["failures"] == [], record["failures"]

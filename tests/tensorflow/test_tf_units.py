@@ -145,11 +145,25 @@ def test_gradient_buckets_start_from_the_last_variable() -> None:
 
     quarter = BUCKET_BYTES // 16  # float32 elements in a quarter bucket
     tensors = [tf.zeros(quarter * 4), tf.zeros(3), tf.zeros(quarter * 2), tf.zeros(quarter * 2), tf.zeros(5)]
-    assert buckets(tensors) == [[4, 3, 2], [1, 0]]
-    assert buckets([tf.zeros(3)]) == [[0]]
+    assert buckets(tensors, BUCKET_BYTES) == [[4, 3, 2], [1, 0]]
+    assert buckets([tf.zeros(3)], BUCKET_BYTES) == [[0]]
+    assert buckets(tensors, 0) == [[4, 3, 2, 1, 0]]  # one bucket, after backward
+    assert buckets([], 0) == []
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
     def plan(unknown: tf.Tensor) -> tf.Tensor:
-        assert buckets([tf.zeros(3), unknown, tf.zeros(4)]) == [[2, 1], [0]]
+        assert buckets([tf.zeros(3), unknown, tf.zeros(4)], BUCKET_BYTES) == [[2, 1], [0]]
         return unknown
     plan.get_concrete_function()
+
+
+def test_gradient_buckets_overlap_backward_only_where_a_core_is_spare() -> None:
+    """By default, buckets where the host has more cores than ranks (the engine reduces on a spare core
+    while backward computes), one bucket where every core has a rank; a configured size always wins."""
+    from collective.tensorflow.overlap import BUCKET_BYTES, bucket_bytes_for
+
+    assert bucket_bytes_for(None, cores=16, local_ranks=2) == BUCKET_BYTES
+    assert bucket_bytes_for(None, cores=2, local_ranks=2) == 0
+    assert bucket_bytes_for(None, cores=4, local_ranks=8) == 0
+    assert bucket_bytes_for(1 << 20, cores=2, local_ranks=2) == 1 << 20
+    assert bucket_bytes_for(0, cores=16, local_ranks=2) == 0

@@ -21,12 +21,18 @@ BIG = (700, 1024)  # 2.7 MiB: a bucket of its own, submitted first
 
 def main() -> None:
     mode = sys.argv[1]
-    hvd.init()
+    # Buckets whatever the host's cores (by default a host with no core to spare gets one bucket).
+    hvd.init(gradient_bucket_bytes=overlap.BUCKET_BYTES)
     rank, size = hvd.rank(), hvd.size()
     mean = np.mean(np.arange(1, size + 1))
     case = Cases()
     failures = case.failures
     v = tf.Variable(tf.ones(BIG))
+
+    @case
+    def init_sets_the_bucket_size() -> None:
+        if overlap._bucket_bytes() != overlap.BUCKET_BYTES:
+            failures.append(f"init(gradient_bucket_bytes=...) gave buckets of {overlap._bucket_bytes()} bytes")
 
     def gradient(scale: tf.Tensor) -> tf.Tensor:
         with tf.GradientTape() as tape:
