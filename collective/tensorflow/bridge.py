@@ -194,13 +194,8 @@ def _reporting_errors(fn: Callable[..., Sequence[np.ndarray]],
         try:
             return [*_through_numpy(fn, tensors, out_dtypes), _no_failure_path()]
         except CollectiveError as exc:
-            return [*[tf.zeros([0], dtype) for dtype in out_dtypes], _check_path(exc)]
+            return [*[tf.zeros([0], dtype) for dtype in out_dtypes], tf.constant(_failure_path_or_raise(exc))]
     return call
-
-
-def _check_path(failure: BaseException | None) -> tf.Tensor:
-    """What a graph op's check reads: /dev/null after success, else see _failure_path_or_raise."""
-    return _no_failure_path() if failure is None else tf.constant(_failure_path_or_raise(failure))
 
 
 def _failure_path_or_raise(failure: BaseException) -> str:
