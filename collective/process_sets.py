@@ -105,7 +105,7 @@ global_process_set: ProcessSet = _GlobalProcessSet()
 
 def _registered_ranks(process_set: ProcessSet) -> tuple[int, ...]:
     job = current()
-    if process_set.process_set_id == 0:
+    if is_global(process_set):
         return tuple(range(job.topology.size))
     ranks = job.process_set_ranks.get(process_set.process_set_id)  # type: ignore[arg-type]
     if ranks is None or list(ranks) != process_set.ranks:

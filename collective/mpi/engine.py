@@ -456,7 +456,7 @@ class MpiEngine:
                 base = by_rank[ranks[0]]
                 if joined and base.kind != CollectiveKind.ALLREDUCE:
                     if mine is not None:
-                        mine.finish(error=InvalidArgumentError(joined_refusal(CollectiveKind(base.kind), name, list(joined))))
+                        mine.finish(error=InvalidArgumentError(joined_refusal(CollectiveKind(base.kind), name, joined)))
                     continue
                 calls = [by_rank[r] for r in ranks]
                 if any(c != base for c in calls):

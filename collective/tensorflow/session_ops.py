@@ -60,6 +60,8 @@ def collective_op(fn: Callable[..., Sequence[np.ndarray]], inputs: Sequence[tf.T
         queued.put([view(t) for t in tensors])
         return np.int64(0)
 
+    success = success_path.encode()
+
     def outcomes() -> Iterator[tuple[Any, ...]]:
         while True:
             arrays = queued.get()
@@ -68,7 +70,7 @@ def collective_op(fn: Callable[..., Sequence[np.ndarray]], inputs: Sequence[tf.T
                     arrays = queued.get_nowait()
                 except queue.Empty:
                     break
-            yield _outcome(fn, arrays, out_dtypes, success_path.encode(), failure_path)
+            yield _outcome(fn, arrays, out_dtypes, success, failure_path)
 
     signature = (*[tf.TensorSpec(None, dtype) for dtype in out_dtypes], tf.TensorSpec([], tf.string),
                  tf.TensorSpec([], tf.string))
@@ -87,11 +89,11 @@ def _outcome(fn: Callable[..., Sequence[np.ndarray]], arrays: list[np.ndarray], 
              success_path: bytes, failure_path: Callable[[BaseException], str]) -> tuple[Any, ...]:
     """``fn``'s results, the check's path and no number; after a failure, empty placeholders and either
     the failing path or the number under which the failure waits for the raising check."""
-    placeholders = [np.zeros([0], dtype.as_numpy_dtype) for dtype in out_dtypes]
     try:
         return (*fn(*arrays), success_path, b"")
     except BaseException as exc:  # noqa: BLE001 - reported by the step's check; raising would end the iterator
         failure = exc
+    placeholders = [np.zeros([0], dtype.as_numpy_dtype) for dtype in out_dtypes]
     try:
         return (*placeholders, failure_path(failure).encode(), b"")
     except BaseException:  # noqa: BLE001 - to be raised by the step's check, in the Session's thread
