@@ -192,12 +192,18 @@ class TorchEstimator(HorovodEstimator):
         from spark_hvd.estimator.transformation import apply_transformation
         from spark_hvd.lightning.batch_tensors import forward_inputs
         from spark_hvd.torch.batch_tensors import as_outputs, model_dtype
+        from spark_hvd.torch.input_shapes import batch_free
 
         model = self.getModel()
         batch = apply_transformation(sample, self.getTransformationFn(), self.getTransformationEditFields(),
                                      self.getTransformationRemovedFields())
-        features = forward_inputs([batch[c] for c in self.getFeatureCols()], self.getFeatureCols(),
-                                  self.getInputShapes(), model_dtype(model))
+        columns = [batch[c] for c in self.getFeatureCols()]
+        # Training hands the module a dict and never reshapes; only transform's forward takes input_shapes, on
+        # whole chunks where every entry is batch-free and else one row at a time (input_shapes.py).
+        per_row = not batch_free(self.getInputShapes(), [column.shape[1:] for column in columns])
+        if per_row:
+            columns = [column[:1] for column in columns]
+        features = forward_inputs(columns, self.getFeatureCols(), self.getInputShapes(), model_dtype(model))
         shapes = ", ".join(f"{c}: {tuple(t.shape[1:])}" for c, t in zip(self.getFeatureCols(), features))
         was_training = model.training
         model.eval()
@@ -209,7 +215,7 @@ class TorchEstimator(HorovodEstimator):
                              f"{shapes}); transform calls model(*features): {type(e).__name__}: {e}") from e
         finally:
             model.train(was_training)
-        self._output_shapes = [tuple(output.shape[1:]) for output in outputs]
+        self._output_shapes = [tuple(output.shape if per_row else output.shape[1:]) for output in outputs]
 
     def _rank_fn(self, plan: FitPlan) -> LightningRankFn:
         objects = LightningObjects(

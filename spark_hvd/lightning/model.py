@@ -65,13 +65,17 @@ class _LightningPredictorFactory:
 
         from spark_hvd.lightning.batch_tensors import forward_inputs
         from spark_hvd.torch.batch_tensors import as_outputs, model_dtype
+        from spark_hvd.torch.input_shapes import predict_in_rows
 
         module = load_state_bytes(cloudpickle.loads(self.module_blob), self.state_blob).eval()
         dtype = model_dtype(module)
 
-        def predict(features: list[np.ndarray]) -> list[np.ndarray]:
+        def predict_batch(features: list[np.ndarray]) -> list[np.ndarray]:
             with torch.inference_mode():
                 outputs = as_outputs(module(*forward_inputs(features, self.feature_cols, self.input_shapes, dtype)))
             return [output.detach().to(torch.float64).numpy() for output in outputs]
+
+        def predict(features: list[np.ndarray]) -> list[np.ndarray]:
+            return predict_in_rows(predict_batch, features, self.input_shapes)
 
         return predict

@@ -110,6 +110,55 @@ class TorchEstimator(HorovodEstimator):
                           UserWarning, stacklevel=4)
 
     def _check_sample(self, sample: dict[str, Any]) -> None:
+        """The sample goes through the model and the loss as training's batches will (see input_shapes.py):
+        two rows stand for any batch when every input_shapes entry is batch-free; otherwise the rows are
+        repeated to exactly each batch size training feeds, and transform's per-row output is read off one row."""
+        import torch
+
+        from spark_hvd.torch.batch_tensors import batch_tensors, model_dtype
+        from spark_hvd.torch.input_shapes import batch_free, check_batches, tiled
+
+        input_shapes = self.getInputShapes()
+        columns, _, _ = batch_tensors(sample, self._transformation(), self.getFeatureCols(), self.getLabelCols(),
+                                      self.getSampleWeightCol(), model_dtype(self.getModel()), torch.device("cpu"))
+        row_shapes = [tuple(t.shape[1:]) for t in columns]
+        sizes = {"batch_size": self.getBatchSize()}
+        if self.getValidation():
+            sizes["val_batch_size"] = self.getValBatchSize() or self.getBatchSize()
+        check_batches(input_shapes, row_shapes, self.getFeatureCols(), sizes)
+        if batch_free(input_shapes, row_shapes):
+            self._output_shapes = [shape[1:] for shape in self._check_batch(sample)]
+            return
+        for rows in sorted(set(sizes.values())):
+            outputs = self._check_batch(tiled(sample, rows))
+        self._output_shapes = self._row_output_shapes(tiled(sample, 1)) or [shape[1:] for shape in outputs]
+
+    def _row_output_shapes(self, row: dict[str, Any]) -> list[tuple[int, ...]] | None:
+        """The model's whole output for one row, as transform predicts row by row; None where one row does not
+        fit input_shapes (transform then names the entry, as Horovod's fails there)."""
+        import torch
+
+        from spark_hvd.torch.batch_tensors import as_outputs, batch_tensors, model_dtype
+
+        model = self.getModel()
+        try:
+            features, _, _ = batch_tensors(row, self._transformation(), self.getFeatureCols(), self.getLabelCols(),
+                                           self.getSampleWeightCol(), model_dtype(model), torch.device("cpu"),
+                                           self.getInputShapes())
+        except InputError:
+            return None
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                return [tuple(output.shape) for output in as_outputs(model(*features))]
+        except Exception:   # noqa: BLE001 - training takes its batches; only transform's single rows fail here
+            return None
+        finally:
+            model.train(was_training)
+
+    def _check_batch(self, sample: dict[str, Any]) -> list[tuple[int, ...]]:
+        """One batch through the model and the loss, as a training step takes it; the outputs' shapes."""
         import torch
 
         from spark_hvd.torch.batch_tensors import (
@@ -160,7 +209,7 @@ class TorchEstimator(HorovodEstimator):
             raise InputError(f"the loss would broadcast label column(s) {self.getLabelCols()} (per-row shapes "
                              f"{[tuple(t.shape[1:]) for t in labels]}) against the model's outputs (per-row shapes "
                              f"{[tuple(o.shape[1:]) for o in outputs]}): {broadcast[0].message}")
-        self._output_shapes = [tuple(output.shape[1:]) for output in outputs]
+        return [tuple(output.shape) for output in outputs]
 
     def _transformation(self) -> tuple[Any, Any, Any] | None:
         fn = self.getTransformationFn()

@@ -131,13 +131,17 @@ class _TorchPredictorFactory:
         import torch
 
         from spark_hvd.torch.batch_tensors import as_outputs, feature_tensors, model_dtype
+        from spark_hvd.torch.input_shapes import predict_in_rows
 
         module = load_state_bytes(cloudpickle.loads(self.module_blob), self.state_blob).eval()
         dtype, device = model_dtype(module), torch.device("cpu")
 
-        def predict(features: list[np.ndarray]) -> list[np.ndarray]:
+        def predict_batch(features: list[np.ndarray]) -> list[np.ndarray]:
             with torch.inference_mode():
                 outputs = as_outputs(module(*feature_tensors(features, self.input_shapes, dtype, device)))
             return [output.detach().to(torch.float64).numpy() for output in outputs]
+
+        def predict(features: list[np.ndarray]) -> list[np.ndarray]:
+            return predict_in_rows(predict_batch, features, self.input_shapes)
 
         return predict

@@ -122,6 +122,63 @@ def test_input_shapes_label_shapes_and_prediction_types(local_spark, store) -> N
     assert wrapped.getHistory() == fitted.getHistory()
 
 
+class Xor(nn.Module):
+    """Horovod's XOR test model: its forward takes whatever shape input_shapes gives the batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin1 = nn.Linear(2, 8)
+        self.lin2 = nn.Linear(8, 1)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.lin2(torch.tanh(self.lin1(features.float()))))
+
+
+def xor_frame(spark):
+    """Horovod's create_xor_data, four times over: features vector, y double, weight double."""
+    from pyspark.ml.linalg import Vectors
+
+    rows = [(Vectors.dense([float(a), float(b)]), float(a ^ b), 1.0) for a in (0, 1) for b in (0, 1)] * 4
+    return spark.createDataFrame(rows, ["features", "y", "weight"]).repartition(2)
+
+
+def xor_estimator(store, **overrides):
+    from spark_hvd.torch import TorchEstimator
+
+    model = Xor()
+    settings = dict(num_proc=2, model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                    loss=nn.functional.binary_cross_entropy, input_shapes=[[2]], feature_cols=["features"],
+                    label_cols=["y"], batch_size=1, epochs=1, sample_weight_col="weight", store=store, verbose=0)
+    settings.update(overrides)
+    return TorchEstimator(**settings)
+
+
+def test_input_shapes_reshape_the_whole_batch_as_horovods(local_spark, store) -> None:
+    """Horovod's test_fit_model: the entry [2] reshapes each batch, so it fits batches of one 2-value row; the
+    sample check accepts that, refuses the batch sizes training would fail on, and transform feeds one row at a
+    time as Horovod's does."""
+    from spark_hvd.errors import InputError
+
+    df = xor_frame(local_spark)
+    fitted = xor_estimator(store).fit(df)
+    prediction = fitted.getModel()(torch.ones([1, 2], dtype=torch.int32))
+    assert len(prediction) == 1 and prediction.dtype == torch.float32
+
+    rows = fitted.transform(with_ids(df)).orderBy("id").collect()
+    with torch.no_grad():
+        expected = [fitted.getModel()(torch.tensor(r.features.toArray())).item() for r in rows]
+    assert [r.y__output for r in rows] == pytest.approx(expected)
+
+    # Training's batches of 2 rows hold 4 values, which [2] cannot take: refused before launch.
+    with pytest.raises(InputError, match=r"entry \[2\] for a batch of 2 row\(s\) \(batch_size=2\)"):
+        xor_estimator(store, batch_size=2).fit(df)
+    with pytest.raises(InputError, match=r"\(val_batch_size=4\)"):
+        xor_estimator(store, validation=0.25, val_batch_size=4).fit(df)
+    # A batch dimension of -1 fits any batch size.
+    xor_estimator(store, input_shapes=[[-1, 2]], batch_size=4, validation=0.25).fit(df)
+
+
 def test_prepare_data_then_fit_on_parquet(local_spark, store) -> None:
     from spark_hvd.common.util import prepare_data
 
