@@ -6,13 +6,14 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from collective.failure_report import FailureReport
+from collective.picklable_error import PicklableError
 
 
 class LaunchError(RuntimeError):
     """The job could not be started as asked (checked before any task runs)."""
 
 
-class NotEnoughSlotsError(LaunchError):
+class NotEnoughSlotsError(PicklableError, LaunchError):
     """num_proc is larger than the number of tasks the cluster can run at once."""
 
     def __init__(self, message: str, *, num_proc: int, slots: int) -> None:
@@ -58,7 +59,7 @@ class RankFailure:
         return cls.from_report(rank, FailureReport.from_wire(fields), exit_code)
 
 
-class RunError(RuntimeError):
+class RunError(PicklableError, RuntimeError):
     """A rank failed; the message names it and carries its traceback and last output lines."""
 
     def __init__(

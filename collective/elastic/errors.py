@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collective.errors import CollectiveError, CollectiveTimeoutError, PeerFailureError
+from collective.picklable_error import PicklableError
 
 
-class HostsUpdatedInterrupt(RuntimeError):
+class HostsUpdatedInterrupt(PicklableError, RuntimeError):
     """Raised on every rank by ``State.check_host_updates`` (so at ``commit``) when workers were added: the job
     re-forms with them at this commit. As Horovod's, ``skip_sync`` says the state needs no broadcast."""
 
