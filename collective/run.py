@@ -2,7 +2,7 @@
 
 Runs N copies of a Python script as ranks of one job: starts a rendezvous server, exports the
 rank's identity through environment variables (names owned by collective.config), prefixes
-every output line with ``[rank]: ``, and tears the whole job down as soon as one rank fails.
+every output line with ``[rank]<stdout>:`` or ``[rank]<stderr>:`` as horovodrun does, and tears the whole job down as soon as one rank fails.
 Without hosts every rank runs here; with ``-H``/``--hostfile`` (as horovodrun) ranks fill the hosts
 in order, and those on other hosts are started over ssh (collective.hosts, collective.remote_rank).
 
@@ -31,6 +31,7 @@ from typing import IO, Any, BinaryIO, Mapping
 
 from collective.bootstrap.rendezvous import RendezvousServer
 from collective.failure_report import REPORT_LAG_S, read_report, root_cause
+from collective.output_prefix import rank_line_prefix
 from collective.processes import ChildProcess, describe_exit
 from collective.config import (
     config_from_env,
@@ -349,9 +350,9 @@ class _Job:
 
     def spawn(self, rank: int, argv: list[str], env: dict[str, str], *, stdin_line: bytes | None = None,
               remote_host: str | None = None) -> None:
-        prefix = f"[{rank}]: ".encode()
         sinks = {"stdout": self._out, "stderr": self._err}
-        child = ChildProcess(argv, env, lambda stream, chunk: sinks[stream].write_line(prefix, chunk),
+        prefixes = {stream: rank_line_prefix(rank, stream) for stream in sinks}
+        child = ChildProcess(argv, env, lambda stream, chunk: sinks[stream].write_line(prefixes[stream], chunk),
                              name=f"rank{rank}", stdin_line=stdin_line)
         if remote_host is not None:
             self._remote_hosts[rank] = remote_host

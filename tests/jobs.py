@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -17,6 +18,8 @@ from collective.config import env_for_rank, format_host_port
 
 WORKERS = Path(__file__).resolve().parent / "workers"
 RESULT_TAG = "RESULT "
+# The launcher's prefix (Horovod's), or the "[rank]: " of ranks started without it (tests/multihost, mpi).
+_RESULT_LINE = re.compile(r"^\[(\d+)\](?:<stdout>:|: )" + RESULT_TAG + r"(.*)$")
 
 
 @dataclass
@@ -30,15 +33,13 @@ class JobResult:
 
 
 def parse_results(output: str) -> dict[int, list[dict]]:
-    """Collects the `[rank]: RESULT {...}` lines that workers print through the launcher."""
+    """Collects the `[rank]<stdout>:RESULT {...}` lines that workers print through the launcher (or the
+    `[rank]: RESULT {...}` lines of ranks a test started and prefixed itself)."""
     results: dict[int, list[dict]] = {}
     for line in output.splitlines():
-        if not line.startswith("[") or RESULT_TAG not in line:
-            continue
-        prefix, _, rest = line.partition("]: ")
-        if not rest.startswith(RESULT_TAG):
-            continue
-        results.setdefault(int(prefix[1:]), []).append(json.loads(rest[len(RESULT_TAG):]))
+        found = _RESULT_LINE.match(line)
+        if found:
+            results.setdefault(int(found.group(1)), []).append(json.loads(found.group(2)))
     return results
 
 

@@ -20,6 +20,7 @@ from collective.bootstrap.listener import (
     HandshakeRefused,
     Listener,
 )
+from collective.output_prefix import rank_line_prefix
 from collective.run import LineSink
 from spark_hvd.errors import RankFailure
 from spark_hvd.launch.framing import FrameError, read_frame
@@ -210,7 +211,7 @@ class OutputCollector:
                 self._tails[rank].append(text)
             if self._echo:
                 stamp = time.asctime() if self._timestamps else ""
-                self._sinks[stream].write_line(f"{stamp}[{rank}]: ".encode(), text.encode("utf-8", "replace"))
+                self._sinks[stream].write_line(rank_line_prefix(rank, stream, stamp), text.encode("utf-8", "replace"))
         elif kind == KIND_NOTICE:
             self._sinks["stderr"].write_line(
                 f"{DRIVER_TAG} rank {rank}: ".encode(), str(header.get("text", "")).encode("utf-8", "replace"))

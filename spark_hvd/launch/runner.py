@@ -89,13 +89,14 @@ def run(
         mpirun: the ranks always use its native ring, so ``use_mpi=True``, ``use_gloo=False`` and
         any ``extra_mpi_args`` only raise one IgnoredArgumentWarning.
     env: extra environment variables for the ranks' processes (they win over inherited ones).
-    stdout, stderr: where the ranks' output lines go, prefixed ``[rank]: `` (default: sys's).
+    stdout, stderr: where the ranks' output lines go, prefixed as Horovod's, ``[rank]<stdout>:`` and
+        ``[rank]<stderr>:`` (default: sys's).
     verbose: 0 keeps rank output quiet (it still appears in errors), 1 prints it, 2 adds progress.
     nics: network interfaces (a list or set of names, e.g. ``['eth0']``) the ranks' rendezvous
         and mesh must use: each rank listens on, and advertises, one of their IPv4 addresses.
         A name that is not an interface of a rank's host fails that rank, naming its interfaces.
     prefix_output_with_timestamp: prefix each rank line with the driver's time when it arrived,
-        in Horovod's format (``Mon Jan  1 12:00:00 2024[0]: text``).
+        in Horovod's format (``Mon Jan  1 12:00:00 2024[0]<stdout>:text``).
     executable: the Python interpreter the ranks' processes run, on the executors; default, the
         executor's own Python worker interpreter.
     spark: the SparkSession to use; default, the active one.

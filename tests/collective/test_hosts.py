@@ -82,4 +82,4 @@ def test_local_hosts_run_without_ssh(tmp_path: Path, capfd: pytest.CaptureFixtur
     script.write_text("import os; print('local', os.environ['HOROVOD_LOCAL_RANK'], os.environ['HOROVOD_HOSTNAME'])\n")
     assert main(["-np", "2", "-H", "localhost:2", str(script)]) == 0
     out = capfd.readouterr().out
-    assert "[0]: local 0 localhost" in out and "[1]: local 1 localhost" in out
+    assert "[0]<stdout>:local 0 localhost" in out and "[1]<stdout>:local 1 localhost" in out

@@ -125,7 +125,7 @@ def test_every_rank_output_line_arrives_prefixed(launcher_procs: list) -> None:
     assert code == 0, err
     lines = out.splitlines()
     for rank in range(3):
-        assert f"[{rank}]: hello from rank {rank} of 3" in lines
+        assert f"[{rank}]<stdout>:hello from rank {rank} of 3" in lines
     assert len(lines) == 3
 
 
@@ -135,7 +135,7 @@ def test_a_leading_python_runs_the_command_as_horovodrun_does(launcher_procs: li
     code, out, err, _ = _run_launcher(launcher_procs, "-np", "2", "python", "-c",
                                       "import os, sys; print('exe', sys.executable, os.environ['HOROVOD_RANK'])")
     assert code == 0, err
-    assert sorted(out.splitlines()) == [f"[{r}]: exe {sys.executable} {r}" for r in range(2)], out
+    assert sorted(out.splitlines()) == [f"[{r}]<stdout>:exe {sys.executable} {r}" for r in range(2)], out
 
 
 @pytest.mark.timeout(60)
@@ -184,9 +184,9 @@ def test_partial_last_line_is_forwarded(launcher_procs: list) -> None:
     code, out, err, _ = _run_launcher(launcher_procs, "-np", "2", JOB, "partial")
     assert code == 0, err
     for rank in range(2):
-        assert f"[{rank}]: first line {rank}" in out.splitlines()
-        assert f"[{rank}]: partial out {rank}" in out.splitlines()
-        assert f"[{rank}]: partial err {rank}" in err.splitlines()
+        assert f"[{rank}]<stdout>:first line {rank}" in out.splitlines()
+        assert f"[{rank}]<stdout>:partial out {rank}" in out.splitlines()
+        assert f"[{rank}]<stderr>:partial err {rank}" in err.splitlines()
 
 
 @pytest.mark.timeout(60)
@@ -206,7 +206,7 @@ def test_launch_api_in_process_with_binary_streams() -> None:
     code = run.launch([JOB, "print"], 2, timeout_s=30, stdout=out, stderr=err)
     assert code == 0, err.getvalue()
     assert sorted(out.getvalue().decode().splitlines()) == [
-        "[0]: hello from rank 0 of 2", "[1]: hello from rank 1 of 2"]
+        "[0]<stdout>:hello from rank 0 of 2", "[1]<stdout>:hello from rank 1 of 2"]
 
 
 @pytest.mark.timeout(60)
@@ -222,7 +222,7 @@ def test_launch_passes_env_and_per_rank_host_keys(tmp_path: Path) -> None:
                       stdout=out, stderr=io.BytesIO())
     assert code == 0
     assert sorted(out.getvalue().decode().splitlines()) == [
-        "[0]: 0 rank0 7.5 True", "[1]: 1 rank1 7.5 True"]
+        "[0]<stdout>:0 rank0 7.5 True", "[1]<stdout>:1 rank1 7.5 True"]
 
 
 @pytest.mark.timeout(60)
@@ -238,7 +238,7 @@ def test_ranks_get_horovodrun_variables(tmp_path: Path, hosts_per_rank: bool) ->
     assert code == 0
     host = socket.gethostname()
     # One host: local ranks 0..2 and one cross group each. A host per rank: the other way round.
-    want = [f"[{r}]: {r} 3 0 1 {r} 3 {host}" if hosts_per_rank else f"[{r}]: {r} 3 {r} 3 0 1 {host}"
+    want = [f"[{r}]<stdout>:{r} 3 0 1 {r} 3 {host}" if hosts_per_rank else f"[{r}]<stdout>:{r} 3 {r} 3 0 1 {host}"
             for r in range(3)]
     assert sorted(out.getvalue().decode().splitlines()) == want
 

@@ -1,4 +1,4 @@
-"""Runs a tests/workers script under mpiexec with every stdout line prefixed by "[rank]: ", the way
+"""Runs a tests/workers script under mpiexec with every stdout line prefixed by "[rank]<stdout>:", the way
 `python -m collective.run` prefixes it, so tests/jobs.parse_results reads both alike.
 
     mpiexec -n 2 python tests/mpi/rank_prefixed.py tests/workers/op_cases.py shm direct
@@ -36,7 +36,7 @@ def main() -> None:
     from mpi4py import MPI  # the rank as mpiexec assigned it
 
     worker = Path(sys.argv[1]).resolve()
-    sys.stdout = _Prefixed(sys.stdout, f"[{MPI.COMM_WORLD.Get_rank()}]: ")
+    sys.stdout = _Prefixed(sys.stdout, f"[{MPI.COMM_WORLD.Get_rank()}]<stdout>:")
     sys.argv = [str(worker), *sys.argv[2:]]
     sys.path.insert(0, str(worker.parent))
     runpy.run_path(str(worker), run_name="__main__")

@@ -76,7 +76,7 @@ def test_a_failing_remote_rank_is_named_and_everyone_stops(ssh_hosts) -> None:
                                           "--ssh-config", str(ssh_config), "--term-grace", "2", "--timeout", "60",
                                           WORKER, "--fail-rank", "3"])
     assert code == 3, out + err
-    assert "[3]: rank 3 fails on purpose" in err
+    assert "[3]<stderr>:rank 3 fails on purpose" in err
     assert f"rank 3 failed first: on host {hosts[1].address}, exited with code 3" in err
     # Every rank, remote ones included, is gone: each pidfd turns readable once its process has exited.
     pids = [found[0]["pid"] for found in parse_results(out).values()]

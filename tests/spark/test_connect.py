@@ -104,9 +104,9 @@ def test_run_returns_results_output_and_events_through_the_stage(connect_spark: 
     out, err = io.StringIO(), io.StringIO()
     assert spark_hvd.run(chatty, args=(3,), num_proc=2, spark=connect_spark, stdout=out, stderr=err) == [0, 1]
     for rank in (0, 1):
-        assert [line for line in out.getvalue().splitlines() if line.startswith(f"[{rank}]: ")] == [
-            f"[{rank}]: rank {rank} line {i}" for i in range(3)]
-        assert f"[{rank}]: rank {rank} to stderr" in err.getvalue()
+        assert [line for line in out.getvalue().splitlines() if line.startswith(f"[{rank}]<stdout>:")] == [
+            f"[{rank}]<stdout>:rank {rank} line {i}" for i in range(3)]
+        assert f"[{rank}]<stderr>:rank {rank} to stderr" in err.getvalue()
 
     events: list[tuple[int, dict]] = []
     # No spark=: the active session is the Connect one.

@@ -41,8 +41,8 @@ def test_lines_and_failures_reach_the_driver(collector) -> None:
     event = events.get(timeout=10)
     assert isinstance(event, RankFailed) and event.failure == RankFailure(1, "ValueError: x", "tb", 1)
     assert server.wait_until_all_closed(10)
-    assert out.getvalue() == "[1]: line 0\n[1]: line 1\n[1]: line 2\n"
-    assert err.getvalue() == "[1]: warning\n"
+    assert out.getvalue() == "[1]<stdout>:line 0\n[1]<stdout>:line 1\n[1]<stdout>:line 2\n"
+    assert err.getvalue() == "[1]<stderr>:warning\n"
     assert server.tail(1) == ["line 2", "warning"]  # tail_lines=2
 
 

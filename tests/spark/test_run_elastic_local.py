@@ -23,8 +23,8 @@ def test_a_killed_rank_relaunches_the_stage_from_the_last_commit(local_spark, tm
                                     elastic_timeout=60, stdout=out, stderr=err, spark=local_spark)
     assert [r["rank"] for r in results] == [0, 1]
     # Step 5 died with rank 1 and step 4 was never committed: the new stage redoes them from step 3.
-    assert "[0]: RESUMED step=0 size=2" in out.getvalue()
-    assert "[0]: RESUMED step=3 size=2" in out.getvalue(), out.getvalue()
+    assert "[0]<stdout>:RESUMED step=0 size=2" in out.getvalue()
+    assert "[0]<stdout>:RESUMED step=3 size=2" in out.getvalue(), out.getvalue()
     history = err.getvalue()
     assert re.search(r"elastic stage 1 ended: lost rank 1 \(.*SIGKILL", history), history
     assert "elastic stage 2: 2 rank(s), starting from the commit #1 of stage 1" in history, history
@@ -87,7 +87,7 @@ def test_commits_over_the_memory_limit_go_through_the_store_and_are_deleted_at_t
                                     kwargs={"victim_rank": 1, "victim_step": 5}, num_proc=2, min_num_proc=1,
                                     elastic_timeout=60, max_commit_bytes=1, commit_store=str(store_dir),
                                     stdout=out, stderr=err, spark=local_spark)
-    assert "[0]: RESUMED step=3 size=2" in out.getvalue(), out.getvalue()
+    assert "[0]<stdout>:RESUMED step=3 size=2" in out.getvalue(), out.getvalue()
     assert "elastic stage 2: 2 rank(s), starting from the commit #1 of stage 1 (kept in commit_store)" in \
         err.getvalue(), err.getvalue()
     for result in results:

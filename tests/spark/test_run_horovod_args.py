@@ -35,7 +35,7 @@ HOROVOD_RUN_ELASTIC_PARAMETERS = [
     "reset_limit", "env", "stdout", "stderr", "verbose", "nics", "prefix_output_with_timestamp"]
 # time.asctime(), then the rank prefix: Horovod's "{time}[{rank}]" order.
 TIMESTAMPED_LINE = re.compile(
-    r"^(?P<time>\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4})\[(?P<rank>\d)\]: (?P<text>.*)$")
+    r"^(?P<time>\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4})\[(?P<rank>\d)\]<stdout>:(?P<text>.*)$")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -131,7 +131,7 @@ def test_prefix_output_with_timestamp_puts_the_time_before_each_rank_prefix(loca
 def test_without_the_flag_lines_carry_only_the_rank_prefix(local_spark) -> None:
     out = io.StringIO()
     spark_hvd.run(print_lines, args=(1,), num_proc=2, stdout=out)
-    assert sorted(out.getvalue().splitlines()) == ["[0]: rank 0 line 0", "[1]: rank 1 line 0"]
+    assert sorted(out.getvalue().splitlines()) == ["[0]<stdout>:rank 0 line 0", "[1]<stdout>:rank 1 line 0"]
 
 
 def test_nics_lo_keeps_the_rendezvous_and_mesh_on_loopback(local_spark) -> None:

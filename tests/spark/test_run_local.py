@@ -67,8 +67,8 @@ def test_output_lines_of_both_ranks_stream_to_the_driver(local_spark) -> None:
     assert spark_hvd.run(chatty, args=(3,), num_proc=2, stdout=out, stderr=err) == [0, 1]
     for rank in (0, 1):
         for i in range(3):
-            assert f"[{rank}]: rank {rank} line {i}\n" in out.getvalue()
-        assert f"[{rank}]: rank {rank} to stderr\n" in err.getvalue()
+            assert f"[{rank}]<stdout>:rank {rank} line {i}\n" in out.getvalue()
+        assert f"[{rank}]<stderr>:rank {rank} to stderr\n" in err.getvalue()
 
 
 def test_events_reach_the_driver_callback_in_order_per_rank(local_spark) -> None:
@@ -161,7 +161,7 @@ def test_cancelling_the_spark_job_stops_the_ranks(local_spark) -> None:
 
     launcher = threading.Thread(target=launch, daemon=True)
     launcher.start()
-    matches = out.wait_for_matches(r"\]: pid (\d+)", 2, timeout_s=60, give_up_on="LAUNCHER ENDED")
+    matches = out.wait_for_matches(r"\]<stdout>:pid (\d+)", 2, timeout_s=60, give_up_on="LAUNCHER ENDED")
     pids = [int(m.group(1)) for m in matches]
     try:
         local_spark.sparkContext.cancelAllJobs()

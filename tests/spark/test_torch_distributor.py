@@ -239,8 +239,8 @@ def test_output_streams_to_the_driver_prefixed_with_the_rank(local_spark, local_
     assert spark_hvd.TorchDistributor(2, local_mode, False, stdout=out, stderr=err).run(
         torch_training.chatty, 2) == 0
     for rank in (0, 1):
-        assert f"[{rank}]: rank {rank} line 0\n[{rank}]: rank {rank} line 1\n" in _lines_of(out, rank)
-        assert f"[{rank}]: rank {rank} to stderr\n" in err.getvalue()
+        assert f"[{rank}]<stdout>:rank {rank} line 0\n[{rank}]<stdout>:rank {rank} line 1\n" in _lines_of(out, rank)
+        assert f"[{rank}]<stderr>:rank {rank} to stderr\n" in err.getvalue()
 
 
 def _lines_of(stream: io.StringIO, rank: int) -> str:
