@@ -137,15 +137,17 @@ class TorchEstimator(HorovodEstimator):
         from pytorch_lightning.utilities.model_helpers import is_overridden
 
         model = self.getModel()
-        if not isinstance(model, pl.LightningModule):
-            raise InputError(f"model must be a pytorch_lightning.LightningModule, got {type(model).__name__}; a plain "
-                             "torch.nn.Module with an optimizer and a loss trains with spark_hvd.torch.TorchEstimator")
+        if self._legacy():
+            self._check_legacy_params()
+        elif not isinstance(model, pl.LightningModule):
+            raise InputError(f"model must be a pytorch_lightning.LightningModule, or a torch.nn.Module given with an "
+                             f"optimizer and a loss; got {type(model).__name__}")
         for name, instead in (("optimizer", "configure_optimizers"), ("loss", "training_step"),
                               ("loss_weights", "training_step")):
-            if self.getOrDefault(getattr(self, name)) is not None:
+            if isinstance(model, pl.LightningModule) and self.getOrDefault(getattr(self, name)) is not None:
                 raise InputError(f"{name} cannot be given with a LightningModule: implement "
                                  f"LightningModule.{instead} instead")
-        for hook in ("training_step", "configure_optimizers"):
+        for hook in ("training_step", "configure_optimizers") if isinstance(model, pl.LightningModule) else ():
             if not is_overridden(hook, model):
                 raise InputError(f"the LightningModule {type(model).__name__} does not implement {hook}")
         bad = [type(c).__name__ for c in self.getCallbacks() or [] if not isinstance(c, pl.Callback)]
@@ -168,6 +170,36 @@ class TorchEstimator(HorovodEstimator):
             raise InputError(f"input_shapes has {len(input_shapes)} shape(s) for {len(self.getFeatureCols())} "
                              f"feature column(s) {self.getFeatureCols()}")
         self._warn_without_effect()
+
+    def _legacy(self) -> bool:
+        """Horovod's legacy path: a plain torch module, which the fit wraps in a LightningModule."""
+        import pytorch_lightning as pl
+        import torch
+
+        model = self.getModel()
+        return isinstance(model, torch.nn.Module) and not isinstance(model, pl.LightningModule)
+
+    def _check_legacy_params(self) -> None:
+        import torch
+
+        optimizer = self.getOptimizer()
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise InputError(f"a torch.nn.Module (not a LightningModule) trains with an optimizer and a loss, as in "
+                             f"Horovod: optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        if self.getLoss() is None:
+            raise InputError("a torch.nn.Module (not a LightningModule) trains with an optimizer and a loss, as in "
+                             "Horovod: give loss")
+        self._lightning_module()    # the wrapper checks the optimizer's parameters and the losses
+
+    def _lightning_module(self) -> Any:
+        """What the ranks train: the LightningModule given, or the legacy wrapper around the plain module."""
+        from spark_hvd.lightning.legacy_module import LegacyModule
+
+        if not self._legacy():
+            return self.getModel()
+        return LegacyModule(self.getModel(), self.getOptimizer(), self.getLoss(), self.getLossWeights(),
+                            self.getFeatureCols(), self.getLabelCols(), self.getSampleWeightCol(),
+                            self.getInputShapes())
 
     def _check_trainer_args(self) -> None:
         trainer_args = self.getTrainerArgs()
@@ -216,10 +248,34 @@ class TorchEstimator(HorovodEstimator):
         finally:
             model.train(was_training)
         self._output_shapes = [tuple(output.shape if per_row else output.shape[1:]) for output in outputs]
+        if self._legacy():
+            self._check_legacy_step(batch)
+
+    def _check_legacy_step(self, batch: dict[str, Any]) -> None:
+        """The legacy wrapper's training step on the sample: the model, the labels and the loss, as on the ranks."""
+        import torch
+
+        from spark_hvd.lightning.batch_tensors import batch_dict
+        from spark_hvd.torch.batch_tensors import model_dtype
+
+        wrapper = self._lightning_module()
+        was_training = wrapper.model.training
+        wrapper.model.eval()
+        try:
+            with torch.no_grad():
+                wrapper.step_loss(batch_dict(batch, model_dtype(wrapper.model)))
+        except InputError:
+            raise
+        except Exception as e:
+            raise InputError(f"the model, its outputs and the loss cannot take the columns {self.getFeatureCols()} -> "
+                             f"{self.getLabelCols()} (features by keyword, labels as floats, as Horovod's legacy "
+                             f"Lightning step gives them): {type(e).__name__}: {e}") from e
+        finally:
+            wrapper.model.train(was_training)
 
     def _rank_fn(self, plan: FitPlan) -> LightningRankFn:
         objects = LightningObjects(
-            model=self.getModel(), callbacks=list(self.getCallbacks() or []), logger=self.getLogger(),
+            model=self._lightning_module(), callbacks=list(self.getCallbacks() or []), logger=self.getLogger(),
             profiler=self.getProfiler(), data_module=self.getDataModule(),
             trainer_args=dict(self.getTrainerArgs() or {}), transformation_fn=self.getTransformationFn(),
             compression=self.getGradientCompression(), num_gpus=self.getNumGpus(),
@@ -237,7 +293,9 @@ class TorchEstimator(HorovodEstimator):
 
         from spark_hvd.torch.state_bytes import load_state_bytes
 
-        module = load_state_bytes(copy.deepcopy(self.getModel()), result["state_dict"])
+        module = load_state_bytes(copy.deepcopy(self._lightning_module()), result["state_dict"])
+        if self._legacy():
+            module = module.model    # Horovod's legacy fit returns the plain module
         columns = plan.data.columns
         model = TorchModel(feature_columns=plan.feature_cols, label_columns=plan.label_cols, output_cols=output_cols,
                            run_id=plan.run_id, model=module, input_shapes=self.getInputShapes())

@@ -23,6 +23,14 @@ def blobs(spark: Any, rows: int, features: int = 4, classes: int = 3, seed: int 
     return spark.createDataFrame(data, schema).repartition(partitions)
 
 
+def xor_frame(spark: Any) -> Any:
+    """Horovod's create_xor_data, four times over: ``features`` (a 2-value Vector), ``y`` and ``weight`` doubles."""
+    from pyspark.ml.linalg import Vectors
+
+    rows = [(Vectors.dense([float(a), float(b)]), float(a ^ b), 1.0) for a in (0, 1) for b in (0, 1)] * 4
+    return spark.createDataFrame(rows, ["features", "y", "weight"]).repartition(2)
+
+
 def with_ids(df: Any) -> Any:
     """Rows with an ``id`` that stays theirs in every job: checkpointed, so no recomputation can hand
     the ids out in another order."""

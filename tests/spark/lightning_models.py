@@ -223,3 +223,55 @@ class ElasticVictim(pl.LightningModule):
         optimizer = torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9)
         scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=5, gamma=0.5)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+class Xor(pl.LightningModule):
+    """Horovod's Lightning XOR test module: forward takes the features as transform reshapes them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin1 = nn.Linear(2, 8)
+        self.lin2 = nn.Linear(8, 1)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.lin2(torch.tanh(self.lin1(features.float()))))
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=0.02)
+
+    def training_step(self, batch, batch_idx):
+        loss = F.binary_cross_entropy(self(batch["features"]), batch["y"].float().reshape(-1, 1))
+        self.log("train_loss", loss)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val_loss", F.binary_cross_entropy(self(batch["features"]), batch["y"].float().reshape(-1, 1)))
+
+
+class LegacyXor(nn.Module):
+    """Horovod's LegacyXOR: a plain torch module for the Lightning estimator's legacy path."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin1 = nn.Linear(2, 8)
+        self.lin2 = nn.Linear(8, 1)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.lin2(torch.tanh(self.lin1(features.float()))))
+
+
+class LegacyConvNet(nn.Module):
+    """Horovod's legacy MNIST net in small: a conv over the 4 features seen as a 1x2x2 image (input_shapes), its
+    argument named unlike the column (so it is called positionally), log-probabilities out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(1, 8, kernel_size=1)
+        self.fc = nn.Linear(32, 3)
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        assert image.shape[1:] == (1, 2, 2), image.shape
+        return F.log_softmax(self.fc(F.relu(self.conv(image)).flatten(1)), -1)

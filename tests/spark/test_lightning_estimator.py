@@ -16,8 +16,9 @@ pytest.importorskip("pytorch_lightning")
 import torch  # noqa: E402
 
 import lightning_models  # noqa: E402
-from estimator_data import assert_fit_fails_before_launch, blobs, features_labels_predictions, predictions, with_ids  # noqa: E402,E501
-from lightning_models import Classifier, FailOnceAtEpoch, HorovodEraCounter, HorovodEraNet, RankLog, Regressor64  # noqa: E402,E501
+from estimator_data import assert_fit_fails_before_launch, blobs, features_labels_predictions, predictions, with_ids, xor_frame  # noqa: E402,E501
+from lightning_models import (  # noqa: E402
+    Classifier, FailOnceAtEpoch, HorovodEraCounter, HorovodEraNet, LegacyConvNet, LegacyXor, RankLog, Regressor64, Xor)
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]
 
@@ -223,6 +224,54 @@ def test_a_horovod_era_module_and_callbacks_train_unchanged(local_spark, store, 
     np.testing.assert_allclose(np.exp(probs).sum(axis=1), 1.0, rtol=1e-5)   # log_softmax, from forward
 
 
+def test_input_shapes_fit_the_batches_forward_gets_as_in_horovods_lightning(local_spark, store) -> None:
+    """Horovod's Lightning test_fit_model: training_step takes the columns as they are, and transform feeds forward
+    one row at a time, so input_shapes=[[2]] with batch_size=4 is valid."""
+    df = xor_frame(local_spark)
+    fitted = make_estimator(store, model=Xor(), input_shapes=[[2]], label_cols=["y"], validation=0.2, batch_size=4,
+                            epochs=2).fit(df)
+    assert len(fitted.getModel()(torch.ones([1, 2], dtype=torch.int32))) == 1
+    rows = fitted.transform(with_ids(df)).orderBy("id").collect()
+    with torch.no_grad():
+        expected = [fitted.getModel()(torch.tensor(r.features.toArray())).item() for r in rows]
+    assert [r.y__output for r in rows] == pytest.approx(expected)
+
+
+def test_a_plain_torch_module_with_optimizer_and_loss_trains_as_horovods_legacy_path(local_spark, store) -> None:
+    """Horovod's test_legacy_fit_model: a torch.nn.Module, an optimizer and a loss; forward(features=...) by the
+    column's name, sample weights; the fit returns the plain module, trained."""
+    model = LegacyXor()
+    before = {name: value.clone() for name, value in model.state_dict().items()}
+    fitted = make_estimator(store, model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                            loss=torch.nn.functional.binary_cross_entropy, input_shapes=[[2]], label_cols=["y"],
+                            batch_size=4, epochs=2, sample_weight_col="weight").fit(xor_frame(local_spark))
+    trained = fitted.getModel()
+    assert type(trained) is LegacyXor
+    prediction = trained(torch.ones([1, 2], dtype=torch.int32))
+    assert len(prediction) == 1 and prediction.dtype == torch.float32
+    assert any(not torch.equal(before[name], value) for name, value in trained.state_dict().items())
+    assert "train_loss" in fitted.getHistory()
+
+
+def test_a_legacy_conv_net_trains_on_reshaped_batches_and_validates(local_spark, store) -> None:
+    """Horovod's legacy MNIST example in small: input_shapes [-1, 1, 2, 2] shapes each batch for the conv net, the
+    loss casts the float labels, validation logs val_loss; transform gives what the trained net computes."""
+    from pyspark.sql import functions as F
+
+    df = blobs(local_spark, 320).withColumn("label", F.col("label").cast("double"))
+    model = LegacyConvNet()
+    fitted = make_estimator(store, model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.5),
+                            loss=lambda output, target: torch.nn.functional.nll_loss(output, target.long()),
+                            input_shapes=[[-1, 1, 2, 2]], validation=0.2).fit(df)
+    history = fitted.getHistory()
+    assert {"train_loss", "val_loss"} <= set(history) and float(history["val_loss"]) < 0.5
+    features, labels, log_probs = features_labels_predictions(fitted.transform(with_ids(blobs(local_spark, 100))))
+    with torch.no_grad():
+        expected = fitted.getModel()(torch.tensor(features, dtype=torch.float32).reshape(-1, 1, 2, 2)).double().numpy()
+    np.testing.assert_allclose(log_probs, expected, rtol=1e-5, atol=1e-6)
+    assert (log_probs.argmax(axis=1) == labels).mean() > 0.9
+
+
 class NotLightning(torch.nn.Module):
     def forward(self, x):
         return x
@@ -230,7 +279,8 @@ class NotLightning(torch.nn.Module):
 
 BAD_INPUTS = [
     (dict(feature_cols=["nope"]), None, "nope"),
-    (dict(model=NotLightning()), None, "LightningModule"),
+    (dict(model=NotLightning()), None, "optimizer must be a torch.optim.Optimizer"),
+    (dict(model="not a module"), None, "LightningModule, or a torch.nn.Module"),
     (dict(optimizer=torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)), None, "configure_optimizers"),
     (dict(trainer_args={"strategy": "ddp"}), None, "strategy"),
     (dict(callbacks=["not a callback"]), None, "callbacks"),
@@ -238,7 +288,7 @@ BAD_INPUTS = [
 
 
 @pytest.mark.parametrize("overrides, data, message", BAD_INPUTS,
-                         ids=["missing-column", "not-lightning", "optimizer", "trainer-strategy", "callback"])
+                         ids=["missing-column", "plain-module-without-optimizer", "not-a-module", "optimizer", "trainer-strategy", "callback"])
 def test_bad_input_fails_before_launch(local_spark, store, overrides, data, message) -> None:
     assert_fit_fails_before_launch(local_spark, store, make_estimator, overrides, data, message)
 

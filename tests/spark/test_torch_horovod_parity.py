@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import nn
 
-from estimator_data import with_ids
+from estimator_data import with_ids, xor_frame
 from estimator_models import Slope
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]
@@ -133,14 +133,6 @@ class Xor(nn.Module):
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(self.lin2(torch.tanh(self.lin1(features.float()))))
-
-
-def xor_frame(spark):
-    """Horovod's create_xor_data, four times over: features vector, y double, weight double."""
-    from pyspark.ml.linalg import Vectors
-
-    rows = [(Vectors.dense([float(a), float(b)]), float(a ^ b), 1.0) for a in (0, 1) for b in (0, 1)] * 4
-    return spark.createDataFrame(rows, ["features", "y", "weight"]).repartition(2)
 
 
 def xor_estimator(store, **overrides):
