@@ -131,6 +131,20 @@ def fail_on_rank(mode: str, victim: int) -> int:
         collective.allreduce(np.ones(16))
 
 
+def stop_rank_survivors_exit(victim: int) -> int:
+    """The victim stops; the others catch the collective error, as many training scripts do, and exit with
+    code 3 after the except block (so the SystemExit does not even carry the error as its context)."""
+    collective.barrier()
+    if collective.rank() == victim:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    try:
+        while True:
+            collective.allreduce(np.ones(16))
+    except collective.CollectiveError as e:
+        print(f"rank {collective.rank()} gives up: {e}", flush=True)
+    sys.exit(3)
+
+
 def process_state(marker: str) -> dict:
     """What a rank's process holds when fn starts: whether the spare imported `wave` before it (nothing in
     the launch imports it), who started it, what earlier jobs left (a marker module, an env variable), a
@@ -167,3 +181,15 @@ def loaded_and_parent(module: str) -> tuple:
 def failing_prestart(executable, run_env, modules) -> int:
     """Stands in for rank_task.prestart_zygote in a warm-up stage's tasks: fails as a broken warm-up would."""
     raise RuntimeError("injected failure of the warm-up task")
+
+
+def available_devices() -> dict:
+    from spark_hvd.task import get_available_devices
+
+    devices = get_available_devices()
+    if devices:
+        # The devices must be addressable in this process, as Horovod scripts pick theirs with them.
+        visible = os.environ["CUDA_VISIBLE_DEVICES"].split(",")
+        assert all(int(d) < len(visible) for d in devices), (devices, visible)
+    return {"devices": devices, "gpu_addresses": list(spark_hvd.rank_context().gpu_addresses),
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
