@@ -13,6 +13,7 @@ from collective import _native
 from collective._native import CollectiveKind, DType, ReduceOp
 from collective.auto_names import AutoNames, auto_name
 from collective.config import Config
+from collective.failure_notes import noting_failures
 from collective.reduce_ops import scale_factors
 
 
@@ -24,6 +25,7 @@ class Engine:
         self._timeout_s = config.timeout_s
         self._names = AutoNames()
 
+    @noting_failures
     def submit(
         self,
         kind: CollectiveKind,
@@ -53,6 +55,7 @@ class Engine:
                                         int(root), prescale, postscale, list(splits), int(group), int(group_size),
                                         source)
 
+    @noting_failures
     def run(self, kind: CollectiveKind, name: str | None, tensor: Any, dtype: DType | None = None,
             shape: Sequence[int] | None = None, op: ReduceOp = ReduceOp.SUM, root: int = -1, prescale: float = 1.0,
             postscale: float = 1.0, splits: Sequence[int] = ()) -> Any:
@@ -69,12 +72,14 @@ class Engine:
     def poll(self, handle: int) -> bool:
         return bool(self._native.poll(handle))
 
+    @noting_failures
     def wait(self, handle: int, dtype: DType = DType.uint8) -> Any:
         """Blocks until done; returns None, the last joined rank, or (flat uint8 array, shape[, splits])."""
         # The engine's own deadlines (negotiation, transfers, stall shutdown) fire first; this outer one
         # only guards against a stalled tensor when the stall shutdown is off.
         return self._native.wait(handle, self._timeout_s * 4, dtype)
 
+    @noting_failures
     def join(self) -> int:
         """Marks this rank as out of data; blocks until every rank has joined and returns the last to join."""
         # A fixed name: joining itself uses up no number. Once all have joined, every rank starts a new series.

@@ -4,7 +4,8 @@ A rank that merely noticed another rank's failure (its peer vanished, or never a
 deadline) is not the one that failed: its report says so and names the peer it was waiting on. A
 launcher then blames the named peer, or a rank whose report is its own error, never the order in which
 exits happen to be reaped. The same report travels on every path: a file under ``collective.run``, the
-rank child's result pipe and the output connection under ``spark_hvd.run``.
+rank child's result pipe and the output connection under ``spark_hvd.run``. A rank writes it as a
+collective raises and as an exception ends it (collective.failure_notes).
 
 This module must stay importable without the C++ extension (the launchers read reports).
 """
@@ -16,7 +17,6 @@ import os
 import sys
 import traceback as traceback_module
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Mapping
 
 _SUMMARY_LIMIT = 1000
@@ -127,21 +127,6 @@ def read_report(path: str) -> FailureReport | None:
     except (OSError, ValueError):
         return None
     return FailureReport.from_wire(fields) if isinstance(fields, dict) else None
-
-
-def report_uncaught_exceptions(path: str, own_rank: int) -> None:
-    """Makes an exception that ends this process write its report to ``path`` first."""
-    previous = sys.excepthook
-
-    def hook(kind: type[BaseException], error: BaseException, tb: TracebackType | None) -> None:
-        try:
-            text = "".join(traceback_module.format_exception(kind, error, tb))
-            write_report(path, FailureReport.from_exception(error, own_rank, traceback=text))
-        except Exception:  # noqa: BLE001 - the report is best effort; the traceback must still print
-            pass
-        previous(kind, error, tb)
-
-    sys.excepthook = hook
 
 
 def _chain(error: BaseException) -> list[BaseException]:

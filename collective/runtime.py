@@ -21,7 +21,7 @@ from collective.config import (
 )
 from collective.engine import Engine
 from collective.errors import CollectiveError, MismatchError, NotInitializedError
-from collective.failure_report import report_uncaught_exceptions
+from collective.failure_notes import NotingCollectives, noting_failures, record_failures
 from collective.topology import Topology, topology_from_host_keys
 
 
@@ -50,7 +50,7 @@ class _Runtime:
         return [subset for subset in self.process_sets.values() if subset is not None]
 
     def __post_init__(self) -> None:
-        self.collectives = self.comm
+        self.collectives = NotingCollectives(self.comm)
 
 
 _lock = threading.Lock()
@@ -109,7 +109,9 @@ def _join(config: Config | None, bootstrap: Bootstrap | None, overrides: dict[st
         elif bootstrap is None:
             bootstrap = bootstrap_from_config(cfg)
         try:
-            _runtime = _build_runtime(cfg, bootstrap)
+            # The launcher blames the root cause from what each rank says of its own failure, from now on.
+            record_failures(failure_report_path(), bootstrap.rank)
+            _runtime = noting_failures(_build_runtime)(cfg, bootstrap)
             _runtime.requested = requested if own_bootstrap else None
         finally:
             if own_bootstrap:
@@ -118,10 +120,6 @@ def _join(config: Config | None, bootstrap: Bootstrap | None, overrides: dict[st
             # A goodbye on exit lets peers tell a finished rank from a dead one.
             atexit.register(shutdown)
             _atexit_registered = True
-            report_path = failure_report_path()
-            if report_path is not None:
-                # The launcher blames the root cause from what each rank says of its own failure.
-                report_uncaught_exceptions(report_path, _runtime.topology.rank)
 
 
 def _with_identity(config: Config, job: Config) -> Config:

@@ -36,6 +36,7 @@ from typing import Any, BinaryIO, NoReturn
 import cloudpickle
 
 import collective
+from collective.failure_notes import as_noted_reaction
 from collective.failure_report import FailureReport
 from spark_hvd.launch import rank_events, zygote_fork
 from spark_hvd.launch.framing import read_frame, write_frame
@@ -84,8 +85,9 @@ def main(argv: list[str]) -> int:
     except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt in fn are failures too
         rank_events.detach()
         _flush_stdio()
-        report = FailureReport.from_exception(e, own_rank, None if stage == "fn" else stage,
-                                              traceback=_traceback_text(e, skip_own_frame=stage == "fn"))
+        # fn may have caught a peer's failure and raised or exited otherwise: the peer stays the root cause.
+        report = as_noted_reaction(FailureReport.from_exception(
+            e, own_rank, None if stage == "fn" else stage, traceback=_traceback_text(e, skip_own_frame=stage == "fn")))
         write_frame(results, {"ok": False, **report.to_wire()})
         results.close()
         return 1

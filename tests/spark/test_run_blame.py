@@ -1,5 +1,6 @@
 """spark_hvd.run names the rank that failed, never the survivor that noticed: on each rank in turn of a
-local[2] job, the rank raises, its process is SIGKILLed, its Spark task is SIGKILLed under it, or it stops."""
+local[2] job, the rank raises, its process is SIGKILLed, its Spark task is SIGKILLed under it, or it stops
+(while the survivor lets the collective's error go, or catches it and exits)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 import spark_hvd
 from collective.config import ENV_TIMEOUT
-from rank_functions import fail_on_rank
+from rank_functions import fail_on_rank, stop_rank_survivors_exit
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -36,3 +37,16 @@ def test_every_report_names_the_failed_rank(local_spark, mode: str) -> None:
         # What the survivor saw, when it reported in time, names the victim too.
         for other in error.other_failures:
             assert other.rank == survivor and other.blamed_rank in (victim, None), str(error)
+
+
+def test_a_stopped_rank_is_named_when_the_survivor_catches_the_error_and_exits(local_spark) -> None:
+    for victim in (0, 1):
+        with pytest.raises(spark_hvd.RunError) as caught:
+            spark_hvd.run(stop_rank_survivors_exit, args=(victim,), num_proc=2, env={ENV_TIMEOUT: "3"},
+                          stdout=io.StringIO(), stderr=io.StringIO())
+        error = caught.value
+        assert error.rank == victim, (victim, str(error))
+        assert "died or stopped responding" in error.failure.summary, str(error)
+        # The survivor's own report is its exit, marked as its reaction to the victim.
+        for other in error.other_failures:
+            assert other.rank == 1 - victim and other.peer_failure and other.blamed_rank == victim, str(error)

@@ -1,7 +1,8 @@
-"""A rank program for blame tests: ``blame_job.py MODE VICTIM``.
+"""A rank program for blame tests: ``blame_job.py MODE VICTIM [SURVIVORS]``.
 
 Every rank joins and meets the others; then the victim fails as MODE says (``raise``, ``sigkill`` or
-``sigstop``) while the others keep allreducing until they notice, print whom they blame, and re-raise.
+``sigstop``) while the others keep allreducing until they notice, print whom they blame, and re-raise
+(SURVIVORS ``raise``, the default) or exit with code 3 as many training scripts do (``exit``).
 """
 
 import os
@@ -15,6 +16,7 @@ import collective
 
 def main() -> None:
     mode, victim = sys.argv[1], int(sys.argv[2])
+    survivors = sys.argv[3] if len(sys.argv) > 3 else "raise"
     collective.init()
     collective.barrier()
     if collective.rank() == victim:
@@ -26,6 +28,8 @@ def main() -> None:
             collective.allreduce(np.ones(16))
     except collective.CollectiveError as e:
         print(f"rank {collective.rank()} noticed {type(e).__name__} naming rank={e.rank}", flush=True)
+        if survivors == "exit":
+            sys.exit(3)
         raise
 
 
