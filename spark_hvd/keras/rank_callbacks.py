@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from typing import Any
 
@@ -99,6 +100,17 @@ class LogsSync(keras.callbacks.Callback):
                 self._copied[path] = stamp
 
 
+def require_tensorboard() -> None:
+    """Keras's TensorBoard callback writes through tf.summary, which needs the tensorboard package; TensorFlow
+    2.21 no longer installs it. Without it the first epoch's end would fail with TBNotInstalledError: say so
+    before training, and how to install it."""
+    if importlib.util.find_spec("tensorboard") is None:
+        raise ModuleNotFoundError(
+            "a keras.callbacks.TensorBoard callback needs the tensorboard package on the executors, and this "
+            "rank's Python lacks it: pip install tensorboard (pip install 'spark-hvd[tensorflow]' includes it)",
+            name="tensorboard")
+
+
 def rank_callbacks(hvd: Any, rank: int, user_callbacks: list[Any], checkpoint: CheckpointFile | None,
                    recorder: keras.callbacks.Callback, logs_dir: str, store: Any, run_id: str,
                    broadcast: bool = True) -> list[Any]:
@@ -107,6 +119,8 @@ def rank_callbacks(hvd: Any, rank: int, user_callbacks: list[Any], checkpoint: C
     if broadcast:
         callbacks.insert(0, hvd.BroadcastGlobalVariablesCallback(0))
     boards = [c for c in user_callbacks if isinstance(c, keras.callbacks.TensorBoard)]
+    if rank == 0 and boards:
+        require_tensorboard()
     if rank == 0:
         callbacks += user_callbacks
         for board in boards:
