@@ -75,7 +75,8 @@ wheel-test: build
 		--wheel=$$(ls dist/spark_hvd-*-cp$(subst .,,$(PY_VERSION))-*manylinux*.whl)
 
 # The documentation site (mkdocs Material + mkdocstrings) into site/; --strict: a broken link or API
-# reference fails the build.
+# reference fails the build. tests/docs/check_site.py then fails it where a page shows markdown left as
+# text (a definition list without def_list, a list or table without its blank line), which --strict misses.
 DOCS_VENV := .venv-docs
 $(DOCS_VENV)/.deps: requirements-docs.txt
 	test -x $(DOCS_VENV)/bin/python || $(PYTHON) -m venv $(DOCS_VENV)
@@ -84,6 +85,7 @@ $(DOCS_VENV)/.deps: requirements-docs.txt
 
 docs: $(DOCS_VENV)/.deps
 	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict -q
+	$(DOCS_VENV)/bin/python tests/docs/check_site.py --docs docs --site site
 
 test-mpi: build
 	$(PY) -m pytest -q tests/mpi
