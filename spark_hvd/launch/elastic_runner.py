@@ -163,7 +163,8 @@ def run_elastic(
             "spark_hvd.run_elastic needs a classic SparkSession: its ranks send their commits to the driver "
             "while the stage runs, and the executors cannot dial a Spark Connect client. Use spark_hvd.run, "
             "or run the driver on the cluster.")
-    shape = cluster_for_launch(spark, num_proc or max_num_proc, start_timeout)
+    # The elastic driver grows the job as slots come: no wait for all of them here.
+    shape = cluster_for_launch(spark, num_proc or max_num_proc, start_timeout, wait_for_num_proc=False)
     if shape.dynamic_allocation:
         resolve_num_proc(1, shape)  # raises DynamicAllocationError, with what to do
     bounds = _bounds(num_proc, min_num_proc, max_num_proc, shape)

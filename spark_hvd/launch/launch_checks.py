@@ -6,8 +6,9 @@ the stage is submitted. Both are checked here first.
 
 Slots are counted through the JVM on a classic session, and through one tiny query under Spark
 Connect (connect_session.default_parallelism). Right after a session starts on a cluster, executors
-may not have registered yet: cluster_for_launch waits for them, within the start timeout, before it
-calls a shortage.
+may not have registered yet (on Kubernetes, pods take minutes to schedule and pull): cluster_for_launch
+waits for them, within the start timeout, as Horovod does, before it calls a shortage. It fails at once
+only where the slots cannot grow.
 """
 
 from __future__ import annotations
@@ -57,26 +58,43 @@ def describe_cluster(spark: Any) -> ClusterShape:
 
 
 def cluster_for_launch(spark: Any, num_proc: int | None, start_timeout_s: float,
-                       describe: Callable[[Any], ClusterShape] = describe_cluster) -> ClusterShape:
+                       describe: Callable[[Any], ClusterShape] = describe_cluster, *,
+                       wait_for_num_proc: bool = True,
+                       on_wait: Callable[[str], None] | None = None) -> ClusterShape:
     """The cluster's shape once its executors have registered enough slots for ``num_proc`` ranks.
 
-    A cluster with no slots yet is still starting: wait for one, up to ``start_timeout_s``. Short of
-    ``num_proc`` (or, with num_proc None, to count them all), wait while Spark's own registration
-    window (spark.scheduler.maxRegisteredResourcesWaitingTime after the application started) is open.
-    A local master's slots are fixed, so it never waits. resolve_num_proc then judges the result.
+    With ``num_proc`` on a cluster master, wait until the cluster has that many slots, up to
+    ``start_timeout_s``: executors may still be registering, long after Spark's own registration window.
+    Return at once where the slots cannot grow: a local master, dynamic allocation (Spark runs no barrier
+    stage under it), or a ceiling of this application's settings below ``num_proc``. ``on_wait`` gets a
+    status line whenever the count changes while waiting.
+
+    With num_proc None (count them all), or ``wait_for_num_proc`` False (run_elastic, which grows its job
+    as slots come), a cluster with no slots yet is still starting: wait for one, up to ``start_timeout_s``;
+    short of ``num_proc`` (or to count them all), wait while Spark's registration window
+    (spark.scheduler.maxRegisteredResourcesWaitingTime after the application started) is open.
+    resolve_num_proc then judges the result.
     """
     began = time.monotonic()
     shape = describe(spark)
-    if shape.slots is None or _is_local_master(shape.master):
+    if shape.slots is None or _is_local_master(shape.master) or shape.dynamic_allocation:
+        return shape
+    patient = num_proc is not None and wait_for_num_proc
+    if patient and (ceiling := _slot_ceiling(spark, shape)) is not None and ceiling < num_proc:
         return shape
     window_left = _registration_window_left_s(spark)
     need = 1 if num_proc is None else num_proc
+    shown: int | None = None
     while True:
         waited = time.monotonic() - began
         registering = waited < window_left
         enough = shape.slots >= need and (num_proc is not None or not registering)
-        if enough or waited >= start_timeout_s or (shape.slots > 0 and not registering):
+        if enough or waited >= start_timeout_s or (shape.slots > 0 and not registering and not patient):
             return shape
+        if on_wait is not None and shape.slots != shown:
+            shown = shape.slots
+            wanted = f"{shape.slots} of {num_proc}" if num_proc is not None else f"{shape.slots}"
+            on_wait(f"{wanted} task slots registered, waiting (up to start_timeout={start_timeout_s:g}s)")
         time.sleep(_SLOT_POLL_S)
         shape = replace(shape, slots=describe(spark).slots)
 
@@ -117,6 +135,26 @@ def _slots(sc: Any, task_cpus: int) -> int | None:
         return max(0, int(sc.defaultParallelism) // max(1, task_cpus))
     except Exception:  # noqa: BLE001
         return None
+
+
+def _slot_ceiling(spark: Any, shape: ClusterShape) -> int | None:
+    """The most task slots this application can ever hold, where its settings cap them; None when they do not:
+    spark.cores.max (standalone), or a fixed executor count on Kubernetes and YARN (spark.executor.cores
+    defaults to 1 there)."""
+    cores_max = _int_setting(spark, "spark.cores.max")
+    if cores_max is not None:
+        return cores_max // max(1, shape.task_cpus)
+    instances = _int_setting(spark, "spark.executor.instances")
+    if instances is not None and shape.master.startswith(("k8s://", "yarn")):
+        return instances * (_int_setting(spark, "spark.executor.cores") or 1) // max(1, shape.task_cpus)
+    return None
+
+
+def _int_setting(spark: Any, key: str) -> int | None:
+    try:
+        return int(conf_value(spark, key) or "")
+    except ValueError:
+        return None  # unset, or a value Spark itself would refuse: no ceiling is known
 
 
 def _describe_connect_cluster(spark: Any) -> ClusterShape:

@@ -81,8 +81,10 @@ def run(
     is fine too), and with ``CUDA_VISIBLE_DEVICES`` set to the task's GPUs when Spark assigns GPUs
     to tasks.
 
-    num_proc: ranks to run; default, every task slot of the cluster. More than the cluster's
-        slots fails at once with NotEnoughSlotsError.
+    num_proc: ranks to run; default, every task slot of the cluster. On a cluster master, the launch
+        waits up to start_timeout for that many slots to register (saying so on stderr); where they
+        cannot come (a local master, or more than spark.cores.max allows) it fails at once with
+        NotEnoughSlotsError.
     start_timeout: seconds for every rank to start (a busy cluster may hold slots back); default,
         ``HOROVOD_SPARK_START_TIMEOUT`` when set, else 600.
     use_mpi, use_gloo, extra_mpi_args: Horovod's choice of controller. spark-hvd never starts
@@ -129,7 +131,7 @@ def run(
     executable = checked.executable(executable)
     keep_warm = checked.module_names("keep_warm", keep_warm)
     spark = spark if spark is not None else active_session("spark_hvd.run")
-    shape = cluster_for_launch(spark, num_proc, start_timeout)
+    shape = cluster_for_launch(spark, num_proc, start_timeout, on_wait=_status_line(stderr, verbose))
     num_proc = resolve_num_proc(num_proc, shape)
     # A Connect client may be unreachable from the executors: the ranks never dial it (StageOutbox).
     connect = is_connect_session(spark)
@@ -415,6 +417,14 @@ class _Supervisor:
     def progress(self, text: str) -> None:
         if self._verbose >= 2:
             self._err.write_line(f"{DRIVER_TAG} ".encode(), text.encode())
+
+
+def _status_line(stderr: IO | None, verbose: int) -> Callable[[str], None] | None:
+    """Where the launch says what it waits for before any rank starts (a wait for executors can be minutes)."""
+    if verbose < 1:
+        return None
+    err = LineSink(stderr if stderr is not None else sys.stderr)
+    return lambda text: err.write_line(f"{DRIVER_TAG} ".encode(), text.encode())
 
 
 def _unpickle_result(rank: int, blob: bytes) -> Any:

@@ -54,13 +54,16 @@ def _session(started_s_ago: float, conf: dict[str, str] | None = None) -> Any:
 class _Registering:
     """describe() of a cluster whose slot count follows ``counts``, one per call (the last one stays)."""
 
-    def __init__(self, counts: list[int], master: str = "spark://127.0.0.1:7077") -> None:
+    def __init__(self, counts: list[int], master: str = "spark://127.0.0.1:7077", task_cpus: int = 1,
+                 dynamic_allocation: bool = False) -> None:
         self.counts, self.master, self.calls = counts, master, 0
+        self.task_cpus, self.dynamic_allocation = task_cpus, dynamic_allocation
 
     def __call__(self, spark: Any) -> ClusterShape:
         slots = self.counts[min(self.calls, len(self.counts) - 1)]
         self.calls += 1
-        return ClusterShape(self.master, slots=slots)
+        return ClusterShape(self.master, slots=slots, task_cpus=self.task_cpus,
+                            dynamic_allocation=self.dynamic_allocation)
 
 
 @pytest.fixture(autouse=True)
@@ -81,10 +84,40 @@ class TestWaitForRegistration:
         with pytest.raises(NotEnoughSlotsError, match="num_proc=2 .* the cluster has 0"):
             resolve_num_proc(2, shape)
 
-    def test_short_once_registration_is_over_fails_at_once(self) -> None:
+    def test_num_proc_waits_for_its_slots_long_after_the_registration_window(self) -> None:
+        cluster = _Registering([1, 1, 2])
+        said: list[str] = []
+        shape = cluster_for_launch(_session(600), 2, start_timeout_s=600, describe=cluster, on_wait=said.append)
+        assert shape.slots == 2 and cluster.calls == 3
+        assert said == ["1 of 2 task slots registered, waiting (up to start_timeout=600s)"]
+
+    def test_num_proc_short_after_the_start_timeout_is_a_shortage(self) -> None:
+        began = time.monotonic()
+        shape = cluster_for_launch(_session(600), 2, start_timeout_s=0.3, describe=_Registering([1]))
+        assert 0.3 <= time.monotonic() - began < 5
+        with pytest.raises(NotEnoughSlotsError, match="num_proc=2 .* the cluster has 1"):
+            resolve_num_proc(2, shape)
+
+    def test_elastic_short_once_registration_is_over_goes_on_at_once(self) -> None:
         cluster = _Registering([1, 2])
-        shape = cluster_for_launch(_session(600), 2, start_timeout_s=600, describe=cluster)
+        shape = cluster_for_launch(_session(600), 2, start_timeout_s=600, describe=cluster, wait_for_num_proc=False)
         assert shape.slots == 1 and cluster.calls == 1
+
+    @pytest.mark.parametrize("conf, master", [
+        ({"spark.cores.max": "3"}, "spark://127.0.0.1:7077"),
+        ({"spark.cores.max": "7", "spark.task.cpus": "2"}, "spark://127.0.0.1:7077"),
+        ({"spark.executor.instances": "3"}, "k8s://https://10.0.0.1:443"),
+        ({"spark.executor.instances": "2", "spark.executor.cores": "1"}, "yarn"),
+    ])
+    def test_a_shortage_the_settings_cap_fails_at_once(self, conf: dict[str, str], master: str) -> None:
+        cluster = _Registering([1, 8], master=master, task_cpus=int(conf.get("spark.task.cpus", "1")))
+        assert cluster_for_launch(_session(600, conf), 4, start_timeout_s=600, describe=cluster).slots == 1
+        assert cluster.calls == 1
+
+    def test_dynamic_allocation_never_waits(self) -> None:
+        cluster = _Registering([0, 4], dynamic_allocation=True)
+        shape = cluster_for_launch(_session(0), 4, start_timeout_s=600, describe=cluster)
+        assert shape.slots == 0 and cluster.calls == 1
 
     def test_short_while_spark_still_registers_executors_waits(self) -> None:
         cluster = _Registering([1, 1, 2])
@@ -114,7 +147,7 @@ def test_a_session_that_waited_for_all_executors_has_no_window_left() -> None:
     cluster = _Registering([1, 2])
     spark = _session(0, {"spark.scheduler.minRegisteredResourcesRatio": "1.0",
                          "spark.scheduler.maxRegisteredResourcesWaitingTime": "1min"})
-    assert cluster_for_launch(spark, 2, start_timeout_s=600, describe=cluster).slots == 1
+    assert cluster_for_launch(spark, None, start_timeout_s=600, describe=cluster).slots == 1
 
 
 class TestStageStartWatch:
