@@ -45,36 +45,46 @@ class MissingFilesystemError(StoreError, ImportError):
 class Store:
     """Where fit() keeps its data and runs. Create with Store.create(prefix); picklable."""
 
-    def __init__(self, prefix: str, protocol: str, storage_options: dict[str, Any] | None = None) -> None:
+    def __init__(self, prefix: str, protocol: str, storage_options: dict[str, Any] | None = None, *,
+                 train_path: str | None = None, val_path: str | None = None, test_path: str | None = None,
+                 runs_path: str | None = None, save_runs: bool = True, checkpoint_filename: str | None = None) -> None:
         self._prefix = prefix.rstrip("/") or "/"
         self.protocol = protocol
         self.storage_options = dict(storage_options or {})
+        # Horovod's FilesystemStore keywords: where the splits and the runs go, and whether runs are kept.
+        self._train_path, self._val_path, self._test_path = train_path, val_path, test_path
+        self._runs_path = runs_path
+        self._save_runs = bool(save_runs)
+        self.checkpoint_filename = checkpoint_filename or "checkpoint"
         self._fs: Any = None
 
     @classmethod
-    def create(cls, prefix: str, **storage_options: Any) -> "Store":
+    def create(cls, prefix: str, *, train_path: str | None = None, val_path: str | None = None,
+               test_path: str | None = None, runs_path: str | None = None, save_runs: bool = True,
+               checkpoint_filename: str | None = None, storage_options: dict[str, Any] | None = None,
+               **filesystem_options: Any) -> "Store":
         """A Store for a plain path, file://, s3://, gs://, abfs://, hdfs:// or dbfs:/ prefix.
 
-        storage_options go to the fsspec filesystem (e.g. key=, secret=, client_kwargs={"endpoint_url": ...}).
+        Horovod's keywords mean what they mean in its FilesystemStore: ``train_path`` / ``val_path`` /
+        ``test_path`` (the splits of dataset ``key`` go to ``<path>.<key>``), ``runs_path`` (instead of
+        ``<prefix>/runs``), ``save_runs=False`` (a fit leaves no run directory behind: checkpoints and logs
+        live only while it runs, so a later fit cannot resume from them), ``checkpoint_filename``,
+        ``storage_options`` (a dict for the filesystem). Other keywords go to the fsspec filesystem too (e.g.
+        key=, secret=, client_kwargs={"endpoint_url": ...}); one the filesystem does not take is an error.
         """
+        from spark_hvd.store_options import HOROVOD_KEYWORDS, unknown_filesystem_keywords
+
         if not isinstance(prefix, str) or not prefix.strip():
             raise StoreError(f"Store prefix must be a non-empty string, got {prefix!r}")
-        prefix = prefix.strip()
-        if prefix.startswith("dbfs:"):
-            return cls(_DBFS_MOUNT + "/" + prefix[len("dbfs:"):].lstrip("/"), "file", storage_options)
-        scheme, sep, rest = prefix.partition("://")
-        if not sep:
-            return cls(posixpath.abspath(prefix), "file", storage_options)
-        scheme = scheme.lower()
-        if scheme not in _SCHEMES:
-            known = ", ".join(sorted(f"{name}://" for name in _SCHEMES))
-            raise StoreError(f"Store prefix {prefix!r}: unknown scheme {scheme}://; supported: {known}, "
-                             "dbfs:/ and plain paths")
-        protocol, extra = _SCHEMES[scheme]
-        _check_filesystem_available(protocol, extra, prefix)
-        if protocol == "file":
-            return cls(posixpath.abspath("/" + rest.lstrip("/")), "file", storage_options)
-        return cls(f"{scheme}://{rest}", protocol, storage_options)
+        prefix, protocol = _located(prefix.strip())
+        options = {**(storage_options or {}), **filesystem_options}
+        unknown = unknown_filesystem_keywords(protocol, options)
+        if unknown:
+            raise StoreError(f"Store {prefix!r}: unknown keyword(s) {unknown}: neither Horovod's Store keywords "
+                             f"{list(HOROVOD_KEYWORDS)} nor options of the {protocol!r} filesystem")
+        paths = {name: _located(path)[0] if path is not None else None for name, path in (
+            ("train_path", train_path), ("val_path", val_path), ("test_path", test_path), ("runs_path", runs_path))}
+        return cls(prefix, protocol, options, **paths, save_runs=save_runs, checkpoint_filename=checkpoint_filename)
 
     # -- layout ---------------------------------------------------------------------------------------------
 
@@ -89,18 +99,28 @@ class Store:
         return self.join("intermediate_data", key)
 
     def get_train_data_path(self, key: str) -> str:
-        return self.join("intermediate_data", key, "train")
+        return f"{self._train_path}.{key}" if self._train_path else self.join("intermediate_data", key, "train")
 
     def get_val_data_path(self, key: str) -> str:
-        return self.join("intermediate_data", key, "val")
+        return f"{self._val_path}.{key}" if self._val_path else self.join("intermediate_data", key, "val")
+
+    def get_test_data_path(self, key: str) -> str:
+        return f"{self._test_path}.{key}" if self._test_path else self.join("intermediate_data", key, "test")
+
+    def saving_runs(self) -> bool:
+        """Horovod's save_runs: whether a fit's run directory (checkpoints, logs) stays in the Store after it."""
+        return self._save_runs
 
     def get_runs_path(self) -> str:
-        return self.join("runs")
+        return self._runs_path or self.join("runs")
 
     def get_run_path(self, run_id: str) -> str:
         if not run_id or "/" in run_id:
             raise StoreError(f"run_id must be a non-empty name without '/', got {run_id!r}")
-        return self.join("runs", run_id)
+        return posixpath.join(self.get_runs_path(), run_id)
+
+    def get_checkpoint_filename(self) -> str:
+        return self.checkpoint_filename
 
     def get_checkpoint_path(self, run_id: str) -> str:
         return posixpath.join(self.get_run_path(run_id), "checkpoints")
@@ -207,14 +227,37 @@ class Store:
         return state
 
     def __eq__(self, other: object) -> bool:
-        return (isinstance(other, Store) and other._prefix == self._prefix and other.protocol == self.protocol
-                and other.storage_options == self.storage_options)
+        return isinstance(other, Store) and _identity(other) == _identity(self)
 
     def __hash__(self) -> int:
         return hash((self._prefix, self.protocol))
 
     def __repr__(self) -> str:
         return f"Store({self.url(self._prefix)!r})"
+
+
+def _identity(store: Store) -> tuple[Any, ...]:
+    return (store._prefix, store.protocol, store.storage_options, store._train_path, store._val_path,
+            store._test_path, store._runs_path, store._save_runs, store.checkpoint_filename)
+
+
+def _located(prefix: str) -> tuple[str, str]:
+    """(the prefix as the Store keeps it, its fsspec protocol) for a plain path or a URL."""
+    if prefix.startswith("dbfs:"):
+        return _DBFS_MOUNT + "/" + prefix[len("dbfs:"):].lstrip("/"), "file"
+    scheme, sep, rest = prefix.partition("://")
+    if not sep:
+        return posixpath.abspath(prefix), "file"
+    scheme = scheme.lower()
+    if scheme not in _SCHEMES:
+        known = ", ".join(sorted(f"{name}://" for name in _SCHEMES))
+        raise StoreError(f"Store prefix {prefix!r}: unknown scheme {scheme}://; supported: {known}, "
+                         "dbfs:/ and plain paths")
+    protocol, extra = _SCHEMES[scheme]
+    _check_filesystem_available(protocol, extra, prefix)
+    if protocol == "file":
+        return posixpath.abspath("/" + rest.lstrip("/")), "file"
+    return f"{scheme}://{rest}".rstrip("/"), protocol
 
 
 def _check_filesystem_available(protocol: str, extra: str | None, prefix: str) -> None:

@@ -1,7 +1,8 @@
 """``horovod.spark.common.store`` under its new name: ``from spark_hvd.common.store import Store``.
 
 Horovod's store classes are constructors here: each returns a ``spark_hvd.store.Store`` for its
-prefix (one Store class serves every filesystem through fsspec).
+prefix (one Store class serves every filesystem through fsspec). Their keywords are Horovod's (``save_runs``,
+``runs_path``, ``train_path``...) or the filesystem's; any other is an error (see ``Store.create``).
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ def LocalStore(prefix_path: str, **storage_options: Any) -> Store:  # noqa: N802
     return Store.create(prefix_path, **storage_options)
 
 
-def HDFSStore(prefix_path: str, **storage_options: Any) -> Store:  # noqa: N802 - Horovod's class name
-    """A Store on ``hdfs://`` (a bare path gets the default namenode)."""
+def HDFSStore(prefix_path: str, driver: str = "libhdfs", **storage_options: Any) -> Store:  # noqa: N802
+    """A Store on ``hdfs://`` (a bare path gets the default namenode). ``host``, ``port``, ``user``,
+    ``kerb_ticket`` and ``extra_conf`` reach pyarrow's HDFS client; ``driver`` is accepted, as Horovod's HDFSStore
+    ignores it too on pyarrow 0.17 and later (libhdfs is the only driver)."""
     prefix = prefix_path if "://" in prefix_path else f"hdfs://{prefix_path}"
     return Store.create(prefix, **storage_options)
 

@@ -135,7 +135,7 @@ def _write(df: Any, store: Store, key: str, plan: InputPlan, seed: int, job: Wri
            columns: dict[str, ColumnSpec] | None) -> Materialized:
     """One Spark job writes the plan's columns as Parquet; with ``job.stats`` it also counts them, and the
     counts, checked, give the specs (``columns`` is None then; else the specs known before)."""
-    store.delete(store.get_intermediate_path(key))       # an earlier, incomplete attempt
+    _delete_dataset(store, key)       # an earlier, incomplete attempt
     split_paths = {"train": store.get_train_data_path(key)}
     if plan.validation is not None:
         split_paths["val"] = store.get_val_data_path(key)
@@ -152,7 +152,7 @@ def _write(df: Any, store: Store, key: str, plan: InputPlan, seed: int, job: Wri
         if plan.validation is not None and val_rows == 0:
             raise InputError(f"validation={plan.validation!r} selected no validation rows out of {train_rows}")
     except InputError:
-        store.delete(store.get_intermediate_path(key))    # unusable: none of it stays behind
+        _delete_dataset(store, key)    # unusable: none of it stays behind
         raise
     return Materialized(key=key, train_path=split_paths["train"], val_path=split_paths.get("val"),
                         train_rows=train_rows, val_rows=val_rows, columns=dict(columns), store=store,
@@ -192,3 +192,8 @@ def _with_enough_row_groups(data: Materialized, num_proc: int) -> Materialized:
         changes[f"{split}_files"] = rechunk_split(data.store, data.path(split), data.files(split), group_rows)
     return Materialized(**{**data.__dict__, **changes}) if changes else data
 
+
+def _delete_dataset(store: Store, key: str) -> None:
+    # The splits lie under the intermediate path unless the Store names their own (Horovod's train_path, val_path).
+    for path in (store.get_intermediate_path(key), store.get_train_data_path(key), store.get_val_data_path(key)):
+        store.delete(path)

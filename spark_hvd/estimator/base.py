@@ -246,6 +246,7 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
             raise
         finally:
             progress.close()
+            _drop_run_unless_saved(self.getStore(), plan.run_id)
         model._fit_timings = _timings(began, prepared, progress, time.monotonic())
         if mlflow_log is not None:
             mlflow_log.log_model(model)
@@ -383,6 +384,13 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         store = Store.create(tempfile.mkdtemp(prefix="spark-hvd-store-"))
         self.setStore(store)
         return store
+
+
+def _drop_run_unless_saved(store: Any, run_id: str) -> None:
+    """Horovod's save_runs=False: the run's checkpoints and logs served the fit only (Horovod keeps them in a
+    temporary directory), so none stays in the Store, whether the fit ended well or not."""
+    if store is not None and not store.saving_runs():
+        store.delete(store.get_run_path(run_id))
 
 
 def _timings(began: float, prepared: float, progress: FitProgress, ended: float) -> dict[str, float]:

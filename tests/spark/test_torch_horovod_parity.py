@@ -171,6 +171,23 @@ def test_input_shapes_reshape_the_whole_batch_as_horovods(local_spark, store) ->
     xor_estimator(store, input_shapes=[[-1, 2]], batch_size=4, validation=0.25).fit(df)
 
 
+def test_horovods_store_keywords_place_the_splits_and_the_runs(local_spark, tmp_path) -> None:
+    """LocalStore(..., save_runs=False) fits and leaves no run behind (it used to reach fsspec as an option and the
+    runs stayed); train_path and runs_path say where the splits and the runs go, as in Horovod."""
+    from spark_hvd.common.store import LocalStore
+
+    dropped = LocalStore(str(tmp_path / "prefix"), save_runs=False, train_path=str(tmp_path / "train"))
+    fitted = slope_estimator(dropped, num_proc=2, run_id="dropped").fit(constant_rows(local_spark))
+    assert fitted.getModel().w.item() == pytest.approx(0.8)
+    assert not dropped.exists(dropped.get_run_path("dropped"))
+    assert [p.name.split(".")[0] for p in tmp_path.iterdir() if p.name.startswith("train.")] == ["train"]
+
+    kept = LocalStore(str(tmp_path / "prefix"), runs_path=str(tmp_path / "runs"))
+    slope_estimator(kept, num_proc=2, run_id="kept").fit(constant_rows(local_spark))
+    assert kept.list(kept.get_checkpoint_path("kept"))
+    assert kept.get_run_path("kept") == str(tmp_path / "runs" / "kept")
+
+
 def test_prepare_data_then_fit_on_parquet(local_spark, store) -> None:
     from spark_hvd.common.util import prepare_data
 
