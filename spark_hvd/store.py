@@ -45,6 +45,14 @@ class MissingFilesystemError(StoreError, ImportError):
 class Store:
     """Where fit() keeps its data and runs. Create with Store.create(prefix); picklable."""
 
+    # Horovod's keywords' defaults, also for a Store pickled before they existed (a saved Pipeline's).
+    _train_path: str | None = None
+    _val_path: str | None = None
+    _test_path: str | None = None
+    _runs_path: str | None = None
+    _save_runs = True
+    checkpoint_filename = "checkpoint"
+
     def __init__(self, prefix: str, protocol: str, storage_options: dict[str, Any] | None = None, *,
                  train_path: str | None = None, val_path: str | None = None, test_path: str | None = None,
                  runs_path: str | None = None, save_runs: bool = True, checkpoint_filename: str | None = None) -> None:
