@@ -63,7 +63,7 @@ def train_rank(spec: LightningRankSpec) -> dict[str, Any] | None:
     import torch
 
     import collective.torch as hvd
-    from spark_hvd.estimator.rank_progress import RankProgress
+    from spark_hvd.recipe.rank_progress import RankProgress
     from spark_hvd.lightning.checkpoint_io import StoreCheckpointIO
     from spark_hvd.lightning.legacy_hooks import adapt_module
     from spark_hvd.lightning.rank_callbacks import scalar_metrics
