@@ -75,12 +75,12 @@ def torch_parts() -> tuple[Any, Callable[[], None], Any]:
 
 def lightning_parts() -> tuple[Any, Callable[[], None], Any]:
     """torch_parts's step, and what the Lightning estimator commits: a Trainer on CollectiveStrategy that has
-    trained the MLP in a LightningModule for a few steps, committed by its StepCommits callback."""
+    trained the MLP in a LightningModule for a few steps, its checkpoint committed as the recipe does."""
     import tempfile
 
     import pytorch_lightning as pl
 
-    from spark_hvd.lightning.elastic_training import StepCommits
+    from spark_hvd.lightning.elastic_commits import checkpoint_bytes
     from spark_hvd.lightning.strategy import CollectiveStrategy
 
     hvd, step, _ = torch_parts()
@@ -92,12 +92,12 @@ def lightning_parts() -> tuple[Any, Callable[[], None], Any]:
                          default_root_dir=tempfile.mkdtemp(prefix="bench-elastic-commit-"))
     trainer.fit(lightning_mlp(), torch.utils.data.DataLoader(batches, batch_size=None))
     state = hvd.elastic.ObjectState(checkpoint=None, epoch=0, step=0)
-    commits = StepCommits(state, 50, 10**9)
-    commits.trainer = trainer
 
     class Committing:
         def commit(self) -> None:
-            commits._commit(0, 1)
+            state.checkpoint = checkpoint_bytes(trainer)
+            state.epoch, state.step = 0, 1
+            state.commit()
 
     return hvd, step, Committing()
 

@@ -13,7 +13,6 @@ import datetime
 import secrets
 import tempfile
 import time
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from pyspark.ml import Estimator
@@ -22,58 +21,13 @@ from pyspark.sql import DataFrame
 
 from spark_hvd.data.validation_split import normalized_validation
 from spark_hvd.errors import InputError
-from spark_hvd.estimator.elastic_plan import ElasticPlan, EpochSteps, check_no_elastic_params, checked_elastic_bounds
+from spark_hvd.estimator.elastic_plan import check_no_elastic_params, checked_elastic_bounds
 from spark_hvd.estimator.mlflow_logging import start_mlflow_fit_log
 from spark_hvd.estimator.param_table import declare_params, set_defaults
 from spark_hvd.estimator.params import ESTIMATOR_PARAMS, LR_SCALING_POLICIES, READERS, default_output_cols
 from spark_hvd.estimator.progress import FitProgress, FitStatus
 from spark_hvd.estimator.unused_params import warn_unused_params
-
-
-@dataclass(frozen=True)
-class FitPlan:
-    """Everything the ranks need besides the framework's own objects; picklable."""
-    data: Any                     # spark_hvd.data.Materialized
-    run_id: str
-    feature_cols: list[str]
-    label_cols: list[str]
-    sample_weight_col: str | None
-    batch_size: int
-    val_batch_size: int
-    epochs: int
-    train_steps: int
-    val_steps: int
-    shuffle: bool
-    shuffle_buffer_size: int | None   # None: the reader's default
-    seed: int
-    reader: str
-    inmemory_cache_all: bool
-    backward_passes_per_step: int
-    learning_rate_scaling: str
-    num_proc: int
-    label_shapes: list[tuple[int, ...]] | None = None
-    transformation_edit_fields: list[Any] | None = None
-    transformation_removed_fields: list[str] | None = None
-    stop_on_nonfinite_loss: bool = True
-    elastic: ElasticPlan | None = None   # None: a static fit
-
-    def steps_at(self, size: int) -> tuple[int, int]:
-        """(training, validation) steps an epoch at ``size`` ranks: an elastic fit's change with its size."""
-        return self.elastic.steps.at(size) if self.elastic is not None else (self.train_steps, self.val_steps)
-
-    def reader_for(self, split: str, rank: int, size: int) -> Any:
-        """This rank's reader of ``split``, as the plan says (shuffling only the training split)."""
-        from spark_hvd.data import make_reader
-
-        batch = self.batch_size if split == "train" else self.val_batch_size
-        return make_reader(self.data, split, rank, size, batch, shuffle=self.shuffle and split == "train",
-                           seed=self.seed, reader=self.reader, shuffle_buffer_rows=self.shuffle_buffer_size,
-                           inmemory_cache_all=self.inmemory_cache_all)
-
-    def readers(self, rank: int, size: int) -> dict[str, Any]:
-        """The readers of the splits this fit steps through: "train", and "val" when it validates."""
-        return {split: self.reader_for(split, rank, size)
-                for split, steps in (("train", self.train_steps), ("val", self.val_steps)) if steps}
+from spark_hvd.recipe.plan import ElasticPlan, EpochSteps, FitPlan
 
 
 class HorovodEstimator(Estimator, MLWritable, MLReadable):

@@ -17,7 +17,7 @@ import sys
 import time
 from typing import IO, Any, Callable, Mapping
 
-EVENT_START, EVENT_STEP, EVENT_EPOCH = "start", "step", "epoch"
+from spark_hvd.recipe.rank_progress import EVENT_EPOCH, EVENT_START, EVENT_STEP  # noqa: F401 - also the driver's names
 _PREFIX = "spark-hvd: "
 # Erase the terminal line the cursor is on (whatever Spark's console bar left there) before writing.
 _CLEAR_LINE = "\r\x1b[K"

@@ -95,7 +95,7 @@ class Feed:
     def _arrays(self, batch: dict[str, np.ndarray]) -> tuple[Any, ...]:
         import keras
 
-        from spark_hvd.estimator.transformation import apply_transformation
+        from spark_hvd.data.transformation import apply_transformation
 
         spec = self.spec
         if spec.transformation is not None:

@@ -6,7 +6,7 @@
 3. the user's ``callbacks`` (a TensorBoard one writes, on rank 0, to the run's logs under the Store, and
    is left out on the other ranks, which would write the same files);
 4. on rank 0, the ``checkpoint_callback``, saving to the run's local checkpoint file;
-5. the estimator's EpochRecorder: history, the resume checkpoint (rank 0) and progress.
+5. the estimator's own (epoch_reporter.py: the recipe's history, checkpoint, progress and commits).
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def require_tensorboard() -> None:
 
 
 def rank_callbacks(hvd: Any, rank: int, user_callbacks: list[Any], checkpoint: CheckpointFile | None,
-                   recorder: keras.callbacks.Callback, logs_dir: str, store: Any, run_id: str,
+                   ours: list[keras.callbacks.Callback], logs_dir: str, store: Any, run_id: str,
                    broadcast: bool = True) -> list[Any]:
     """``broadcast=False``: an elastic fit, whose state's sync gives every rank rank 0's variables instead."""
     callbacks: list[Any] = [hvd.MetricAverageCallback()]
@@ -131,5 +131,5 @@ def rank_callbacks(hvd: Any, rank: int, user_callbacks: list[Any], checkpoint: C
         callbacks.append(checkpoint.callback)
     if rank == 0 and boards:
         callbacks.append(LogsSync(logs_dir, store, run_id))
-    callbacks.append(recorder)
+    callbacks += ours
     return callbacks

@@ -1,34 +1,41 @@
-"""What every rank of a KerasEstimator fit runs (in the rank child): the Horovod recipe around ``model.fit``.
+"""Rank child: the Keras hooks of the rank recipe (spark_hvd/recipe/rank_recipe.py) for a KerasEstimator fit.
 
-init collective.keras -> the model from its ``.keras`` bytes -> the optimizer, learning rate scaled by
-num_proc (``learning_rate_scaling='linear'``), wrapped in DistributedOptimizer and compiled -> rank 0
-restores the last checkpoint, if any -> ``model.fit`` over this rank's shard with exactly ``train_steps``
-steps per epoch on every rank (so uneven shards cannot desynchronise the allreduce), ``initial_epoch``
-after the checkpoint, with the callbacks of rank_callbacks.py -> rank 0 returns the model (the one the
-checkpoint_callback saved, when there is one) with its learning rate unscaled, and the history. An
-elastic plan (``elastic=True``) runs the epochs under ``hvd.elastic.run`` instead (elastic_training.py).
+What each of the recipe's steps means for Keras:
+
+- init: collective.keras, TensorFlow's device and thread settings, the seed, and the model from its
+  ``.keras`` bytes, compiled with the user's optimizer wrapped in DistributedOptimizer (Keras wraps at
+  compile time, so the recipe's wrap step has nothing left to do);
+- restore: rank 0 takes the last checkpoint's weights, optimizer state (learning rate unscaled) and what
+  the checkpoint_callback had saved; every rank adopts rank 0's restored learning rate;
+- the parameters are broadcast by ``BroadcastGlobalVariablesCallback`` when ``model.fit`` starts, since the
+  optimizer's variables exist only then (an elastic fit: by its state's sync);
+- the epochs: ``model.fit`` over this rank's shard, exactly the plan's steps per epoch on every rank (so
+  uneven shards cannot desynchronise the allreduce), with the callbacks of rank_callbacks.py;
+- the result: the model (the one the checkpoint_callback saved, when there is one) with its learning rate
+  unscaled, and the history.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import cloudpickle
 import keras
+import numpy as np
 
-from spark_hvd.estimator.base import FitPlan
 from spark_hvd.keras.batch_arrays import ArrayShapes
+from spark_hvd.recipe.hooks import FrameworkHooks, Position, Records, Resume
+from spark_hvd.recipe.plan import FitPlan
 
 
 @dataclass(frozen=True)
 class KerasRankSpec:
     plan: FitPlan
     model: bytes              # the user's model as a .keras file
-    # cloudpickle(KerasObjects), unpickled only after _configure_tensorflow: unpickling a Keras metric or
+    # cloudpickle(KerasObjects), unpickled only after configure_tensorflow: unpickling a Keras metric or
     # callback starts TensorFlow's runtime, after which its device and thread settings are refused.
     objects: bytes
     shapes: ArrayShapes       # the reshapes the driver's sample check resolved
@@ -56,173 +63,162 @@ class KerasRankFn:
         self.spec = spec
 
     def __call__(self) -> dict[str, Any] | None:
-        return train_rank(self.spec)
+        from spark_hvd.recipe.rank_recipe import run_rank
+
+        return run_rank(KerasHooks(self.spec), self.spec.plan)
 
 
-def train_rank(spec: KerasRankSpec) -> dict[str, Any] | None:
-    import collective.keras as hvd
-    from spark_hvd.keras.learning_rate import learning_rate, scale_factor
+class KerasHooks(FrameworkHooks):
+    def __init__(self, spec: KerasRankSpec) -> None:
+        self.spec, self.plan = spec, spec.plan
+        self.hvd: Any = None
+        self.objects: KerasObjects | None = None
+        self.model: Any = None
+        self.optimizer: Any = None
+        self.checkpoint_file: Any = None      # rank 0's checkpoint_callback and the file it saves to
+        self.carried_metrics: Any = None      # an elastic fit's, once run_epochs made it
+        self._local = tempfile.TemporaryDirectory(prefix="spark-hvd-keras-rank-")
+        self.base_rate = 0.0                  # the user's learning rate (unscaled), after any restore
 
-    plan = spec.plan
-    hvd.init()
-    rank, size = hvd.rank(), hvd.size()
-    _configure_tensorflow(spec.use_gpu, hvd.local_size())
-    if plan.seed is not None:
-        keras.utils.set_random_seed(plan.seed + rank)
-    objects: KerasObjects = cloudpickle.loads(spec.objects)
-    factor = scale_factor(plan.learning_rate_scaling, size)
-    model, optimizer = _compiled_model(spec, objects, factor, hvd)
-    with tempfile.TemporaryDirectory(prefix="spark-hvd-keras-rank-") as local_dir:
+    def init(self) -> Any:
+        import collective.keras as hvd
+        from spark_hvd.keras.compiled_model import compiled_model, configure_tensorflow
+        from spark_hvd.keras.learning_rate import learning_rate
         from spark_hvd.keras.rank_callbacks import CheckpointFile
 
-        checkpoint_file = (CheckpointFile(objects.checkpoint_callback, local_dir)
-                           if rank == 0 and objects.checkpoint_callback is not None else None)
-        first_epoch, history = _resume(plan, rank, model, optimizer, objects, factor, checkpoint_file)
-        # Rank 0's (restored) rate, so that every rank's schedule callbacks start from the same one.
-        first_epoch, history, rate = hvd.broadcast_object((first_epoch, history, learning_rate(optimizer)),
-                                                          root_rank=0, name="shvd.resume")
-        optimizer.learning_rate = rate
-        logs_dir = os.path.join(local_dir, "logs")
-        extra: dict[str, Any] = {}
-        if plan.elastic is not None:
-            from spark_hvd.keras.elastic_training import fit_elastic
+        self.hvd = hvd
+        hvd.init()
+        configure_tensorflow(self.spec.use_gpu, hvd.local_size())
+        if self.plan.seed is not None:
+            keras.utils.set_random_seed(self.plan.seed + hvd.rank())
+        self.objects = cloudpickle.loads(self.spec.objects)
+        self.model, self.optimizer = compiled_model(self.spec.model, self.objects,
+                                                    self.plan.backward_passes_per_step, hvd)
+        if hvd.rank() == 0 and self.objects.checkpoint_callback is not None:
+            self.checkpoint_file = CheckpointFile(self.objects.checkpoint_callback, self._local.name)
+        self.base_rate = learning_rate(self.optimizer)
+        return hvd
 
-            outcome = fit_elastic(spec, objects, model, optimizer, first_epoch, history, factor, checkpoint_file,
-                                  logs_dir, hvd)
-            history, factor, extra["reformations"] = outcome.history, outcome.lr_size, outcome.reformations
-        elif first_epoch < plan.epochs:
-            history = _fit(spec, objects, model, rank, size, first_epoch, history, factor, checkpoint_file,
-                           logs_dir, hvd)
-        if hvd.rank() != 0:
+    def restore(self) -> Resume | None:
+        from spark_hvd.keras.checkpoint import load_checkpoint
+        from spark_hvd.keras.learning_rate import learning_rate
+        from spark_hvd.keras.saving import restore_state
+
+        checkpoint = load_checkpoint(self.plan.data.store, self.plan.run_id)
+        if checkpoint is None:
             return None
-        if checkpoint_file is not None:
-            checkpoint_file.load_into(model, optimizer, _loading_objects(objects))
+        restore_state(self.model, self.optimizer, checkpoint.model, self._loading_objects())
+        if self.checkpoint_file is not None and checkpoint.callback is not None:
+            self.checkpoint_file.restore(checkpoint.callback)
+        history = list(checkpoint.history)
+        # Rank 0's restored rate goes to every rank, so that their schedule callbacks start from the same one.
+        return Resume(checkpoint.epoch + 1, Records(history, [dict(entry) for entry in history]),
+                      framework=learning_rate(self.optimizer))
+
+    def adopt(self, resume: Resume) -> None:
+        from spark_hvd.keras.learning_rate import set_learning_rate
+
+        if resume.framework is not None:
+            set_learning_rate(self.optimizer, resume.framework)
+            self.base_rate = float(resume.framework)
+
+    def scale_learning_rate(self, factor: float) -> None:
+        from spark_hvd.keras.learning_rate import learning_rate, set_learning_rate
+
+        if factor != 1:
+            set_learning_rate(self.optimizer, learning_rate(self.optimizer) * factor)
+
+    def run_epochs(self, start: Position, events: Any) -> None:
+        from spark_hvd.keras.feed import Feed, FeedSpec
+        from spark_hvd.keras.fit_errors import clearer_fit_errors
+
+        plan, objects = self.plan, self.objects
+        rank, size = self.hvd.rank(), self.hvd.size()
+        callbacks = self._callbacks(start, events, rank)
+        feed_spec = FeedSpec(plan.feature_cols, plan.label_cols, plan.sample_weight_col, self.spec.shapes,
+                             objects.transformation, objects.prefetch)
+        train_steps, val_steps = events.train_steps, events.val_steps
+        readers = plan.readers(rank, size)
+        position = start
+        try:
+            while position.epoch < plan.epochs:
+                # An epoch resumed mid-way fits its steps left alone; whole epochs fit in one model.fit (a fit
+                # per epoch restarts Keras's loop and the input pipeline each time: about 0.15 s an epoch).
+                epoch, done = position.epoch, position.step
+                feeds = {"train": Feed(readers["train"], feed_spec, train_steps - done, epoch, skip=done)}
+                if "val" in readers:
+                    feeds["val"] = Feed(readers["val"], feed_spec, val_steps, epoch)
+                with clearer_fit_errors(feeds.values()):
+                    self.model.fit(feeds["train"].dataset(endless=done == 0), steps_per_epoch=train_steps - done,
+                                   initial_epoch=epoch, epochs=epoch + 1 if done else plan.epochs,
+                                   callbacks=callbacks, verbose=0,
+                                   validation_data=feeds["val"].dataset(endless=False) if "val" in feeds else None,
+                                   validation_steps=val_steps or None)
+                if not done or self.model.stop_training:
+                    break
+                position = Position(epoch + 1)
+        finally:
+            for reader in readers.values():
+                reader.close()
+
+    def _callbacks(self, start: Position, events: Any, rank: int) -> list[Any]:
+        from spark_hvd.keras.carried_metrics import CarriedMetrics
+        from spark_hvd.keras.epoch_reporter import EpochReporter
+        from spark_hvd.keras.learning_rate import start_schedules_at
+        from spark_hvd.keras.rank_callbacks import rank_callbacks
+
+        user_callbacks = list(self.objects.callbacks)
+        start_schedules_at(user_callbacks, self.base_rate * events.lr_factor)
+        # The rank 0 of a re-formed job may not be the one that started with the checkpoint_callback.
+        checkpoint = self.checkpoint_file if rank == 0 else None
+        ours: list[Any] = []
+        if events.elastic:
+            # Before the reporter, whose step may commit: a resumed epoch's sums are added at its first step.
+            self.carried_metrics = CarriedMetrics(events.state, self._average_over_ranks)
+            ours.append(self.carried_metrics)
+        ours.append(EpochReporter(events, start, rank, self.plan.stop_on_nonfinite_loss))
+        return rank_callbacks(self.hvd, rank, user_callbacks, checkpoint, ours, os.path.join(self._local.name, "logs"),
+                              self.plan.data.store, self.plan.run_id, broadcast=not events.elastic)
+
+    def _average_over_ranks(self, values: np.ndarray) -> np.ndarray:
+        return np.asarray(self.hvd.allreduce(values, op=self.hvd.Average, name="shvd.elastic.metric_sums"))
+
+    def save(self, epoch: int, records: Records, lr_factor: float) -> None:
+        from spark_hvd.keras.checkpoint import save_checkpoint
         from spark_hvd.keras.learning_rate import unscaled_model_bytes
 
-        return {"model": unscaled_model_bytes(model, factor), "history": history, **extra}
+        if self.hvd.rank() != 0:
+            return
+        callback = self.checkpoint_file.changes() if self.checkpoint_file is not None else None
+        save_checkpoint(self.plan.data.store, self.plan.run_id, unscaled_model_bytes(self.model, lr_factor), epoch,
+                        records.history, callback)
 
+    def elastic_state(self, records: Records, attrs: dict[str, Any]) -> Any:
+        # A commit holds every optimizer variable: its slots must exist before the first one (or a relaunched
+        # stage could not restore into this optimizer before its first step).
+        if not self.optimizer.built:
+            self.optimizer.build(self.model.trainable_variables)
+        return self.hvd.elastic.KerasState(self.model, self.optimizer, history=records.history,
+                                           epoch_metrics=records.epoch_metrics, metric_sums=None, **attrs)
 
-def _resume(plan: FitPlan, rank: int, model: Any, optimizer: Any, objects: KerasObjects, factor: int,
-            checkpoint_file: Any) -> tuple[int, list[dict[str, float]]]:
-    """Rank 0 takes the last checkpoint's state (its learning rate is unscaled: scaled again here)."""
-    from spark_hvd.keras.checkpoint import load_checkpoint
-    from spark_hvd.keras.learning_rate import learning_rate
-    from spark_hvd.keras.saving import restore_state
+    def fill_commit(self, state: Any) -> None:
+        self.carried_metrics.save()
 
-    checkpoint = load_checkpoint(plan.data.store, plan.run_id) if rank == 0 else None
-    if checkpoint is None:
-        return 0, []
-    restore_state(model, optimizer, checkpoint.model, _loading_objects(objects))
-    optimizer.learning_rate = learning_rate(optimizer) * factor
-    if checkpoint_file is not None and checkpoint.callback is not None:
-        checkpoint_file.restore(checkpoint.callback)
-    return checkpoint.epoch + 1, list(checkpoint.history)
+    def fill_epoch_commit(self, state: Any) -> None:
+        state.metric_sums = None   # the next epoch starts from none
 
+    def result(self, records: Records, lr_factor: float) -> dict[str, Any]:
+        from spark_hvd.keras.learning_rate import unscaled_model_bytes
 
-def _fit(spec: KerasRankSpec, objects: KerasObjects, model: Any, rank: int, size: int, first_epoch: int,
-         history: list[dict[str, float]], factor: int, checkpoint_file: Any, logs_dir: str,
-         hvd: Any) -> list[dict[str, float]]:
-    """model.fit from first_epoch; the history of every epoch so far (averaged over the ranks)."""
-    from spark_hvd.keras.epoch_recorder import EpochRecorder
-    from spark_hvd.keras.feed import Feed, FeedSpec
-    from spark_hvd.keras.learning_rate import learning_rate, start_schedules_at
-    from spark_hvd.keras.rank_callbacks import rank_callbacks
+        if self.checkpoint_file is not None:
+            self.checkpoint_file.load_into(self.model, self.optimizer, self._loading_objects())
+        return {"model": unscaled_model_bytes(self.model, lr_factor), "history": records.history}
 
-    plan = spec.plan
-    user_callbacks = list(objects.callbacks)
-    start_schedules_at(user_callbacks, learning_rate(model.optimizer))
-    recorder = EpochRecorder(plan, rank, history, factor, checkpoint_file)
-    callbacks = rank_callbacks(hvd, rank, user_callbacks, checkpoint_file, recorder, logs_dir,
-                               plan.data.store, plan.run_id)
-    feed_spec = FeedSpec(plan.feature_cols, plan.label_cols, plan.sample_weight_col, spec.shapes,
-                         objects.transformation, objects.prefetch)
-    readers = plan.readers(rank, size)
-    feeds = {split: Feed(reader, feed_spec, plan.train_steps if split == "train" else plan.val_steps, first_epoch)
-             for split, reader in readers.items()}
-    try:
-        with clearer_fit_errors(feeds.values()):
-            model.fit(feeds["train"].dataset(endless=True), steps_per_epoch=plan.train_steps, epochs=plan.epochs,
-                      initial_epoch=first_epoch, callbacks=callbacks, verbose=0,
-                      validation_data=feeds["val"].dataset(endless=False) if "val" in feeds else None,
-                      validation_steps=plan.val_steps or None)
-    finally:
-        for reader in readers.values():
-            reader.close()
-    return recorder.history
+    def close(self) -> None:
+        self._local.cleanup()
 
+    def _loading_objects(self) -> dict[str, Any]:
+        from spark_hvd.keras.saving import loading_objects
 
-@contextlib.contextmanager
-def clearer_fit_errors(feeds: Iterable[Any]) -> Iterator[None]:
-    """Around a ``model.fit`` over ``feeds``: an error in transformation_fn reaches fit wrapped by tf.data,
-    so the user's own is raised instead, and a peer's failure stays one (``_as_peer_failure``); the feeds
-    stop at the end."""
-    feeds = list(feeds)
-    try:
-        yield
-    except Exception as e:
-        for feed in feeds:
-            if feed.error is not None:
-                raise feed.error from None
-        peer_failure = _as_peer_failure(e)
-        if peer_failure is not None:
-            raise peer_failure from e
-        raise
-    finally:
-        for feed in feeds:
-            feed.stop()
-
-
-def _loading_objects(objects: KerasObjects) -> dict[str, Any]:
-    from spark_hvd.keras.saving import loading_objects
-
-    return loading_objects(objects.custom_objects, objects.loss, objects.metrics)
-
-
-def _as_peer_failure(error: BaseException) -> BaseException | None:
-    """model.fit runs the allreduce inside tf.function, where a collective error reaches Python as a
-    tf.errors.OpError whose message names the collective error's class (collective.tensorflow.bridge).
-    A peer's failure must stay recognisable as one, or the driver would blame this rank for it."""
-    import collective
-
-    if isinstance(error, collective.PeerFailureError):
-        return None
-    message = str(error)
-    marker = f"{collective.PeerFailureError.__name__}: "
-    if marker not in message:
-        return None
-    return collective.PeerFailureError(message[message.index(marker) + len(marker):].splitlines()[0])
-
-
-def _configure_tensorflow(use_gpu: bool, local_size: int) -> None:
-    import tensorflow as tf
-
-    if not use_gpu:
-        tf.config.set_visible_devices([], "GPU")
-    # Ranks that share a host share its cores; without this each would start one thread per core.
-    threads = max(1, (os.cpu_count() or 1) // max(1, local_size))
-    try:
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(threads)
-    except RuntimeError:
-        pass    # TensorFlow's runtime already started in this process; it keeps its pools
-
-
-def _compiled_model(spec: KerasRankSpec, objects: KerasObjects, factor: int, hvd: Any) -> tuple[Any, Any]:
-    from spark_hvd.keras.saving import model_from_bytes
-
-    plan = spec.plan
-    model = model_from_bytes(spec.model, objects.custom_objects, compile=False)
-    base = keras.optimizers.get(objects.optimizer) if isinstance(objects.optimizer, str) else \
-        keras.optimizers.deserialize(objects.optimizer, custom_objects=objects.custom_objects or None)
-    if factor != 1:
-        config = base.get_config()
-        config["learning_rate"] = float(config["learning_rate"]) * factor
-        base = type(base).from_config(config)
-    optimizer = hvd.DistributedOptimizer(
-        base, compression=objects.compression or hvd.Compression.none,
-        backward_passes_per_step=plan.backward_passes_per_step,
-        # Accumulated windows average their gradients rather than sum them, as TorchEstimator's do.
-        average_aggregated_gradients=True)
-    model.compile(optimizer=optimizer, loss=objects.loss, loss_weights=objects.loss_weights,
-                  metrics=list(objects.metrics) or None)
-    return model, optimizer
+        objects = self.objects
+        return loading_objects(objects.custom_objects, objects.loss, objects.metrics)

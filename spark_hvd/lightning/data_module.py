@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from spark_hvd.estimator.base import FitPlan
-from spark_hvd.estimator.transformation import apply_transformation
+from spark_hvd.data.transformation import apply_transformation
 from spark_hvd.lightning.batch_tensors import batch_dict
 
 

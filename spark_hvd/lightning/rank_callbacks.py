@@ -1,10 +1,10 @@
 """The callbacks a Lightning fit adds on every rank (rank child): its record and resume point, and NaN checks.
 
 ``FitRecorder`` runs after the module's and the user's epoch-end hooks (Lightning calls checkpoint
-callbacks last), so each epoch's record holds everything logged in it. Per epoch it keeps the metrics
-(spark-hvd's flat history), tells the driver (progress bar), saves the resume checkpoint under the
-Store and copies the logs there. Its state travels inside every checkpoint: the records, the final
-logged metrics and whether training stopped early. Every checkpoint keeps the learning rates unscaled
+callbacks last), so each epoch's record holds everything logged in it. It hands every step and epoch to
+the rank recipe, which keeps the metrics (spark-hvd's flat history), has the resume checkpoint saved under
+the Store with the logs, tells the driver (progress bar) and, in an elastic fit, commits. Its state travels
+inside every checkpoint: the records, the final logged metrics and whether training stopped early. Every checkpoint keeps the learning rates unscaled
 (divided by the ranks' factor) and they are scaled again on loading, so a run resumes on any number of
 ranks and a saved checkpoint trains on one process as it is.
 """
@@ -12,7 +12,7 @@ ranks and a saved checkpoint trains on one process as it is.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from pytorch_lightning import Callback
@@ -42,10 +42,12 @@ def step_loss(outputs: Any) -> Any:
 
 
 class _Recording(Callback):
-    def __init__(self, progress: Any, resume_path: str | None, lr_factor: float,
-                 after_epoch: Callable[[], None]) -> None:
-        self.progress, self.resume_path, self.lr_factor, self.after_epoch = progress, resume_path, lr_factor, after_epoch
-        self.epoch_metrics: list[dict[str, float]] = []
+    """Hands each step and epoch to the rank recipe's ``events`` (which keep the records, have the resume
+    checkpoint saved, report progress and commit), and keeps in Lightning's checkpoints what a resume needs:
+    the records, the final logged metrics and whether training stopped early."""
+
+    def __init__(self, events: Any, lr_factor: float) -> None:
+        self.events, self.lr_factor = events, lr_factor
         self.logged: dict[str, float] = {}
         self.stopped = False
 
@@ -53,31 +55,32 @@ class _Recording(Callback):
     def state_key(self) -> str:
         return RECORDER_STATE_KEY
 
+    @property
+    def epoch_metrics(self) -> list[dict[str, float]]:
+        return self.events.records.epoch_metrics
+
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch_metrics": self.epoch_metrics, "logged": self.logged, "stopped": self.stopped}
+        return {"epoch_metrics": list(self.epoch_metrics), "logged": self.logged, "stopped": self.stopped}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.epoch_metrics = [dict(entry) for entry in state_dict.get("epoch_metrics", [])]
+        records = self.events.records
+        # In place: the recipe's records (or an elastic state's) are the ones the fit keeps.
+        records.epoch_metrics[:] = [dict(entry) for entry in state_dict.get("epoch_metrics", [])]
+        records.history[:] = [dict(entry) for entry in records.epoch_metrics]
         self.logged = dict(state_dict.get("logged", {}))
         self.stopped = bool(state_dict.get("stopped", False))
 
-    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        self.progress.start(trainer.current_epoch)
-
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         loss = step_loss(outputs)
-        self.progress.step(trainer.current_epoch, batch_idx + 1, None if loss is None else float(loss.detach()))
+        # Lightning numbers a resumed epoch's batches from where it left off.
+        self.events.step_done(trainer.current_epoch, batch_idx + 1, None if loss is None else float(loss.detach()))
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         epoch = trainer.current_epoch
         metrics = scalar_metrics(trainer.callback_metrics)
-        self.epoch_metrics.append({"epoch": epoch, **metrics})
         self.logged = scalar_metrics(trainer.logged_metrics)
         self.stopped = bool(trainer.should_stop)
-        if self.resume_path is not None:
-            trainer.save_checkpoint(self.resume_path, weights_only=False)
-        self.after_epoch()
-        self.progress.epoch(epoch, metrics)
+        self.events.epoch_done(epoch, {"epoch": epoch, **metrics}, metrics)
 
     def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
         scale_checkpoint_learning_rates(checkpoint, 1 / self.lr_factor)

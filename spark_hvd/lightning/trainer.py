@@ -1,12 +1,13 @@
-"""What every rank of a Lightning fit runs (rank child): Lightning's own ``Trainer.fit`` on our strategy and data.
+"""Rank child: the Lightning hooks of the rank recipe (spark_hvd/recipe/rank_recipe.py): Lightning's own
+``Trainer.fit`` on our strategy and data.
 
-init collective.torch -> seed (Horovod: the same ``random_seed`` on every rank) -> the device, agreed by all
-ranks -> a local run directory mirrored to the Store -> rank 0 looks for the run's resume checkpoint ->
-``Trainer(strategy=CollectiveStrategy, callbacks=[user's..., FitRecorder], logger, ...)`` with the user's
-``trainer_args`` on top -> ``trainer.fit(module, datamodule, ckpt_path=<resume point or None>)`` -> rank 0
+init: collective.torch, the seed (Horovod: the same ``random_seed`` on every rank), the device agreed by all
+ranks, a local run directory mirrored to the Store -> restore: rank 0 looks for the run's resume checkpoint
+-> the epochs: ``Trainer(strategy=CollectiveStrategy, callbacks=[user's..., FitRecorder], logger, ...)`` with
+the user's ``trainer_args`` on top, and ``trainer.fit(module, datamodule, ckpt_path=<resume point or None>)``
+(an elastic fit: one Trainer per formation, resuming from the last commit, elastic_commits.py) -> rank 0
 returns the weights (those of the best checkpoint when the user gave a ModelCheckpoint, as Horovod does),
-the final logged metrics (Horovod's history) and the per-epoch records. An elastic plan (``elastic=True``)
-runs ``Trainer.fit`` under ``hvd.elastic.run`` instead, one Trainer per formation (elastic_training.py).
+the final logged metrics (Horovod's history) and the per-epoch records.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any
 
 import cloudpickle
 
-from spark_hvd.estimator.base import FitPlan
+from spark_hvd.recipe.hooks import FrameworkHooks, Position, Records, Resume
+from spark_hvd.recipe.plan import FitPlan
 
 RESUME_FILE = "resume.ckpt"
 
@@ -55,89 +57,146 @@ class LightningRankFn:
         self.spec = spec
 
     def __call__(self) -> dict[str, Any] | None:
-        return train_rank(self.spec)
+        from spark_hvd.recipe.rank_recipe import run_rank
+
+        return run_rank(LightningHooks(self.spec), self.spec.plan)
 
 
-def train_rank(spec: LightningRankSpec) -> dict[str, Any] | None:
-    import pytorch_lightning as pl
-    import torch
+class LightningHooks(FrameworkHooks):
+    """Lightning's loop owns most of the recipe's steps: inside ``Trainer.fit``, ``CollectiveStrategy`` scales
+    the learning rates by the recipe's factor, broadcasts rank 0's parameters and wraps the optimizers, and
+    Lightning restores the resume checkpoint itself. So restore only finds the run's resume point, and the
+    scale, broadcast and wrap hooks are left to the strategy."""
 
-    import collective.torch as hvd
-    from spark_hvd.estimator.rank_progress import RankProgress
-    from spark_hvd.lightning.checkpoint_io import StoreCheckpointIO
-    from spark_hvd.lightning.legacy_hooks import adapt_module
-    from spark_hvd.lightning.rank_callbacks import scalar_metrics
-    from spark_hvd.lightning.run_directory import RunDirectory
-    from spark_hvd.lightning.strategy import set_rank_zero
-    from spark_hvd.torch.state_bytes import torch_bytes
+    def __init__(self, spec: LightningRankSpec) -> None:
+        self.spec, self.plan = spec, spec.plan
+        self.hvd: Any = None
+        self.trainer: Any = None
+        self.recorder: Any = None
+        self.user_callbacks: list[Any] = []
+        self.start_ckpt: str | None = None       # the run's resume checkpoint of an earlier fit, if any
+        self.resume: dict[str, Any] | None = None
+        self.initial_weights: dict[str, Any] | None = None
+        self._restore_module: Any = None
+        self._local: Any = None
+        self._logs_synced = False
 
-    plan = spec.plan
-    _quiet_known_warnings()
-    hvd.init()
-    rank, size = hvd.rank(), hvd.size()
-    set_rank_zero(rank)
-    # Ranks that share a host share its cores; without this each would start one thread per core.
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, hvd.local_size())))
-    objects: LightningObjects = cloudpickle.loads(spec.objects)
-    if objects.random_seed is not None:
-        pl.seed_everything(objects.random_seed, verbose=False)
-    device = _agreed_device(spec.use_gpu, objects.num_gpus, hvd)
-    store = plan.data.store
-    local = RunDirectory(plan.run_id, rank).create()
-    checkpoint_io = StoreCheckpointIO(store, store.get_checkpoint_path(plan.run_id), local.checkpoints)
-    checkpointing = bool(objects.trainer_args.get("enable_checkpointing", True))
-    resume_path = os.path.join(local.checkpoints, RESUME_FILE)
-    resume = _resume_point(checkpoint_io, resume_path, hvd) if checkpointing else None
-    linear = plan.learning_rate_scaling == "linear"
+    def init(self) -> Any:
+        import pytorch_lightning as pl
+        import torch
 
-    def sync_logs() -> None:
-        if hvd.rank() == 0:
-            local.sync_logs(store, plan.run_id)
+        import collective.torch as hvd
+        from spark_hvd.lightning.checkpoint_io import StoreCheckpointIO
+        from spark_hvd.lightning.legacy_hooks import adapt_module
+        from spark_hvd.lightning.run_directory import RunDirectory
+        from spark_hvd.lightning.strategy import set_rank_zero
 
-    def fit(rank: int, size: int, ckpt_path: str | None, resume_at: tuple[int, int] | None = None,
-            commits: Any = None) -> tuple[Any, Any, list[Any]]:
-        lr_factor = size if linear else 1
-        after_epoch = sync_logs if commits is None else lambda: (sync_logs(), commits.commit_epoch_end())
-        recorder = _recorder(checkpointing, RankProgress(rank), resume_path, lr_factor, after_epoch)
-        trainer, user_callbacks = _trainer(plan, objects, device, lr_factor, checkpoint_io, local, recorder, resume,
-                                           [commits] if commits is not None else [])
-        data = _data_module(plan, objects, rank, size, resume_at)
-        trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
-        return trainer, recorder, user_callbacks
+        plan = self.plan
+        _quiet_known_warnings()
+        self.hvd = hvd
+        hvd.init()
+        set_rank_zero(hvd.rank())
+        # Ranks that share a host share its cores; without this each would start one thread per core.
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, hvd.local_size())))
+        self.objects: LightningObjects = cloudpickle.loads(self.spec.objects)
+        if self.objects.random_seed is not None:
+            pl.seed_everything(self.objects.random_seed, verbose=False)
+        self.device = _agreed_device(self.spec.use_gpu, self.objects.num_gpus, hvd)
+        store = plan.data.store
+        self._local = RunDirectory(plan.run_id, hvd.rank()).create()
+        self.checkpoint_io = StoreCheckpointIO(store, store.get_checkpoint_path(plan.run_id), self._local.checkpoints)
+        self.checkpointing = bool(self.objects.trainer_args.get("enable_checkpointing", True))
+        self.resume_path = os.path.join(self._local.checkpoints, RESUME_FILE)
+        self.module = self.objects.model
+        self._restore_module = adapt_module(self.module)
+        return hvd
 
-    module = objects.model
-    restore_module = adapt_module(module)
-    start_ckpt = resume_path if resume else None
-    extra: dict[str, Any] = {}
-    # Everything worth keeping is in the Store by the end (checkpoints as written, logs by sync_logs).
-    try:
-        try:
-            if plan.elastic is None:
-                trainer, recorder, user_callbacks = fit(rank, size, start_ckpt)
-            else:
-                from spark_hvd.lightning.elastic_training import fit_elastic
+    def restore(self) -> Resume | None:
+        """The run's resume checkpoint, if there is one: Trainer.fit restores it; here, what it holds."""
+        from spark_hvd.lightning.rank_callbacks import RECORDER_STATE_KEY
 
-                outcome = fit_elastic(hvd, module, plan.elastic, resume["epochs_done"] if resume else 0, linear,
-                                      local.root, start_ckpt,
-                                      lambda f: fit(f.rank, f.size, f.ckpt_path, f.resume_at, f.commits))
-                trainer, recorder, user_callbacks = outcome.trainer, outcome.recorder, outcome.user_callbacks
-                extra["reformations"] = outcome.reformations
-        except BaseException:
-            _best_effort(sync_logs)
-            raise
-        finally:
-            restore_module()
-        sync_logs()
-        if hvd.rank() != 0:
+        target = self.checkpoint_io.store_path(self.resume_path)
+        if not self.checkpointing or not self.checkpoint_io.store.exists(target):
             return None
-        best = _best_checkpoint(user_callbacks)
-        state = checkpoint_io.load_checkpoint(best)["state_dict"] if best else module.state_dict()
+        checkpoint = self.checkpoint_io.load_checkpoint(self.resume_path)
+        state = checkpoint.get("callbacks", {}).get(RECORDER_STATE_KEY, {})
+        metrics = [dict(entry) for entry in state.get("epoch_metrics", [])]
+        return Resume(len(metrics), Records([dict(entry) for entry in metrics], metrics),
+                      framework={"epochs_done": len(metrics), "stopped": bool(state.get("stopped"))})
+
+    def adopt(self, resume: Resume) -> None:
+        self.resume = resume.framework
+        self.start_ckpt = self.resume_path if resume.framework is not None else None
+
+    def scale_learning_rate(self, factor: float) -> None:
+        pass    # CollectiveStrategy scales by the events' lr_factor; a commit keeps the rates unscaled
+
+    def run_epochs(self, start: Position, events: Any) -> None:
+        hvd = self.hvd
+        ckpt_path = self._formation_checkpoint(events.state) if events.elastic else self.start_ckpt
+        self.recorder = _recorder(self.checkpointing, events)
+        self.trainer, self.user_callbacks = _trainer(self.plan, self.objects, self.device, events.lr_factor,
+                                                     self.checkpoint_io, self._local, self.recorder, self.resume)
+        data = _data_module(self.plan, self.objects, hvd.rank(), hvd.size(),
+                            (start.epoch, start.step) if events.elastic else None)
+        self.trainer.fit(self.module, datamodule=data, ckpt_path=ckpt_path)
+
+    def _formation_checkpoint(self, state: Any) -> str | None:
+        """Where a formation's Trainer resumes from: the last commit, else the run's resume checkpoint of an
+        earlier fit; a job re-formed before either starts again from the module as given."""
+        from spark_hvd.lightning.elastic_commits import committed_checkpoint
+
+        if state.checkpoint is not None:
+            return committed_checkpoint(state, self._local.root)
+        if self.start_ckpt is None:
+            self.module.load_state_dict(self.initial_weights)
+        return self.start_ckpt
+
+    def save(self, epoch: int, records: Records, lr_factor: float) -> None:
+        # Lightning's save is collective (a barrier), and writes from rank 0 through StoreCheckpointIO.
+        if self.checkpointing:
+            self.trainer.save_checkpoint(self.resume_path, weights_only=False)
+        self._sync_logs()
+
+    def elastic_state(self, records: Records, attrs: dict[str, Any]) -> Any:
+        self.initial_weights = {name: value.detach().clone() for name, value in self.module.state_dict().items()}
+        return self.hvd.elastic.ObjectState(checkpoint=None, history=records.history,
+                                            epoch_metrics=records.epoch_metrics, **attrs)
+
+    def fill_commit(self, state: Any) -> None:
+        from spark_hvd.lightning.elastic_commits import checkpoint_bytes
+
+        state.checkpoint = checkpoint_bytes(self.trainer)
+
+    fill_epoch_commit = fill_commit
+
+    def result(self, records: Records, lr_factor: float) -> dict[str, Any]:
+        from spark_hvd.lightning.rank_callbacks import scalar_metrics
+        from spark_hvd.torch.state_bytes import torch_bytes
+
+        self._sync_logs()
+        self._logs_synced = True
+        best = _best_checkpoint(self.user_callbacks)
+        state = self.checkpoint_io.load_checkpoint(best)["state_dict"] if best else self.module.state_dict()
         return {"state_dict": torch_bytes({name: value.detach().cpu() for name, value in state.items()}),
                 # Horovod's history is trainer.logged_metrics; a refit of a finished run logs nothing new.
-                "history": scalar_metrics(trainer.logged_metrics) or dict(recorder.logged),
-                "epoch_metrics": list(recorder.epoch_metrics), **extra}
-    finally:
-        local.remove()
+                "history": scalar_metrics(self.trainer.logged_metrics) or dict(self.recorder.logged),
+                "epoch_metrics": list(records.epoch_metrics)}
+
+    def close(self) -> None:
+        # Everything worth keeping is in the Store by the end (checkpoints as written, logs here).
+        try:
+            if not self._logs_synced:
+                _best_effort(self._sync_logs)
+            if self._restore_module is not None:
+                self._restore_module()
+        finally:
+            if self._local is not None:
+                self._local.remove()
+
+    def _sync_logs(self) -> None:
+        if self.hvd.rank() == 0:
+            self._local.sync_logs(self.plan.data.store, self.plan.run_id)
 
 
 def _quiet_known_warnings() -> None:
@@ -165,30 +224,14 @@ def _agreed_device(use_gpu: bool, num_gpus: int | None, hvd: Any) -> Any:
     return torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
 
 
-def _resume_point(checkpoint_io: Any, resume_path: str, hvd: Any) -> dict[str, Any] | None:
-    """Rank 0 reads the run's resume checkpoint, if there is one, and tells every rank what it holds."""
-    from spark_hvd.lightning.rank_callbacks import RECORDER_STATE_KEY
-
-    point = None
-    if hvd.rank() == 0:
-        target = checkpoint_io.store_path(resume_path)
-        if checkpoint_io.store.exists(target):
-            checkpoint = checkpoint_io.load_checkpoint(resume_path)
-            state = checkpoint.get("callbacks", {}).get(RECORDER_STATE_KEY, {})
-            point = {"epochs_done": len(state.get("epoch_metrics", [])), "stopped": bool(state.get("stopped"))}
-    return hvd.broadcast_object(point, root_rank=0, name="shvd.lightning.resume")
-
-
-def _recorder(checkpointing: bool, progress: Any, resume_path: str, lr_factor: float, after_epoch: Any) -> Any:
+def _recorder(checkpointing: bool, events: Any) -> Any:
     from spark_hvd.lightning.rank_callbacks import FitRecorder, PlainFitRecorder
 
-    if checkpointing:
-        return FitRecorder(progress, resume_path, lr_factor, after_epoch)
-    return PlainFitRecorder(progress, None, lr_factor, after_epoch)
+    return (FitRecorder if checkpointing else PlainFitRecorder)(events, events.lr_factor)
 
 
 def _trainer(plan: FitPlan, objects: LightningObjects, device: Any, lr_factor: float, checkpoint_io: Any,
-             local: Any, recorder: Any, resume: dict[str, Any] | None, ours: list[Any]) -> tuple[Any, list[Any]]:
+             local: Any, recorder: Any, resume: dict[str, Any] | None) -> tuple[Any, list[Any]]:
     import pytorch_lightning as pl
     from pytorch_lightning.callbacks import ModelCheckpoint
     from pytorch_lightning.profilers import PassThroughProfiler
@@ -202,7 +245,7 @@ def _trainer(plan: FitPlan, objects: LightningObjects, device: Any, lr_factor: f
         if isinstance(callback, ModelCheckpoint):
             # As Horovod: checkpoints go to the run's directory, which the Store mirrors.
             callback.dirpath = local.checkpoints
-    callbacks = [*user_callbacks, *([TerminateOnNan()] if objects.terminate_on_nan else []), *ours, recorder]
+    callbacks = [*user_callbacks, *([TerminateOnNan()] if objects.terminate_on_nan else []), recorder]
     # A run that stopped early is complete: its epochs are all Lightning may run, so a refit trains no more.
     max_epochs = resume["epochs_done"] if resume and resume["stopped"] else plan.epochs
     cuda = device.type == "cuda"

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from spark_hvd.errors import InputError
-from spark_hvd.estimator.transformation import apply_transformation
+from spark_hvd.data.transformation import apply_transformation
 
 
 def model_dtype(model: torch.nn.Module) -> torch.dtype:

@@ -1,4 +1,4 @@
-"""One rank's training and validation epochs of a TorchEstimator fit (rank child), with Horovod's history.
+"""Rank child: one rank's training and validation epochs of a TorchEstimator fit, with Horovod's history.
 
 Each epoch gives Horovod's history entry, ``{'epoch': e, 'train': {'loss': ..., 'all_metrics': [...]},
 'validation': {...}}``, where ``all_metrics`` has one dict per metric group, ``{'group_<g>_<label>': value}``,
@@ -13,8 +13,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from spark_hvd.estimator.base import FitPlan
-from spark_hvd.estimator.nonfinite import LossGuard
+from spark_hvd.recipe.plan import FitPlan
+from spark_hvd.recipe.nonfinite import LossGuard
 
 
 @dataclass(frozen=True)
@@ -57,19 +57,20 @@ class EpochLoop:
         self.objects, self.device, self.hvd = objects, device, hvd
         self.float_dtype = model_dtype(model)
         self.loss_guard = LossGuard(hvd.rank(), plan.stop_on_nonfinite_loss)
+        self.totals: _Totals | None = None
         self.transformation = ((objects.transformation_fn, plan.transformation_edit_fields,
                                 plan.transformation_removed_fields) if objects.transformation_fn else None)
 
-    def train_epoch(self, epoch: int, reader: Any, progress: Any, steps: int | None = None, first_step: int = 0,
-                    after_step: Callable[[int, "_Totals"], None] | None = None,
+    def train_epoch(self, epoch: int, reader: Any, events: Any, steps: int | None = None, first_step: int = 0,
                     carried: np.ndarray | None = None) -> tuple[dict[str, Any], dict[str, float]]:
         """Steps ``first_step`` to ``steps`` (default the plan's) of ``epoch``, skipping the shard's first
-        ``first_step`` batches; ``after_step(steps_done, totals)`` runs after each (an elastic fit's commits);
-        ``carried`` are every rank's sums of the epoch's steps before ``first_step``."""
+        ``first_step`` batches; ``events.step_done`` hears of each (progress, an elastic fit's commits, which
+        read the epoch's sums so far in ``totals``); ``carried`` are every rank's sums of the epoch's steps
+        before ``first_step``."""
         import torch
 
         self.model.train()
-        totals = _Totals(len(self.metrics))
+        self.totals = totals = _Totals(len(self.metrics))
         batches = iter(reader.batches(epoch))
         for _ in range(first_step):
             next(batches)
@@ -81,9 +82,7 @@ class EpochLoop:
             self.loss_guard.check(loss_value, epoch, step)
             with torch.no_grad():
                 totals.add(loss_value, self._metric_values(outputs, labels), rows=len(labels[0]))
-            progress.step(epoch, step + 1, loss_value)
-            if after_step is not None:
-                after_step(step + 1, totals)
+            events.step_done(epoch, step + 1, loss_value)
         loss, values = totals.averaged(self.hvd, "train", carried)
         return {"epoch": epoch, "train": self._horovod_entry(loss, values)}, self._flat(loss, values, prefix="")
 

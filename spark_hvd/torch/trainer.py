@@ -1,12 +1,10 @@
-"""What every rank of a TorchEstimator fit runs (rank child): Horovod's recipe around a lockstep epoch loop.
+"""Rank child: the torch hooks of the rank recipe (spark_hvd/recipe/rank_recipe.py) for a TorchEstimator fit.
 
-init collective.torch -> restore the last checkpoint on rank 0, if any -> scale the learning rate by the
-number of ranks (learning_rate_scaling='linear', Horovod's rule) -> broadcast parameters and optimizer
-state from rank 0 -> DistributedOptimizer -> per epoch: exactly ``train_steps`` steps on every rank (so
-uneven shards cannot desynchronise the allreduce), validation, metrics averaged across ranks,
-checkpoint by rank 0 (learning rate unscaled, so a resume on another number of ranks scales it anew),
-progress to the driver. An elastic plan (``elastic=True``) runs the same epochs under ``hvd.elastic.run``,
-committing as it goes (elastic_training.py).
+The recipe owns the order (init, restore, broadcast, scale, wrap, epochs, checkpoints, result); here is what
+each step means for torch: the model and optimizer's state dicts, ``hvd.DistributedOptimizer``, and a
+lockstep ``EpochLoop`` in which every rank runs exactly the plan's steps (so uneven shards cannot
+desynchronise the allreduce). Checkpoints keep the learning rate unscaled, so a resume on another number of
+ranks scales it anew.
 """
 
 from __future__ import annotations
@@ -15,8 +13,10 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from spark_hvd.estimator.base import FitPlan
-from spark_hvd.torch.epoch_loop import EpochLoop, metric_groups
+import numpy as np
+
+from spark_hvd.recipe.hooks import FrameworkHooks, Position, Records, Resume
+from spark_hvd.recipe.plan import FitPlan
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,9 @@ class TorchRankFn:
         self.spec = spec
 
     def __call__(self) -> dict[str, Any] | None:
-        return train_rank(self.spec)
+        from spark_hvd.recipe.rank_recipe import run_rank
+
+        return run_rank(TorchHooks(self.spec), self.spec.plan)
 
 
 def scale_learning_rate(optimizer: Any, factor: float) -> None:
@@ -65,79 +67,105 @@ def unscaled_state(optimizer: Any, lr_factor: float) -> dict[str, Any]:
     return state
 
 
-def train_rank(spec: TorchRankSpec) -> dict[str, Any] | None:
-    import torch
+def add_sums(carried: np.ndarray | None, sums: np.ndarray) -> np.ndarray:
+    return sums if carried is None else carried + sums
 
-    import collective.torch as hvd
-    from spark_hvd.estimator.rank_progress import RankProgress
-    from spark_hvd.torch.batch_tensors import LossComputer, resolve_losses
-    from spark_hvd.torch.checkpoint import load_checkpoint, save_checkpoint
-    from spark_hvd.torch.state_bytes import state_dict_bytes, torch_bytes
 
-    plan = spec.plan
-    hvd.init()
-    rank, size = hvd.rank(), hvd.size()
-    # Ranks that share a host share its cores; without this each would start one thread per core.
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, hvd.local_size())))
-    torch.manual_seed(plan.seed + rank)
-    objects = spec.objects
-    device = torch.device("cuda", torch.cuda.current_device()) if (
-        spec.use_gpu and torch.cuda.is_available()) else torch.device("cpu")
-    model, optimizer = objects.model.to(device), objects.optimizer
+class TorchHooks(FrameworkHooks):
+    def __init__(self, spec: TorchRankSpec) -> None:
+        self.spec, self.plan, self.objects = spec, spec.plan, spec.objects
+        self.hvd: Any = None
+        self.model: Any = None
+        self.optimizer: Any = None
+        self.loop: Any = None
 
-    history: list[dict[str, Any]] = []
-    epoch_metrics: list[dict[str, float]] = []
-    first_epoch = 0
-    checkpoint = load_checkpoint(plan.data.store, plan.run_id) if rank == 0 else None
-    if checkpoint is not None:
-        model.load_state_dict(checkpoint["model"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        first_epoch = int(checkpoint["epoch"]) + 1
-        history, epoch_metrics = list(checkpoint["history"]), list(checkpoint.get("epoch_metrics", []))
-    first_epoch, history, epoch_metrics = hvd.broadcast_object(
-        (first_epoch, history, epoch_metrics), root_rank=0, name="shvd.resume")
-    lr_factor = size if plan.learning_rate_scaling == "linear" else 1
-    scale_learning_rate(optimizer, lr_factor)
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-    optimizer = hvd.DistributedOptimizer(
-        optimizer, named_parameters=model.named_parameters(),
-        compression=objects.compression or hvd.Compression.none,
-        backward_passes_per_step=plan.backward_passes_per_step)
+    def init(self) -> Any:
+        import torch
 
-    losses = resolve_losses(objects.loss, objects.loss_constructors, len(plan.label_cols))
-    compute_loss = LossComputer(losses, objects.loss_weights, plan.sample_weight_col is not None)
-    loop = EpochLoop(plan, model, optimizer, compute_loss, objects, device, hvd,
-                     metric_groups(objects.metrics, plan.label_cols))
-    progress = RankProgress(rank)
-    progress.start(first_epoch)
-    if plan.elastic is not None:
-        from spark_hvd.torch.elastic_training import train_elastic
+        import collective.torch as hvd
 
-        return train_elastic(plan, hvd, model, optimizer, loop, progress, first_epoch, history, epoch_metrics)
-    readers = plan.readers(rank, size)
+        self.hvd = hvd
+        hvd.init()
+        # Ranks that share a host share its cores; without this each would start one thread per core.
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, hvd.local_size())))
+        torch.manual_seed(self.plan.seed + hvd.rank())
+        self.device = torch.device("cuda", torch.cuda.current_device()) if (
+            self.spec.use_gpu and torch.cuda.is_available()) else torch.device("cpu")
+        self.model, self.optimizer = self.objects.model.to(self.device), self.objects.optimizer
+        return hvd
 
-    def unscaled_optimizer_state() -> dict[str, Any]:
-        return unscaled_state(optimizer, lr_factor)
+    def restore(self) -> Resume | None:
+        from spark_hvd.torch.checkpoint import load_checkpoint
 
-    try:
-        for epoch in range(first_epoch, plan.epochs):
-            entry, flat = loop.train_epoch(epoch, readers["train"], progress)
-            if "val" in readers:
-                val_entry, val_flat = loop.validate(epoch, readers["val"])
-                entry["validation"] = val_entry
-                flat.update(val_flat)
-            history.append(entry)
-            epoch_metrics.append({"epoch": epoch, **flat})
-            if rank == 0:
-                save_checkpoint(plan.data.store, plan.run_id, model, unscaled_optimizer_state(), epoch, history,
-                                epoch_metrics)
-            progress.epoch(epoch, flat)
-    finally:
-        for reader in readers.values():
-            reader.close()
-    if rank != 0:
-        return None
-    return {"state_dict": state_dict_bytes(model), "optimizer_state": torch_bytes(unscaled_optimizer_state()),
-            "history": history, "epoch_metrics": epoch_metrics}
+        checkpoint = load_checkpoint(self.plan.data.store, self.plan.run_id)
+        if checkpoint is None:
+            return None
+        self.model.load_state_dict(checkpoint["model"])
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        return Resume(int(checkpoint["epoch"]) + 1,
+                      Records(list(checkpoint["history"]), list(checkpoint.get("epoch_metrics", []))))
 
+    def scale_learning_rate(self, factor: float) -> None:
+        scale_learning_rate(self.optimizer, factor)
+
+    def broadcast_parameters(self) -> None:
+        self.hvd.broadcast_parameters(self.model.state_dict(), root_rank=0)
+        self.hvd.broadcast_optimizer_state(self.optimizer, root_rank=0)
+
+    def wrap_optimizer(self) -> None:
+        from spark_hvd.torch.batch_tensors import LossComputer, resolve_losses
+        from spark_hvd.torch.epoch_loop import EpochLoop, metric_groups
+
+        hvd, plan, objects = self.hvd, self.plan, self.objects
+        self.optimizer = hvd.DistributedOptimizer(
+            self.optimizer, named_parameters=self.model.named_parameters(),
+            compression=objects.compression or hvd.Compression.none,
+            backward_passes_per_step=plan.backward_passes_per_step)
+        losses = resolve_losses(objects.loss, objects.loss_constructors, len(plan.label_cols))
+        compute_loss = LossComputer(losses, objects.loss_weights, plan.sample_weight_col is not None)
+        self.loop = EpochLoop(plan, self.model, self.optimizer, compute_loss, objects, self.device, hvd,
+                              metric_groups(objects.metrics, plan.label_cols))
+
+    def run_epochs(self, start: Position, events: Any) -> None:
+        readers = self.plan.readers(self.hvd.rank(), self.hvd.size())
+        try:
+            for epoch in range(start.epoch, self.plan.epochs):
+                resumed = epoch == start.epoch
+                carried = events.state.sums if events.elastic and resumed else None
+                entry, flat = self.loop.train_epoch(epoch, readers["train"], events, steps=events.train_steps,
+                                                    first_step=start.step if resumed else 0, carried=carried)
+                if "val" in readers:
+                    val_entry, val_flat = self.loop.validate(epoch, readers["val"], events.val_steps)
+                    entry["validation"] = val_entry
+                    flat.update(val_flat)
+                events.epoch_done(epoch, entry, flat)
+        finally:
+            for reader in readers.values():
+                reader.close()
+
+    def save(self, epoch: int, records: Records, lr_factor: float) -> None:
+        from spark_hvd.torch.checkpoint import save_checkpoint
+
+        if self.hvd.rank() == 0:
+            save_checkpoint(self.plan.data.store, self.plan.run_id, self.model,
+                            unscaled_state(self.optimizer, lr_factor), epoch, records.history, records.epoch_metrics)
+
+    def elastic_state(self, records: Records, attrs: dict[str, Any]) -> Any:
+        return self.hvd.elastic.TorchState(model=self.model, optimizer=self.optimizer, sums=None,
+                                           history=records.history, epoch_metrics=records.epoch_metrics, **attrs)
+
+    def fill_commit(self, state: Any) -> None:
+        # Every rank's sums of the steps so far: a rank lost later takes its own with it.
+        totals = self.loop.totals
+        state.sums = add_sums(state.sums, totals.summed(self.hvd, "train.commit"))
+        totals.sums[:] = 0
+
+    def fill_epoch_commit(self, state: Any) -> None:
+        state.sums = None
+
+    def result(self, records: Records, lr_factor: float) -> dict[str, Any]:
+        from spark_hvd.torch.state_bytes import state_dict_bytes, torch_bytes
+
+        return {"state_dict": state_dict_bytes(self.model),
+                "optimizer_state": torch_bytes(unscaled_state(self.optimizer, lr_factor)),
+                "history": records.history, "epoch_metrics": records.epoch_metrics}

@@ -54,32 +54,10 @@ def test_elastic_params_save_and_load(tmp_path) -> None:
     assert KerasEstimator().getElastic() is False
 
 
-class _State:
-    def __init__(self) -> None:
-        self.batch, self.commits = 0, []
-
-    def commit(self) -> None:
-        self.commits.append(self.batch)
-
-
-def test_commits_fall_on_multiples_of_the_commit_steps_and_not_on_the_epochs_last_step() -> None:
-    from spark_hvd.keras.elastic_training import StepCommits
-
-    state = _State()
-    commits = StepCommits(state, batches_per_commit=2, steps=6)
-    state.batch = 3                      # resumed mid-epoch after step 3 (a re-formation at another size)
-    for batch in range(3):
-        state.batch += 1
-        commits.on_train_batch_end(batch)
-    commits.on_epoch_end(0)
-    # Step 4, then none at step 6 (the epoch's last): the epoch-end commit holds the validated epoch.
-    assert state.commits == [4, 6]
-
-
 def test_a_resumed_epochs_metrics_carry_the_committed_steps_sums() -> None:
     from types import SimpleNamespace
 
-    from spark_hvd.keras.elastic_training import CarriedMetrics
+    from spark_hvd.keras.carried_metrics import CarriedMetrics
 
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(128, 4)).astype("float32"), rng.integers(0, 3, 128)
@@ -92,11 +70,11 @@ def test_a_resumed_epochs_metrics_carry_the_committed_steps_sums() -> None:
 
     whole = compiled().fit(x, y, batch_size=32, shuffle=False, verbose=0).history
     # The same epoch in two fits: 2 steps, a commit (save), then the 2 steps left, as after a re-formation.
-    model, state = compiled(), SimpleNamespace(batch=0, metric_sums=None)
+    model, state = compiled(), SimpleNamespace(step=0, metric_sums=None)
     carried = CarriedMetrics(state, average=lambda values: values)   # one rank: its own sums
     model.fit(x[:64], y[:64], batch_size=32, shuffle=False, verbose=0, callbacks=[carried])
     carried.save()
-    state.batch = 2
+    state.step = 2
     resumed = model.fit(x[64:], y[64:], batch_size=32, shuffle=False, verbose=0, callbacks=[carried]).history
     assert resumed["loss"][0] == pytest.approx(whole["loss"][0], rel=1e-5)
     assert resumed["accuracy"][0] == pytest.approx(whole["accuracy"][0], rel=1e-6)

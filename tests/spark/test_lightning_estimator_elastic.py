@@ -133,7 +133,7 @@ def test_rank_fn_goes_on_at_one_rank_under_the_local_elastic_launcher(local_spar
 
 
 def test_moved_to_step_keeps_the_shape_of_a_save_at_a_batch_end() -> None:
-    from spark_hvd.lightning.elastic_training import moved_to_step
+    from spark_hvd.lightning.elastic_commits import moved_to_step
 
     def counts(done: int) -> dict:
         return {"ready": done, "started": done, "processed": done, "completed": done - 1}

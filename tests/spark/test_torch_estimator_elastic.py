@@ -130,44 +130,40 @@ class _FakeState:
         self.saves += 1
 
 
-class _World:
-    def __init__(self, size: int) -> None:
-        self._size = size
+def enter_formation(state, size: int, elastic, optimizer, linear: bool) -> None:
+    """The recipe's enter_formation, rescaling a torch optimizer as the torch hooks do."""
+    from spark_hvd.recipe.formation import enter_formation as shared_enter_formation
+    from spark_hvd.torch.trainer import scale_learning_rate
 
-    def size(self) -> int:
-        return self._size
+    shared_enter_formation(state, size, elastic, lambda factor: scale_learning_rate(optimizer, factor), linear)
 
 
 def _elastic_plan(bpps: int = 1, commit_steps: int = 3):
-    from spark_hvd.estimator.elastic_plan import ElasticPlan, EpochSteps
+    from spark_hvd.recipe.plan import ElasticPlan, EpochSteps
 
     return ElasticPlan(commit_steps, 1, 2, EpochSteps(512, 0, 32, 32, bpps, True))
 
 
 @pytest.mark.parametrize("linear, lr_after", [(True, 0.05), (False, 0.1)])
 def test_reformation_rescales_the_learning_rate_and_keeps_the_epochs_fraction(linear, lr_after) -> None:
-    from spark_hvd.torch.elastic_training import enter_formation
-
     model = torch.nn.Linear(2, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)   # 0.05 scaled for 2 ranks, under 'linear'
     state = _FakeState(formations=1, epoch=1, step=3, steps=8, size=2, lr_size=2 if linear else 1, reformations=[])
-    enter_formation(state, _World(1), _elastic_plan(), optimizer, linear)
+    enter_formation(state, 1, _elastic_plan(), optimizer, linear)
     assert optimizer.param_groups[0]["lr"] == pytest.approx(lr_after)
     assert (state.step, state.steps, state.size, state.formations, state.saves) == (6, 16, 1, 2, 1)
     assert state.reformations == [{"epoch": 1, "step": 6, "size": 1, "previous_size": 2}]
     # Growing back to 2 ranks: the rate follows the size again, and 6 of 16 steps is 3 of 8.
-    enter_formation(state, _World(2), _elastic_plan(), optimizer, linear)
+    enter_formation(state, 2, _elastic_plan(), optimizer, linear)
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.1)
     assert (state.step, state.steps) == (3, 8)
     assert [r["size"] for r in state.reformations] == [1, 2]
 
 
 def test_first_formation_records_nothing_and_keeps_the_rate() -> None:
-    from spark_hvd.torch.elastic_training import enter_formation
-
     optimizer = torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.2)
     state = _FakeState(formations=0, epoch=0, step=0, steps=8, size=2, lr_size=2, reformations=[])
-    enter_formation(state, _World(2), _elastic_plan(), optimizer, True)
+    enter_formation(state, 2, _elastic_plan(), optimizer, True)
     assert (state.reformations, state.formations, optimizer.param_groups[0]["lr"]) == ([], 1, 0.2)
 
 

@@ -1,11 +1,13 @@
-"""What rank 0 tells the driver while it trains (see progress.py for the driver's side)."""
+"""Rank child: what rank 0 tells the driver while it trains (estimator/progress.py is the driver's side)."""
 
 from __future__ import annotations
 
 import time
 
-from spark_hvd.estimator.progress import EVENT_EPOCH, EVENT_START, EVENT_STEP
 from spark_hvd.launch.rank_events import emit_event
+
+# What a rank tells the driver; the driver's FitProgress (estimator/progress.py) reads the same names.
+EVENT_START, EVENT_STEP, EVENT_EPOCH = "start", "step", "epoch"
 
 # Often enough for a live bar, rarely enough that a fast loop does not spend its time reporting.
 _STEP_EVENT_INTERVAL_S = 0.25

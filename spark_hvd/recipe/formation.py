@@ -1,4 +1,4 @@
-"""Where an ``elastic=True`` fit's committed state meets the formation a rank enters (rank child, any
+"""Rank child: where an ``elastic=True`` fit's committed state meets the formation a rank enters (any
 framework): the step within the epoch and the learning rate follow the new size, and a re-formation is
 recorded in the state's ``reformations``.
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from spark_hvd.estimator.elastic_plan import ElasticPlan
+from spark_hvd.recipe.plan import ElasticPlan
 
 
 def initial_state_attrs(elastic: ElasticPlan, size: int, first_epoch: int, linear: bool,
@@ -42,3 +42,10 @@ def enter_formation(state: Any, size: int, elastic: ElasticPlan, scale_learning_
     state.formations += 1
     # A rank lost before the first commit rolls back to here: this formation counts as entered.
     state.save()
+
+
+def commits_after_step(elastic: ElasticPlan, done: int, steps: int) -> bool:
+    """Whether the steps ``done`` of an epoch of ``steps`` end with a commit: every ``commit_steps``, but not
+    after the epoch's last step, since the epoch's end commits after validation (a commit between would
+    resume an epoch with no step left)."""
+    return done % elastic.commit_steps == 0 and done < steps

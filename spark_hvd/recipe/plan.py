@@ -1,0 +1,102 @@
+"""Rank child and driver: what a fit's ranks are told, besides the framework's own objects.
+
+The driver builds a ``FitPlan`` (estimator/base.py) and pickles it into the rank function; the rank child
+reads it. Nothing here imports pyspark, so that a rank never loads Spark's ML modules to unpickle its plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class EpochSteps:
+    """How many steps an epoch has at a given number of ranks: the user's fixed counts, or the rows divided
+    among the ranks (as the static plan computes them)."""
+
+    train_rows: int
+    val_rows: int
+    batch_size: int
+    val_batch_size: int
+    backward_passes_per_step: int
+    whole_training_batches: bool
+    train_steps_per_epoch: int | None = None
+    validation_steps_per_epoch: int | None = None
+
+    def at(self, size: int) -> tuple[int, int]:
+        """(training steps, validation steps) of one epoch on ``size`` ranks."""
+        from spark_hvd.data import steps_per_epoch
+
+        bpps = self.backward_passes_per_step
+        train = steps_per_epoch(self.train_rows, size, self.batch_size, self.train_steps_per_epoch,
+                                whole_batches_only=self.whole_training_batches)
+        # Whole accumulation windows only, so that every epoch ends on an optimizer step.
+        train = -(-train // bpps) * bpps
+        val = (steps_per_epoch(self.val_rows, size, self.val_batch_size, self.validation_steps_per_epoch)
+               if self.val_rows else 0)
+        return train, val
+
+
+@dataclass(frozen=True)
+class ElasticPlan:
+    """``commit_steps``: steps between commits within an epoch (a multiple of backward_passes_per_step, so
+    that no commit falls inside an accumulation window); there is one at each epoch's end too."""
+
+    commit_steps: int
+    min_num_proc: int
+    max_num_proc: int
+    steps: EpochSteps
+
+    def resumed_step(self, step: int, old_steps: int, new_steps: int) -> int:
+        """Where the committed step of an epoch of ``old_steps`` lands in one of ``new_steps``: the same
+        fraction of the epoch done, rounded down to a whole accumulation window."""
+        bpps = self.steps.backward_passes_per_step
+        return (step * new_steps // old_steps) // bpps * bpps
+
+
+
+@dataclass(frozen=True)
+class FitPlan:
+    """Everything the ranks need besides the framework's own objects; picklable."""
+    data: Any                     # spark_hvd.data.Materialized
+    run_id: str
+    feature_cols: list[str]
+    label_cols: list[str]
+    sample_weight_col: str | None
+    batch_size: int
+    val_batch_size: int
+    epochs: int
+    train_steps: int
+    val_steps: int
+    shuffle: bool
+    shuffle_buffer_size: int | None   # None: the reader's default
+    seed: int
+    reader: str
+    inmemory_cache_all: bool
+    backward_passes_per_step: int
+    learning_rate_scaling: str
+    num_proc: int
+    label_shapes: list[tuple[int, ...]] | None = None
+    transformation_edit_fields: list[Any] | None = None
+    transformation_removed_fields: list[str] | None = None
+    stop_on_nonfinite_loss: bool = True
+    elastic: ElasticPlan | None = None   # None: a static fit
+
+    def steps_at(self, size: int) -> tuple[int, int]:
+        """(training, validation) steps an epoch at ``size`` ranks: an elastic fit's change with its size."""
+        return self.elastic.steps.at(size) if self.elastic is not None else (self.train_steps, self.val_steps)
+
+    def reader_for(self, split: str, rank: int, size: int) -> Any:
+        """This rank's reader of ``split``, as the plan says (shuffling only the training split)."""
+        from spark_hvd.data import make_reader
+
+        batch = self.batch_size if split == "train" else self.val_batch_size
+        return make_reader(self.data, split, rank, size, batch, shuffle=self.shuffle and split == "train",
+                           seed=self.seed, reader=self.reader, shuffle_buffer_rows=self.shuffle_buffer_size,
+                           inmemory_cache_all=self.inmemory_cache_all)
+
+    def readers(self, rank: int, size: int) -> dict[str, Any]:
+        """The readers of the splits this fit steps through: "train", and "val" when it validates."""
+        return {split: self.reader_for(split, rank, size)
+                for split, steps in (("train", self.train_steps), ("val", self.val_steps)) if steps}

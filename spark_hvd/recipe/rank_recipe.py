@@ -1,0 +1,76 @@
+"""Rank child: the one sequence every rank of an estimator's fit runs, whatever the framework.
+
+1. init (the framework's collective, device, seeds, model);
+2. rank 0 restores the run's last checkpoint, if any;
+3. what it restored is broadcast (the epoch to start from, the records so far);
+4. the learning rate is scaled by the number of ranks (``learning_rate_scaling='linear'``, Horovod's rule);
+5. rank 0's parameters and optimizer state are broadcast;
+6. the optimizer is wrapped in the framework's DistributedOptimizer;
+7. the epochs run, the framework's loop telling ``EpochEvents`` of each step and epoch;
+8. after each epoch, the checkpoint (rank 0 writes it) and, in an elastic fit, a commit;
+9. rank 0 returns what the driver builds the model from.
+
+An elastic fit (``plan.elastic``) runs step 7 under ``hvd.elastic.run``: the same epochs, with commits, and
+on a re-formation entered again from the last commit at the new size (formation.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spark_hvd.recipe.epoch_events import EpochEvents
+from spark_hvd.recipe.formation import enter_formation, initial_state_attrs
+from spark_hvd.recipe.hooks import FrameworkHooks, Position, Records, Resume
+from spark_hvd.recipe.plan import FitPlan
+
+
+def learning_rate_factor(plan: FitPlan, size: int) -> int:
+    """What the ranks' learning rate is the user's times: Horovod's linear rule, or 1."""
+    return size if plan.learning_rate_scaling == "linear" else 1
+
+
+def run_rank(hooks: FrameworkHooks, plan: FitPlan) -> dict[str, Any] | None:
+    """Trains this rank's part of the fit; rank 0 (of the last formation) returns ``hooks.result``."""
+    from spark_hvd.recipe.rank_progress import RankProgress
+
+    try:
+        hvd = hooks.init()
+        rank, size = hvd.rank(), hvd.size()
+        restored = hooks.restore() if rank == 0 else None
+        resume: Resume = hvd.broadcast_object(restored or Resume(), root_rank=0, name="shvd.resume")
+        hooks.adopt(resume)
+        factor = learning_rate_factor(plan, size)
+        hooks.scale_learning_rate(factor)
+        hooks.broadcast_parameters()
+        hooks.wrap_optimizer()
+        progress = RankProgress(rank)
+        progress.start(resume.first_epoch)
+        extra: dict[str, Any] = {}
+        if plan.elastic is None:
+            events = EpochEvents(hooks, plan, progress, size, resume.records, factor)
+            hooks.run_epochs(Position(resume.first_epoch), events)
+            records = events.records
+        else:
+            records, factor, extra["reformations"] = _run_elastic(hooks, plan, hvd, resume, progress)
+        if hvd.rank() != 0:
+            return None
+        return {**hooks.result(records, factor), **extra}
+    finally:
+        hooks.close()
+
+
+def _run_elastic(hooks: FrameworkHooks, plan: FitPlan, hvd: Any, resume: Resume,
+                 progress: Any) -> tuple[Records, float, list[dict[str, int]]]:
+    """Step 7 under ``hvd.elastic.run``: (the records, the learning rate factor at the end, the re-formations)."""
+    elastic = plan.elastic
+    linear = plan.learning_rate_scaling == "linear"
+    state = hooks.elastic_state(resume.records, initial_state_attrs(elastic, hvd.size(), resume.first_epoch, linear))
+
+    @hvd.elastic.run
+    def train(state: Any) -> None:
+        enter_formation(state, hvd.size(), elastic, hooks.scale_learning_rate, linear)
+        events = EpochEvents(hooks, plan, progress, hvd.size(), Records(), state.lr_size, state=state)
+        hooks.run_epochs(Position(state.epoch, state.step), events)
+
+    train(state)
+    return Records(state.history, state.epoch_metrics), state.lr_size, state.reformations
