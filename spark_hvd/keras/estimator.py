@@ -14,7 +14,8 @@ from spark_hvd.estimator.batch_transform import InputSpec
 from spark_hvd.estimator.param_table import set_defaults
 from spark_hvd.keras.model import KerasModel
 from spark_hvd.keras.params import KERAS_PARAMS, KERAS_REPLACEMENTS, KerasParams
-from spark_hvd.keras.trainer import KerasObjects, KerasRankFn, KerasRankSpec
+from spark_hvd.keras.trainer import KerasHooks, KerasObjects, KerasRankSpec
+from spark_hvd.recipe.rank_recipe import RecipeRankFn
 
 
 class KerasEstimator(HorovodEstimator, KerasParams):
@@ -148,7 +149,7 @@ class KerasEstimator(HorovodEstimator, KerasParams):
                         self.getCustomObjects()))
         self._sample = (model_bytes, result)
 
-    def _rank_fn(self, plan: FitPlan) -> KerasRankFn:
+    def _rank_fn(self, plan: FitPlan) -> RecipeRankFn:
         import keras
 
         model_bytes, result = self._sample
@@ -160,8 +161,9 @@ class KerasEstimator(HorovodEstimator, KerasParams):
             compression=self.getGradientCompression(), callbacks=list(self.getCallbacks() or []),
             checkpoint_callback=self.getCheckpointCallback(),
             prefetch=self.getTensorflowDatasetPrefetchBufferSize())
-        return KerasRankFn(KerasRankSpec(plan=plan, model=model_bytes, objects=cloudpickle.dumps(objects),
-                                         shapes=result.shapes, use_gpu=self.getUseGpu()))
+        spec = KerasRankSpec(plan=plan, model=model_bytes, objects=cloudpickle.dumps(objects), shapes=result.shapes,
+                             use_gpu=self.getUseGpu())
+        return RecipeRankFn(KerasHooks, spec)
 
     def _create_model(self, plan: FitPlan, result: Any, output_cols: list[str]) -> KerasModel:
         import keras

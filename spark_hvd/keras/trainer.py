@@ -56,18 +56,6 @@ class KerasObjects:
     prefetch: int | None
 
 
-class KerasRankFn:
-    """Picklable callable handed to spark_hvd.run."""
-
-    def __init__(self, spec: KerasRankSpec) -> None:
-        self.spec = spec
-
-    def __call__(self) -> dict[str, Any] | None:
-        from spark_hvd.recipe.rank_recipe import run_rank
-
-        return run_rank(KerasHooks(self.spec), self.spec.plan)
-
-
 class KerasHooks(FrameworkHooks):
     def __init__(self, spec: KerasRankSpec) -> None:
         self.spec, self.plan = spec, spec.plan

@@ -16,9 +16,9 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from spark_hvd.estimator.base import FitPlan
 from spark_hvd.data.transformation import apply_transformation
 from spark_hvd.lightning.batch_tensors import batch_dict
+from spark_hvd.recipe.plan import FitPlan
 
 
 class LockstepBatches(IterableDataset):

@@ -18,7 +18,8 @@ from spark_hvd.estimator.base import FitPlan, HorovodEstimator
 from spark_hvd.estimator.batch_transform import InputSpec
 from spark_hvd.estimator.param_table import ParamSpec, declare_params, set_defaults, to_positive_int
 from spark_hvd.lightning.model import TorchModel
-from spark_hvd.lightning.trainer import LightningObjects, LightningRankFn, LightningRankSpec
+from spark_hvd.lightning.trainer import LightningHooks, LightningObjects, LightningRankSpec
+from spark_hvd.recipe.rank_recipe import RecipeRankFn
 from spark_hvd.torch.estimator import TORCH_PARAMS
 
 # Horovod's examples compare pytorch_lightning.__version__ with this before they train.
@@ -273,7 +274,7 @@ class TorchEstimator(HorovodEstimator):
         finally:
             wrapper.model.train(was_training)
 
-    def _rank_fn(self, plan: FitPlan) -> LightningRankFn:
+    def _rank_fn(self, plan: FitPlan) -> RecipeRankFn:
         objects = LightningObjects(
             model=self._lightning_module(), callbacks=list(self.getCallbacks() or []), logger=self.getLogger(),
             profiler=self.getProfiler(), data_module=self.getDataModule(),
@@ -285,8 +286,8 @@ class TorchEstimator(HorovodEstimator):
             data_module_options={name: self.getOrDefault(getattr(self, name)) for name in (
                 "loader_num_epochs", "reader_pool_type", "train_reader_num_workers",
                 "train_async_data_loader_queue_size", "val_async_data_loader_queue_size")})
-        return LightningRankFn(LightningRankSpec(plan=plan, objects=cloudpickle.dumps(objects),
-                                                 use_gpu=self.getUseGpu()))
+        return RecipeRankFn(LightningHooks, LightningRankSpec(plan=plan, objects=cloudpickle.dumps(objects),
+                                                              use_gpu=self.getUseGpu()))
 
     def _create_model(self, plan: FitPlan, result: Any, output_cols: list[str]) -> TorchModel:
         import copy

@@ -2,11 +2,12 @@
 
 ``FitRecorder`` runs after the module's and the user's epoch-end hooks (Lightning calls checkpoint
 callbacks last), so each epoch's record holds everything logged in it. It hands every step and epoch to
-the rank recipe, which keeps the metrics (spark-hvd's flat history), has the resume checkpoint saved under
-the Store with the logs, tells the driver (progress bar) and, in an elastic fit, commits. Its state travels
-inside every checkpoint: the records, the final logged metrics and whether training stopped early. Every checkpoint keeps the learning rates unscaled
-(divided by the ranks' factor) and they are scaled again on loading, so a run resumes on any number of
-ranks and a saved checkpoint trains on one process as it is.
+the rank recipe, which keeps the metrics (spark-hvd's flat history), has the resume checkpoint saved
+under the Store with the logs, tells the driver (progress bar) and, in an elastic fit, commits. Its state
+travels inside every checkpoint: the records, the final logged metrics and whether training stopped
+early. Every checkpoint keeps the learning rates unscaled (divided by the ranks' factor) and they are
+scaled again on loading, so a run resumes on any number of ranks and a saved checkpoint trains on one
+process as it is.
 """
 
 from __future__ import annotations

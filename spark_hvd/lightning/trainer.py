@@ -50,18 +50,6 @@ class LightningObjects:
     data_module_options: dict[str, Any] = field(default_factory=dict)   # Horovod's reader keywords
 
 
-class LightningRankFn:
-    """Picklable callable handed to spark_hvd.run."""
-
-    def __init__(self, spec: LightningRankSpec) -> None:
-        self.spec = spec
-
-    def __call__(self) -> dict[str, Any] | None:
-        from spark_hvd.recipe.rank_recipe import run_rank
-
-        return run_rank(LightningHooks(self.spec), self.spec.plan)
-
-
 class LightningHooks(FrameworkHooks):
     """Lightning's loop owns most of the recipe's steps: inside ``Trainer.fit``, ``CollectiveStrategy`` scales
     the learning rates by the recipe's factor, broadcasts rank 0's parameters and wraps the optimizers, and

@@ -24,6 +24,17 @@ from spark_hvd.recipe.hooks import FrameworkHooks, Position, Records, Resume
 from spark_hvd.recipe.plan import FitPlan
 
 
+class RecipeRankFn:
+    """The picklable function ``spark_hvd.run`` runs on every rank: the recipe over ``hooks_type(spec)``, where
+    ``spec`` (a framework's rank spec) carries the plan and the framework's objects."""
+
+    def __init__(self, hooks_type: type[FrameworkHooks], spec: Any) -> None:
+        self.hooks_type, self.spec = hooks_type, spec
+
+    def __call__(self) -> dict[str, Any] | None:
+        return run_rank(self.hooks_type(self.spec), self.spec.plan)
+
+
 def learning_rate_factor(plan: FitPlan, size: int) -> int:
     """What the ranks' learning rate is the user's times: Horovod's linear rule, or 1."""
     return size if plan.learning_rate_scaling == "linear" else 1

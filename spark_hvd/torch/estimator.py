@@ -12,7 +12,8 @@ from spark_hvd.estimator.base import FitPlan, HorovodEstimator
 from spark_hvd.estimator.batch_transform import InputSpec
 from spark_hvd.estimator.param_table import ParamSpec, declare_params, set_defaults
 from spark_hvd.torch.model import TorchModel
-from spark_hvd.torch.trainer import TorchObjects, TorchRankFn, TorchRankSpec
+from spark_hvd.recipe.rank_recipe import RecipeRankFn
+from spark_hvd.torch.trainer import TorchHooks, TorchObjects, TorchRankSpec
 
 TORCH_PARAMS: list[ParamSpec] = [
     ParamSpec("loss_constructors", "functions that build the losses on the ranks (instead of loss)", None),
@@ -215,14 +216,14 @@ class TorchEstimator(HorovodEstimator):
         fn = self.getTransformationFn()
         return None if fn is None else (fn, self.getTransformationEditFields(), self.getTransformationRemovedFields())
 
-    def _rank_fn(self, plan: FitPlan) -> TorchRankFn:
+    def _rank_fn(self, plan: FitPlan) -> RecipeRankFn:
         objects = TorchObjects(
             model=self.getModel(), optimizer=self.getOptimizer(), loss=self.getLoss(),
             loss_constructors=self.getLossConstructors(), loss_weights=self.getLossWeights(),
             metrics=list(self.getMetrics() or []), transformation_fn=self.getTransformationFn(),
             compression=self.getGradientCompression(), input_shapes=self.getInputShapes(),
             train_minibatch_fn=self.getTrainMinibatchFn())
-        return TorchRankFn(TorchRankSpec(plan=plan, objects=objects, use_gpu=self.getUseGpu()))
+        return RecipeRankFn(TorchHooks, TorchRankSpec(plan=plan, objects=objects, use_gpu=self.getUseGpu()))
 
     def _create_model(self, plan: FitPlan, result: Any, output_cols: list[str]) -> TorchModel:
         import copy

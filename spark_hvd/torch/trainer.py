@@ -42,18 +42,6 @@ class TorchObjects:
     train_minibatch_fn: Callable[..., Any] | None = None
 
 
-class TorchRankFn:
-    """Picklable callable handed to spark_hvd.run."""
-
-    def __init__(self, spec: TorchRankSpec) -> None:
-        self.spec = spec
-
-    def __call__(self) -> dict[str, Any] | None:
-        from spark_hvd.recipe.rank_recipe import run_rank
-
-        return run_rank(TorchHooks(self.spec), self.spec.plan)
-
-
 def scale_learning_rate(optimizer: Any, factor: float) -> None:
     for group in optimizer.param_groups:
         group["lr"] = group["lr"] * factor
