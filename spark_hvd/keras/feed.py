@@ -1,6 +1,5 @@
-"""A rank's batches for ``model.fit`` (runs in the rank child): the reader's numpy batches, transformed
-and reshaped as the driver's sample check did, as a ``tf.data`` pipeline of exactly ``steps`` batches
-per pass over this rank's shard.
+"""Rank child: a rank's batches for ``model.fit``: its RankFeed's transformed numpy batches, reshaped as the
+driver's sample check did, as a ``tf.data`` pipeline of exactly the feed's steps per pass.
 
 Keras keeps one iterator over the training input for the whole fit (``steps_per_epoch`` is given), so
 the training pipeline runs pass after pass without end; it makes a new iterator over the validation
@@ -24,19 +23,18 @@ class FeedSpec:
     label_cols: list[str]
     sample_weight_col: str | None
     shapes: ArrayShapes
-    transformation: Any               # (fn, edit_fields, removed_fields), or None
     prefetch: int | None              # batches tf.data prepares ahead; None: AUTOTUNE
 
 
 class Feed:
-    def __init__(self, reader: Any, spec: FeedSpec, steps: int, first_epoch: int, skip: int = 0) -> None:
-        """``skip``: batches of the first pass's shard left out before its ``steps`` (an elastic fit resuming
-        mid-epoch); later passes start at their shard's first batch."""
-        self.reader, self.spec, self.steps = reader, spec, steps
+    def __init__(self, feed: Any, spec: FeedSpec, first_epoch: int, skip: int = 0) -> None:
+        """``feed``: the split's RankFeed (transformed batches, its steps an epoch); ``skip``: batches of the
+        first pass left out (an elastic fit resuming mid-epoch); later passes are whole epochs."""
+        self.feed, self.spec = feed, spec
         self._skip = skip
         self.error: BaseException | None = None   # the user's own error, clearer than tf.data's wrapping
         self._stopped = False
-        self._epoch = first_epoch                 # the reader pass the next pass draws from
+        self._epoch = first_epoch                 # the epoch the next pass draws from
         self._pending: tuple[Any, Iterator[dict[str, np.ndarray]]] | None = None
 
     def stop(self) -> None:
@@ -55,14 +53,16 @@ class Feed:
         return dataset.prefetch(self.spec.prefetch or tf.data.AUTOTUNE)
 
     def _peek(self) -> tuple[Any, ...]:
-        stream = iter(self.reader.batches(self._epoch))
-        self._epoch += 1
-        for _ in range(self._skip):
-            next(stream)
+        stream = self._stream(self._skip)
         self._skip = 0
         first = self._next(stream)
         self._pending = (first, stream)
         return first
+
+    def _stream(self, skip: int) -> Iterator[dict[str, np.ndarray]]:
+        stream = self.feed.epoch(self._epoch, skip)
+        self._epoch += 1
+        return stream
 
     def _passes(self, count: int | None) -> Iterator[tuple[Any, ...]]:
         done = 0
@@ -71,35 +71,32 @@ class Feed:
             done += 1
 
     def _one_pass(self) -> Iterator[tuple[Any, ...]]:
-        remaining = self.steps
         if self._pending is not None:
             first, stream = self._pending
             self._pending = None
             yield first
-            remaining -= 1
         else:
-            stream = iter(self.reader.batches(self._epoch))
-            self._epoch += 1
-        for _ in range(remaining):
-            if self._stopped:
+            stream = self._stream(0)
+        while not self._stopped:
+            try:
+                yield self._next(stream)
+            except StopIteration:
                 return
-            yield self._next(stream)
 
     def _next(self, stream: Iterator[dict[str, np.ndarray]]) -> tuple[Any, ...]:
         try:
-            return self._arrays(next(stream))
+            batch = next(stream)
+        except StopIteration:
+            raise
         except Exception as e:   # noqa: BLE001 - kept for the trainer, then re-raised into tf.data
             self.error = self.error or e
             raise
+        return self._arrays(batch)
 
     def _arrays(self, batch: dict[str, np.ndarray]) -> tuple[Any, ...]:
         import keras
 
-        from spark_hvd.data.transformation import apply_transformation
-
         spec = self.spec
-        if spec.transformation is not None:
-            batch = apply_transformation(batch, *spec.transformation)
         floatx = keras.config.floatx()
         x = model_inputs([column_array(batch[c], floatx) for c in spec.feature_cols], spec.shapes.inputs)
         y = model_targets([column_array(batch[c], floatx) for c in spec.label_cols], spec.shapes.labels)

@@ -124,30 +124,30 @@ class KerasHooks(FrameworkHooks):
         rank, size = self.hvd.rank(), self.hvd.size()
         callbacks = self._callbacks(start, events, rank)
         feed_spec = FeedSpec(plan.feature_cols, plan.label_cols, plan.sample_weight_col, self.spec.shapes,
-                             objects.transformation, objects.prefetch)
-        train_steps, val_steps = events.train_steps, events.val_steps
-        readers = plan.readers(rank, size)
+                             objects.prefetch)
+        transformation = objects.transformation[0] if objects.transformation is not None else None
+        rank_feeds = plan.feeds(rank, size, transformation)
         position = start
         try:
             while position.epoch < plan.epochs:
                 # An epoch resumed mid-way fits its steps left alone; whole epochs fit in one model.fit (a fit
                 # per epoch restarts Keras's loop and the input pipeline each time: about 0.15 s an epoch).
                 epoch, done = position.epoch, position.step
-                feeds = {"train": Feed(readers["train"], feed_spec, train_steps - done, epoch, skip=done)}
-                if "val" in readers:
-                    feeds["val"] = Feed(readers["val"], feed_spec, val_steps, epoch)
+                feeds = {"train": Feed(rank_feeds["train"], feed_spec, epoch, skip=done)}
+                if "val" in rank_feeds:
+                    feeds["val"] = Feed(rank_feeds["val"], feed_spec, epoch)
                 with clearer_fit_errors(feeds.values()):
-                    self.model.fit(feeds["train"].dataset(endless=done == 0), steps_per_epoch=train_steps - done,
-                                   initial_epoch=epoch, epochs=epoch + 1 if done else plan.epochs,
-                                   callbacks=callbacks, verbose=0,
+                    self.model.fit(feeds["train"].dataset(endless=done == 0),
+                                   steps_per_epoch=events.train_steps - done, initial_epoch=epoch,
+                                   epochs=epoch + 1 if done else plan.epochs, callbacks=callbacks, verbose=0,
                                    validation_data=feeds["val"].dataset(endless=False) if "val" in feeds else None,
-                                   validation_steps=val_steps or None)
+                                   validation_steps=events.val_steps or None)
                 if not done or self.model.stop_training:
                     break
                 position = Position(epoch + 1)
         finally:
-            for reader in readers.values():
-                reader.close()
+            for feed in rank_feeds.values():
+                feed.close()
 
     def _callbacks(self, start: Position, events: Any, rank: int) -> list[Any]:
         from spark_hvd.keras.carried_metrics import CarriedMetrics

@@ -1,4 +1,4 @@
-"""The LightningDataModule of a fit (rank child): this rank's shard readers as lockstep DataLoaders.
+"""The LightningDataModule of a fit (rank child): this rank's RankFeeds as lockstep DataLoaders.
 
 Every epoch each loader yields exactly the plan's number of steps on every rank (the readers wrap around
 uneven shards), so no rank's allreduce waits for a rank that ran out of data. Batches are dicts of
@@ -16,31 +16,26 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from spark_hvd.data.transformation import apply_transformation
 from spark_hvd.lightning.batch_tensors import batch_dict
 from spark_hvd.recipe.plan import FitPlan
 
 
 class LockstepBatches(IterableDataset):
-    """``steps`` batches of ``reader`` for the current epoch, each converted by ``convert``."""
+    """The current epoch's batches of ``feed`` (a RankFeed), each converted by ``convert``."""
 
-    def __init__(self, reader: Any, steps: int, epoch: Callable[[], int],
+    def __init__(self, feed: Any, epoch: Callable[[], int],
                  convert: Callable[[dict[str, Any]], dict[str, torch.Tensor]],
                  skip: Callable[[int], int] = lambda epoch: 0) -> None:
         super().__init__()
-        self.reader, self.steps, self.epoch, self.convert, self.skip = reader, steps, epoch, convert, skip
+        self.feed, self.epoch, self.convert, self.skip = feed, epoch, convert, skip
 
     def __len__(self) -> int:
-        return self.steps
+        return self.feed.steps
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         epoch = self.epoch()
-        stream = iter(self.reader.batches(epoch))
-        skipped = self.skip(epoch)
-        for _ in range(skipped):
-            next(stream)     # read, not converted: the batch sequence of the epoch is the reader's
-        for _ in range(self.steps - skipped):
-            yield self.convert(next(stream))
+        for batch in self.feed.epoch(epoch, skip=self.skip(epoch)):
+            yield self.convert(batch)
 
 
 def _as_is(batch: Any) -> Any:
@@ -57,31 +52,31 @@ class ShardDataModule(pl.LightningDataModule):
         self.plan, self.rank, self.size, self.transformation_fn = plan, rank, size, transformation_fn
         self.debug = debug        # Horovod's debug_data_loader: say what each loader reads
         self.resume_at = resume_at   # (epoch, steps of it already trained) of an elastic fit's commit
-        self.readers: dict[str, Any] = {}
+        self.feeds: dict[str, Any] = {}
 
     def setup(self, stage: str) -> None:
-        if not self.readers:
-            self.readers = self.plan.readers(self.rank, self.size)
+        if not self.feeds:
+            self.feeds = self.plan.feeds(self.rank, self.size, self.transformation_fn)
 
     def teardown(self, stage: str) -> None:
-        for reader in self.readers.values():
-            reader.close()
-        self.readers = {}
+        for feed in self.feeds.values():
+            feed.close()
+        self.feeds = {}
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader("train", self.plan.steps_at(self.size)[0], self._trained_steps)
+        return self._loader("train", self._trained_steps)
 
     def _trained_steps(self, epoch: int) -> int:
         if self.resume_at is None or self.resume_at[0] != epoch:
             return 0
         return self.resume_at[1]
 
-    def _loader(self, split: str, steps: int, skip: Callable[[int], int] = lambda epoch: 0) -> DataLoader:
-        reader = self.readers[split]
+    def _loader(self, split: str, skip: Callable[[int], int] = lambda epoch: 0) -> DataLoader:
+        feed = self.feeds[split]
         if self.debug:
-            print(f"rank {self.rank}: {split} loader: {steps} steps an epoch of {reader.batch_size} rows, "
-                  f"from a shard of {reader.rows} rows", flush=True)
-        dataset = LockstepBatches(reader, steps, self._epoch, self._convert, skip)
+            print(f"rank {self.rank}: {split} loader: {feed.steps} steps an epoch of {feed.reader.batch_size} rows, "
+                  f"from a shard of {feed.reader.rows} rows", flush=True)
+        dataset = LockstepBatches(feed, self._epoch, self._convert, skip)
         # In this process: the reader is this rank's shard, which loader workers would each read again.
         return DataLoader(dataset, batch_size=None, collate_fn=_as_is, num_workers=0)
 
@@ -91,9 +86,6 @@ class ShardDataModule(pl.LightningDataModule):
     def _convert(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         from spark_hvd.torch.batch_tensors import model_dtype
 
-        plan = self.plan
-        batch = apply_transformation(batch, self.transformation_fn, plan.transformation_edit_fields,
-                                     plan.transformation_removed_fields)
         module = self.trainer.lightning_module if self.trainer is not None else None
         dtype = model_dtype(module) if module is not None else torch.get_default_dtype()
         return batch_dict(batch, dtype)
@@ -101,7 +93,7 @@ class ShardDataModule(pl.LightningDataModule):
 
 class ValidatedShardDataModule(ShardDataModule):
     def val_dataloader(self) -> DataLoader:
-        return self._loader("val", self.plan.steps_at(self.size)[1])
+        return self._loader("val")
 
 
 def shard_data_module(plan: FitPlan, rank: int, size: int, transformation_fn: Any, debug: bool = False,

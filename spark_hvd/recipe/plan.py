@@ -100,3 +100,14 @@ class FitPlan:
         """The readers of the splits this fit steps through: "train", and "val" when it validates."""
         return {split: self.reader_for(split, rank, size)
                 for split, steps in (("train", self.train_steps), ("val", self.val_steps)) if steps}
+
+    def feeds(self, rank: int, size: int, transformation_fn: Any = None) -> dict[str, Any]:
+        """This rank's ``RankFeed`` of each split it steps through, the steps per epoch those of ``size``
+        ranks, each batch after ``transformation_fn`` (with the plan's edit and removed fields)."""
+        from spark_hvd.data.rank_feed import RankFeed, Transformation
+
+        transformation = (Transformation(transformation_fn, self.transformation_edit_fields,
+                                         self.transformation_removed_fields) if transformation_fn else None)
+        steps = dict(zip(("train", "val"), self.steps_at(size)))
+        return {split: RankFeed(reader, steps[split], transformation)
+                for split, reader in self.readers(rank, size).items()}

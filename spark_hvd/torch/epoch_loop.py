@@ -58,25 +58,20 @@ class EpochLoop:
         self.float_dtype = model_dtype(model)
         self.loss_guard = LossGuard(hvd.rank(), plan.stop_on_nonfinite_loss)
         self.totals: _Totals | None = None
-        self.transformation = ((objects.transformation_fn, plan.transformation_edit_fields,
-                                plan.transformation_removed_fields) if objects.transformation_fn else None)
 
-    def train_epoch(self, epoch: int, reader: Any, events: Any, steps: int | None = None, first_step: int = 0,
+    def train_epoch(self, epoch: int, feed: Any, events: Any, first_step: int = 0,
                     carried: np.ndarray | None = None) -> tuple[dict[str, Any], dict[str, float]]:
-        """Steps ``first_step`` to ``steps`` (default the plan's) of ``epoch``, skipping the shard's first
-        ``first_step`` batches; ``events.step_done`` hears of each (progress, an elastic fit's commits, which
-        read the epoch's sums so far in ``totals``); ``carried`` are every rank's sums of the epoch's steps
-        before ``first_step``."""
+        """Steps ``first_step`` to the feed's steps of ``epoch`` (a resumed epoch skips the batches it
+        trained); ``events.step_done`` hears of each (progress, an elastic fit's commits, which read the
+        epoch's sums so far in ``totals``); ``carried`` are every rank's sums of the epoch's steps before
+        ``first_step``."""
         import torch
 
         self.model.train()
         self.totals = totals = _Totals(len(self.metrics))
-        batches = iter(reader.batches(epoch))
-        for _ in range(first_step):
-            next(batches)
         self.optimizer.zero_grad()
-        for step in range(first_step, self.plan.train_steps if steps is None else steps):
-            features, labels, weights = self._tensors(next(batches))
+        for step, batch in enumerate(feed.epoch(epoch, skip=first_step), start=first_step):
+            features, labels, weights = self._tensors(batch)
             outputs, labels, loss = self._step(step, features, labels, weights)
             loss_value = float(loss.detach())
             self.loss_guard.check(loss_value, epoch, step)
@@ -86,17 +81,16 @@ class EpochLoop:
         loss, values = totals.averaged(self.hvd, "train", carried)
         return {"epoch": epoch, "train": self._horovod_entry(loss, values)}, self._flat(loss, values, prefix="")
 
-    def validate(self, epoch: int, reader: Any, steps: int | None = None) -> tuple[dict[str, Any], dict[str, float]]:
+    def validate(self, epoch: int, feed: Any) -> tuple[dict[str, Any], dict[str, float]]:
         import torch
 
         from spark_hvd.torch.batch_tensors import align_labels, as_outputs
 
         self.model.eval()
         totals = _Totals(len(self.metrics))
-        batches = iter(reader.batches(epoch))
         with torch.no_grad():
-            for _ in range(self.plan.val_steps if steps is None else steps):
-                features, labels, weights = self._tensors(next(batches))
+            for batch in feed.epoch(epoch):
+                features, labels, weights = self._tensors(batch)
                 outputs = as_outputs(self.model(*features))
                 labels = align_labels(outputs, labels, self.plan.label_shapes)
                 loss = self.compute_loss(outputs, labels, weights)
@@ -131,7 +125,8 @@ class EpochLoop:
     def _tensors(self, batch: dict[str, np.ndarray]) -> tuple[list[Any], list[Any], Any]:
         from spark_hvd.torch.batch_tensors import batch_tensors
 
-        return batch_tensors(batch, self.transformation, self.plan.feature_cols, self.plan.label_cols,
+        # The feed applied transformation_fn already.
+        return batch_tensors(batch, None, self.plan.feature_cols, self.plan.label_cols,
                              self.plan.sample_weight_col, self.float_dtype, self.device, self.objects.input_shapes)
 
     def _metric_values(self, outputs: list[Any], labels: list[Any]) -> list[float]:

@@ -115,21 +115,21 @@ class TorchHooks(FrameworkHooks):
                               metric_groups(objects.metrics, plan.label_cols))
 
     def run_epochs(self, start: Position, events: Any) -> None:
-        readers = self.plan.readers(self.hvd.rank(), self.hvd.size())
+        feeds = self.plan.feeds(self.hvd.rank(), self.hvd.size(), self.objects.transformation_fn)
         try:
             for epoch in range(start.epoch, self.plan.epochs):
                 resumed = epoch == start.epoch
                 carried = events.state.sums if events.elastic and resumed else None
-                entry, flat = self.loop.train_epoch(epoch, readers["train"], events, steps=events.train_steps,
+                entry, flat = self.loop.train_epoch(epoch, feeds["train"], events,
                                                     first_step=start.step if resumed else 0, carried=carried)
-                if "val" in readers:
-                    val_entry, val_flat = self.loop.validate(epoch, readers["val"], events.val_steps)
+                if "val" in feeds:
+                    val_entry, val_flat = self.loop.validate(epoch, feeds["val"])
                     entry["validation"] = val_entry
                     flat.update(val_flat)
                 events.epoch_done(epoch, entry, flat)
         finally:
-            for reader in readers.values():
-                reader.close()
+            for feed in feeds.values():
+                feed.close()
 
     def save(self, epoch: int, records: Records, lr_factor: float) -> None:
         from spark_hvd.torch.checkpoint import save_checkpoint
