@@ -27,12 +27,12 @@ from collective.ops import (
     grouped_reducescatter,
     reducescatter,
 )
+from collective.joining import init
 from collective.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from collective.reduce_ops import Adasum, Average, Max, Min, Product, ReduceOp, Sum
 from collective.runtime import (
     cross_rank,
     cross_size,
-    init,
     is_initialized,
     local_rank,
     local_size,
