@@ -24,7 +24,7 @@ from collective.config import (
 )
 from collective.engine import Engine
 from collective.errors import CollectiveError, MismatchError, NotInitializedError
-from collective.failure_notes import NotingCollectives, noting_failures, record_failures
+from collective.failures.notes import NotingCollectives, noting_failures, record_failures
 from collective.topology import Topology, topology_from_host_keys
 
 

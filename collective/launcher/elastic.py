@@ -24,7 +24,7 @@ from collective.bootstrap.rendezvous import RendezvousClient
 from collective.config import default_host_key, env_for_elastic_worker, inherited_environ
 from collective.elastic.discovery import DiscoveryError, discover_hosts
 from collective.elastic.protocol import ROUND_COUNTER_KEY, Round, round_key, updated_key
-from collective.failure_report import read_report
+from collective.failures.report import read_report
 from collective.launcher.events import Exited, Signalled
 from collective.launcher.job import TIMEOUT_EXIT_CODE
 from collective.launcher.processes import describe_exit

@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any
 
-from collective.failure_report import REPORT_LAG_S, read_report, root_cause
+from collective.failures.report import REPORT_LAG_S, read_report, root_cause
 from collective.launcher.events import Event, Exited, Signalled, Stopped
 from collective.launcher.line_sink import LineSink
 from collective.launcher.output_prefix import rank_line_prefix

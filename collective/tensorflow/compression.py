@@ -1,5 +1,5 @@
 """Gradient compression for allreduce: floating tensors travel in 16 bits and come back in their dtype
-(collective.compression, cast the TensorFlow way)."""
+(collective.api.compression, cast the TensorFlow way)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from collective.compression import CastCompressor, Compressor, NoneCompressor  # noqa: F401  (Horovod's names here)
+from collective.api.compression import CastCompressor, Compressor, NoneCompressor  # noqa: F401  (Horovod's names here)
 
 
 class _TensorFlowCast(CastCompressor):

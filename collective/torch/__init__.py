@@ -81,8 +81,8 @@ __all__ = [
 ]
 
 # Horovod's build and availability queries, answered for this install and run.
-from collective.capabilities import *  # noqa: E402,F401,F403  (the names in its __all__)
-from collective.capabilities import __all__ as _capability_names  # noqa: E402
+from collective.api.capabilities import *  # noqa: E402,F401,F403  (the names in its __all__)
+from collective.api.capabilities import __all__ as _capability_names  # noqa: E402
 
 __all__ += _capability_names
 
