@@ -58,10 +58,6 @@ class Job:
         threading.Thread(target=self._report_exit, args=(rank, child.proc),
                          name=f"rank{rank}-wait", daemon=True).start()
 
-    @property
-    def running(self) -> set[Any]:
-        return set(self._running)
-
     def forget(self, rank: Any) -> None:
         """Stops counting ``rank`` as running (an elastic driver that handled its exit itself)."""
         self._running.discard(rank)
