@@ -464,70 +464,87 @@ def _horovod_stall_fields(environ: Mapping[str, str]) -> dict[str, tuple[str, Ca
 
 
 def _validate(values: Mapping[str, Any], label: Callable[[str], str]) -> None:
-    """Checks field values; ``label`` names where each came from (env var or Config field)."""
-
-    def fail(name: str, why: str) -> None:
-        shown = "<redacted>" if name == "secret" else repr(values[name])
-        raise ValueError(f"{label(name)}={shown} {why}")
-
-    for name in ("rank", "size", "shm_buffer_bytes", "tcp_chunk_bytes"):
-        value = values[name]
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            fail(name, "must be an int")
-    rank, size = values["rank"], values["size"]
-    if size is not None and size < 1:
-        fail("size", "must be >= 1")
-    if rank is not None and rank < 0:
-        fail("rank", "must be >= 0")
-    if rank is not None and size is not None and rank >= size:
-        fail("rank", f"must be < {label('size')}={size}")
-    if values["rendezvous"] is not None:
-        if not isinstance(values["rendezvous"], str):
-            fail("rendezvous", "must be a 'host:port' string")
-        try:
-            parse_host_port(values["rendezvous"])
-        except ValueError as e:
-            fail("rendezvous", f"is invalid: {e}")
-    secret = values["secret"]
-    if secret is not None and (not isinstance(secret, bytes) or len(secret) == 0):
-        fail("secret", "must be non-empty bytes")
-    for name in ("advertise_host", "host_key", "elastic_worker"):
-        value = values[name]
-        if value is not None and (not isinstance(value, str) or not value):
-            fail(name, "must be a non-empty string")
-    for name in ("timeout_s", "connect_timeout_s", "handshake_timeout_s", "elastic_timeout_s"):
-        value = values[name]
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            fail(name, "must be a number of seconds")
-        if not (math.isfinite(value) and value > 0):
-            fail(name, "must be a positive, finite number of seconds")
-    for name in ("shm_buffer_bytes", "tcp_chunk_bytes"):
-        if values[name] <= 0:
-            fail(name, "must be > 0")
-    if not isinstance(values["enable_shm"], bool):
-        fail("enable_shm", "must be a bool")
-    if values["hierarchical_allreduce"] is not None and not isinstance(values["hierarchical_allreduce"], bool):
-        fail("hierarchical_allreduce", "must be True, False or None (choose per call)")
-    for name in ("fusion_threshold_bytes", "cache_capacity"):
-        value = values[name]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            fail(name, "must be an int >= 0")
-    bucket = values["gradient_bucket_bytes"]
-    if bucket is not None and (isinstance(bucket, bool) or not isinstance(bucket, int) or bucket < 0):
-        fail("gradient_bucket_bytes", "must be an int >= 0 (0: one bucket after backward) or None (chosen by cores)")
-    for name in ("cycle_time_ms", "stall_check_s", "stall_shutdown_s"):
-        value = values[name]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            fail(name, "must be a finite number >= 0")
-    if values["reduce_isa"] not in (None, "baseline", "avx2", "avx512"):
-        fail("reduce_isa", "must be one of baseline, avx2, avx512")
-    if values["backend"] not in BACKENDS:
-        fail("backend", f"must be one of {', '.join(BACKENDS)}")
-    if not isinstance(values["launched_by_mpi"], bool):
-        fail("launched_by_mpi", "must be a bool")
-    if values["nccl_library"] is not None and (not isinstance(values["nccl_library"], str)
-                                               or not values["nccl_library"]):
-        fail("nccl_library", "must be a non-empty path")
-    if not isinstance(values["scope"], str) or not values["scope"]:
-        fail("scope", "must be a non-empty string")
+    """Checks field values against ``_CHECKS``, in its order; ``label`` names where each came from (env var
+    or Config field)."""
+    for names, check in _CHECKS:
+        for name in names:
+            why = check(values[name], values, label)
+            if why is not None:
+                shown = "<redacted>" if name == "secret" else repr(values[name])
+                raise ValueError(f"{label(name)}={shown} {why}")
     normalize_nics(values["nics"], label("nics"))
+
+
+# A check takes (value, all values, label) and returns why the value is wrong, or None.
+_Check = Callable[[Any, Mapping[str, Any], Callable[[str], str]], "str | None"]
+
+
+def _rule(accept: Callable[[Any], bool], why: str) -> _Check:
+    return lambda value, values, label: None if accept(value) else why
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str) and bool(value)
+
+
+def _optional(accept: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda value: value is None or accept(value)
+
+
+def _rank_below_size(rank: Any, values: Mapping[str, Any], label: Callable[[str], str]) -> str | None:
+    size = values["size"]
+    return f"must be < {label('size')}={size}" if rank is not None and size is not None and rank >= size else None
+
+
+def _rendezvous_problem(value: Any, values: Mapping[str, Any], label: Callable[[str], str]) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        return "must be a 'host:port' string"
+    try:
+        parse_host_port(value)
+    except ValueError as e:
+        return f"is invalid: {e}"
+    return None
+
+
+def _seconds_problem(value: Any, values: Mapping[str, Any], label: Callable[[str], str]) -> str | None:
+    if not _is_number(value):
+        return "must be a number of seconds"
+    return None if math.isfinite(value) and value > 0 else "must be a positive, finite number of seconds"
+
+
+# Every field's checks, in the order they run: the first that fails names its field and why.
+_CHECKS: tuple[tuple[tuple[str, ...], _Check], ...] = (
+    (("rank", "size", "shm_buffer_bytes", "tcp_chunk_bytes"), _rule(_optional(_is_int), "must be an int")),
+    (("size",), _rule(lambda v: v is None or v >= 1, "must be >= 1")),
+    (("rank",), _rule(lambda v: v is None or v >= 0, "must be >= 0")),
+    (("rank",), _rank_below_size),
+    (("rendezvous",), _rendezvous_problem),
+    (("secret",), _rule(_optional(lambda v: isinstance(v, bytes) and len(v) > 0), "must be non-empty bytes")),
+    (("advertise_host", "host_key", "elastic_worker"), _rule(_optional(_is_text), "must be a non-empty string")),
+    (("timeout_s", "connect_timeout_s", "handshake_timeout_s", "elastic_timeout_s"), _seconds_problem),
+    (("shm_buffer_bytes", "tcp_chunk_bytes"), _rule(lambda v: not v <= 0, "must be > 0")),
+    (("enable_shm",), _rule(lambda v: isinstance(v, bool), "must be a bool")),
+    (("hierarchical_allreduce",),
+     _rule(_optional(lambda v: isinstance(v, bool)), "must be True, False or None (choose per call)")),
+    (("fusion_threshold_bytes", "cache_capacity"), _rule(lambda v: _is_int(v) and v >= 0, "must be an int >= 0")),
+    (("gradient_bucket_bytes",), _rule(_optional(lambda v: _is_int(v) and v >= 0),
+                                       "must be an int >= 0 (0: one bucket after backward) or None (chosen by cores)")),
+    (("cycle_time_ms", "stall_check_s", "stall_shutdown_s"),
+     _rule(lambda v: _is_number(v) and math.isfinite(v) and v >= 0, "must be a finite number >= 0")),
+    (("reduce_isa",), _rule(lambda v: v in (None, "baseline", "avx2", "avx512"),
+                            "must be one of baseline, avx2, avx512")),
+    (("backend",), _rule(lambda v: v in BACKENDS, f"must be one of {', '.join(BACKENDS)}")),
+    (("launched_by_mpi",), _rule(lambda v: isinstance(v, bool), "must be a bool")),
+    (("nccl_library",), _rule(_optional(_is_text), "must be a non-empty path")),
+    (("scope",), _rule(_is_text, "must be a non-empty string")),
+)

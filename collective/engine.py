@@ -13,7 +13,7 @@ from collective import _native
 from collective._native import CollectiveKind, DType, ReduceOp
 from collective.auto_names import AutoNames, auto_name
 from collective.config import Config
-from collective.failure_notes import noting_failures
+from collective.failures.notes import noting_failures
 from collective.reduce_ops import scale_factors
 
 

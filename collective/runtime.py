@@ -1,4 +1,7 @@
-"""Lifecycle of the process-wide communicator: init, shutdown and topology queries."""
+"""Rank: lifecycle of the process-wide communicator: join, shutdown and topology queries.
+
+``collective.init`` (collective.joining) joins through here, then adds its process sets.
+"""
 
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from collective.config import (
 )
 from collective.engine import Engine
 from collective.errors import CollectiveError, MismatchError, NotInitializedError
-from collective.failure_notes import NotingCollectives, noting_failures, record_failures
+from collective.failures.notes import NotingCollectives, noting_failures, record_failures
 from collective.topology import Topology, topology_from_host_keys
 
 
@@ -59,30 +62,10 @@ _generation = 0  # inits so far; keeps rendezvous keys of successive inits apart
 _atexit_registered = False
 
 
-def init(config: Config | None = None, *, bootstrap: Bootstrap | None = None, process_sets: Any = None,
-         **overrides: Any) -> None:
-    """Joins the job: finds the peers, authenticates to each, and builds the mesh.
-
-    ``config`` fields that are set win over ``COLLECTIVE_*`` environment variables; keyword
-    ``overrides`` (``enable_shm=False``, ``timeout_s=30``...) win over both. ``bootstrap`` replaces
-    the rendezvous (Spark and MPI pass their own).
-
-    Calling it again is allowed, as in Horovod: without arguments it keeps the running job (a script
-    that calls ``hvd.init()`` under a launcher that already joined it); with a config, a bootstrap or
-    overrides it leaves the running job, as ``shutdown()`` does, and joins the one they describe. Every
-    rank must then do the same, as with a first ``init()``.
-
-    ``process_sets``: Horovod's list of ``ProcessSet`` to add once joined (every rank the same list), or
-    "dynamic" (here sets may always be added later with ``add_process_set``).
-    """
-    _join(config, bootstrap, overrides)
-    if process_sets is not None:
-        from collective.process_sets import add_initial_sets  # the layer above, which builds on this runtime
-
-        add_initial_sets(process_sets)
-
-
-def _join(config: Config | None, bootstrap: Bootstrap | None, overrides: dict[str, Any]) -> None:
+def join(config: Config | None = None, *, bootstrap: Bootstrap | None = None, **overrides: Any) -> None:
+    """Joins the job (``collective.init`` without its process sets): finds the peers, authenticates to each,
+    and builds the mesh; see ``collective.joining.init`` for what ``config``, ``bootstrap``, ``overrides`` and
+    a second call mean."""
     global _runtime, _generation, _atexit_registered
     running = _runtime
     if running is not None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from collective.failure_report import FailureReport
-from collective.picklable_error import PicklableError
+from collective.failures.report import FailureReport
+from collective.failures.picklable import PicklableError
 
 
 class LaunchError(RuntimeError):

@@ -8,9 +8,30 @@ from __future__ import annotations
 
 import abc
 from types import TracebackType
+from typing import TypeVar
+
+_Self = TypeVar("_Self", bound="Closing")
 
 
-class Bootstrap(abc.ABC):
+class Closing:
+    """Mixin: ``with thing:`` closes ``thing`` on the way out (its ``close()``, which the class defines)."""
+
+    def close(self) -> None:
+        """Releases what the object holds; the default holds nothing."""
+
+    def __enter__(self: _Self) -> _Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class Bootstrap(Closing, abc.ABC):
     """Out-of-band channel used once per mesh build to swap addresses and metadata.
 
     Implementations need not be fast; they must be correct across processes and hosts.
@@ -52,17 +73,6 @@ class Bootstrap(abc.ABC):
 
     def close(self) -> None:
         """Releases connections; the default has nothing to release."""
-
-    def __enter__(self) -> "Bootstrap":
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 class SingleRankBootstrap(Bootstrap):

@@ -30,9 +30,8 @@ import socket
 import struct
 import threading
 import time
-from types import TracebackType
 
-from collective.bootstrap.base import Bootstrap
+from collective.bootstrap.base import Bootstrap, Closing
 from collective.bootstrap.listener import (
     ADMIT,
     DEFAULT_HANDSHAKE_TIMEOUT_S,
@@ -172,7 +171,7 @@ class _Store:
         self._bytes = new_bytes
 
 
-class RendezvousServer:
+class RendezvousServer(Closing):
     """The TCP key-value store's server, on the shared Listener (see listener.py).
 
     A connection must finish the handshake within ``handshake_timeout_s``; strangers are capped
@@ -223,17 +222,13 @@ class RendezvousServer:
         self._store.close()
         self._listener.stop(timeout_s)
 
+    def close(self) -> None:
+        """``stop()``, for ``with``: the server serves inside the block and stops when it ends."""
+        self.stop()
+
     def __enter__(self) -> "RendezvousServer":
         self.start()
         return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def _handshake(self, conn: socket.socket) -> Handshake:
         """The server's side of the handshake, driven by the Listener (fixed sizes only)."""
@@ -320,7 +315,7 @@ class RendezvousServer:
         raise ProtocolError(why)
 
 
-class RendezvousClient:
+class RendezvousClient(Closing):
     """One connection to a RendezvousServer; requests from several threads are serialised.
 
     A blocking get() holds the connection, so threads that wait concurrently should each use
@@ -405,17 +400,6 @@ class RendezvousClient:
             if self._broken is None:
                 self._broken = "client closed"
             self._sock.close()
-
-    def __enter__(self) -> "RendezvousClient":
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def _connect(self, secret: bytes | None, deadline: float) -> socket.socket:
         """Retries until the deadline whatever keeps a handshake from finishing: the server may start

@@ -9,7 +9,7 @@ import re
 import os
 from typing import Any, Iterator, Sequence, TypeVar
 
-from collective.capabilities import (ccl_built, cuda_built, ddl_built, gloo_built, mpi_built, nccl_built,
+from collective.api.capabilities import (ccl_built, cuda_built, ddl_built, gloo_built, mpi_built, nccl_built,
                                      rocm_built, sycl_built)
 
 T = TypeVar("T")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collective.errors import CollectiveError, CollectiveTimeoutError, PeerFailureError
-from collective.picklable_error import PicklableError
+from collective.failures.picklable import PicklableError
 
 
 class HostsUpdatedInterrupt(PicklableError, RuntimeError):

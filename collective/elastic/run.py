@@ -90,7 +90,7 @@ def reform(lifecycle: Lifecycle) -> None:
         # (its sockets and shared-memory mappings) alive until the next collection: release them now.
         gc.collect()
         try:
-            runtime.init(config)
+            runtime.join(config)
             lifecycle.init()
             return
         except ElasticTimeoutError:

@@ -22,66 +22,34 @@ from collective.keras.callbacks import (
 from collective.keras.ops import allgather, allreduce, broadcast, reducescatter
 from collective.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer
 from collective.keras.saving import load_model
+from collective.api.names import *  # noqa: F401,F403  (errors, reduce ops, process sets, topology, build queries)
+from collective.api.names import __all__ as _shared_names
+from collective.elastic.errors import HostsUpdatedInterrupt
 from collective.tensorflow import (
-    Adasum,
-    Average,
-    CollectiveError,
-    CollectiveTimeoutError,
     Compression,
     HorovodInternalError,
-    InvalidArgumentError,
-    Max,
-    Min,
-    MismatchError,
-    NotInitializedError,
-    PeerFailureError,
-    ProcessSet,
-    Product,
-    ReduceOp,
-    Sum,
     SyncBatchNormalization,
-    add_process_set,
     allgather_object,
     alltoall,
     barrier,
     broadcast_global_variables,
     broadcast_object,
     broadcast_variables,
-    cross_rank,
-    cross_size,
-    global_process_set,
     grouped_allgather,
     grouped_allreduce,
     grouped_reducescatter,
     init,
-    is_initialized,
     join,
-    local_rank,
-    local_size,
-    rank,
-    remove_process_set,
     shutdown,
-    size,
-    start_timeline,
-    stop_timeline,
 )
 
 from collective.keras import elastic  # noqa: E402  (hvd.elastic, which builds on the names above)
-from collective.elastic.errors import HostsUpdatedInterrupt  # noqa: E402
 
 __all__ = [
-    "Adasum", "Average", "BestModelCheckpoint", "BroadcastGlobalVariablesCallback", "CollectiveError", "CollectiveTimeoutError", "Compression",
-    "DistributedOptimizer", "HorovodInternalError", "HostsUpdatedInterrupt", "InvalidArgumentError", "LearningRateScheduleCallback",
-    "LearningRateWarmupCallback", "Max", "MetricAverageCallback", "Min", "MismatchError", "NotInitializedError",
-    "PartialDistributedOptimizer", "PeerFailureError", "ProcessSet", "Product", "ReduceOp", "Sum", "SyncBatchNormalization",
-    "add_process_set", "allgather", "allgather_object", "allreduce", "alltoall", "barrier", "broadcast", "broadcast_global_variables",
-    "broadcast_object", "broadcast_variables", "callbacks", "cross_rank", "cross_size", "global_process_set", "grouped_allgather",
-    "grouped_allreduce", "grouped_reducescatter", "init", "is_initialized", "join", "load_model", "local_rank",
-    "local_size", "rank", "reducescatter", "remove_process_set", "shutdown", "size", "start_timeline", "stop_timeline",
+    "BestModelCheckpoint", "BroadcastGlobalVariablesCallback", "Compression", "DistributedOptimizer",
+    "HorovodInternalError", "HostsUpdatedInterrupt", "LearningRateScheduleCallback", "LearningRateWarmupCallback",
+    "MetricAverageCallback", "PartialDistributedOptimizer", "SyncBatchNormalization", "allgather",
+    "allgather_object", "allreduce", "alltoall", "barrier", "broadcast", "broadcast_global_variables",
+    "broadcast_object", "broadcast_variables", "callbacks", "grouped_allgather", "grouped_allreduce",
+    "grouped_reducescatter", "init", "join", "load_model", "reducescatter", "shutdown", *_shared_names,
 ]
-
-# Horovod's build and availability queries, answered for this install and run.
-from collective.capabilities import *  # noqa: E402,F401,F403  (the names in its __all__)
-from collective.capabilities import __all__ as _capability_names  # noqa: E402
-
-__all__ += _capability_names

@@ -12,7 +12,7 @@ UNIQUE_ID_BYTES = 128
 def exchange_unique_id(make_id: Callable[[], bytes], rank: int, name: str = "nccl.unique_id") -> bytes:
     """Rank 0's ``make_id()`` on every rank: a 128-byte broadcast on the job's communicator (the native
     ring or MPI, directly or through the engine, whichever is running)."""
-    import collective
+    from collective.ops import broadcast_  # the layer above the NCCL loader: imported when used
 
     buffer = np.zeros(UNIQUE_ID_BYTES, np.uint8)
     if rank == 0:
@@ -20,5 +20,5 @@ def exchange_unique_id(make_id: Callable[[], bytes], rank: int, name: str = "ncc
         if len(made) != UNIQUE_ID_BYTES:
             raise ValueError(f"an NCCL unique id is {UNIQUE_ID_BYTES} bytes, got {len(made)}")
         buffer[:] = np.frombuffer(made, np.uint8)
-    collective.broadcast_(buffer, root_rank=0, name=name)
+    broadcast_(buffer, root_rank=0, name=name)
     return buffer.tobytes()

@@ -1,4 +1,5 @@
-"""Gradient compression for allreduce: floating tensors travel in 16 bits and come back in their dtype."""
+"""Gradient compression for allreduce: floating tensors travel in 16 bits and come back in their dtype
+(collective.api.compression, cast the TensorFlow way)."""
 
 from __future__ import annotations
 
@@ -6,54 +7,26 @@ from typing import Any
 
 import tensorflow as tf
 
+from collective.api.compression import CastCompressor, Compressor, NoneCompressor  # noqa: F401  (Horovod's names here)
 
-class Compressor:
-    """Interface: ``compress`` returns the tensor to send and a context; ``decompress`` undoes it."""
+
+class _TensorFlowCast(CastCompressor):
+    @staticmethod
+    def is_floating(dtype: tf.DType) -> bool:
+        return dtype.is_floating
 
     @staticmethod
-    def compress(tensor: tf.Tensor) -> tuple[tf.Tensor, Any]:
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor: tf.Tensor, ctx: Any) -> tf.Tensor:
-        raise NotImplementedError
+    def cast(tensor: tf.Tensor, dtype: Any) -> tf.Tensor:
+        return tf.cast(tensor, dtype)
 
 
-class NoneCompressor(Compressor):
-    """Sends tensors as they are."""
-
-    @staticmethod
-    def compress(tensor: tf.Tensor) -> tuple[tf.Tensor, Any]:
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor: tf.Tensor, ctx: Any) -> tf.Tensor:
-        return tensor
-
-
-class _CastCompressor(Compressor):
-    """Casts floating tensors to ``wire_dtype``; integer tensors pass unchanged."""
-
-    wire_dtype: tf.DType
-
-    @classmethod
-    def compress(cls, tensor: tf.Tensor) -> tuple[tf.Tensor, Any]:
-        if tensor.dtype.is_floating and tensor.dtype != cls.wire_dtype:
-            return tf.cast(tensor, cls.wire_dtype), tensor.dtype
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor: tf.Tensor, ctx: Any) -> tf.Tensor:
-        return tensor if ctx is None else tf.cast(tensor, ctx)
-
-
-class FP16Compressor(_CastCompressor):
+class FP16Compressor(_TensorFlowCast):
     """Halves the bytes on the wire; values beyond float16's range (65504) overflow."""
 
     wire_dtype = tf.float16
 
 
-class BF16Compressor(_CastCompressor):
+class BF16Compressor(_TensorFlowCast):
     """Halves the bytes on the wire with float32's range but only 8 bits of mantissa."""
 
     wire_dtype = tf.bfloat16

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import collective
-from collective.framework_init import init
+from collective.api.framework_init import init
 
 
 def shutdown() -> None:

@@ -1,7 +1,52 @@
 """``horovod.tensorflow.mpi_ops``, the module of Horovod's ops that some scripts and tests import names from
-(``from horovod.tensorflow.mpi_ops import Sum``, ``hvd.mpi_ops._basics``): the package's names, and ``_basics``."""
+(``from horovod.tensorflow.mpi_ops import Sum``, ``hvd.mpi_ops._basics``): the package's names, and ``_basics``.
 
+The names are gathered here and the package re-exports them, as in Horovod, whose package imports its
+ops from ``mpi_ops``."""
+
+from collective.api.names import *  # noqa: F401,F403  (errors, reduce ops, process sets, topology, build queries)
+from collective.api.names import __all__ as _shared_names
+from collective.elastic.errors import HostsUpdatedInterrupt
+from collective.errors import CollectiveError
 from collective.process_sets import HorovodBasics
-from collective.tensorflow import *  # noqa: F401,F403  (the package's __all__: its ops, queries and process sets)
+from collective.tensorflow.compression import Compression
+from collective.tensorflow.functions import (
+    allgather_object,
+    broadcast_,
+    broadcast_global_variables,
+    broadcast_object,
+    broadcast_object_fn,
+    broadcast_variables,
+)
+from collective.tensorflow.gradient_tape import DistributedGradientTape, PartialDistributedGradientTape
+from collective.tensorflow.lifecycle import init, shutdown
+from collective.tensorflow.ops import (
+    allgather,
+    allreduce,
+    alltoall,
+    barrier,
+    broadcast,
+    grouped_allgather,
+    grouped_allreduce,
+    grouped_reducescatter,
+    join,
+    reducescatter,
+)
+from collective.tensorflow.optimizer import DistributedOptimizer
+from collective.tensorflow.rank_ops import local_rank_op, local_size_op, process_set_included_op, rank_op, size_op
+from collective.tensorflow.sync_batch_norm import SyncBatchNormalization
+from collective.tensorflow.session_hooks import BroadcastGlobalVariablesHook
+
+# Scripts that catch Horovod's error type keep working.
+HorovodInternalError = CollectiveError
+
+__all__ = [
+    "BroadcastGlobalVariablesHook", "Compression", "DistributedGradientTape", "DistributedOptimizer",
+    "HorovodInternalError", "HostsUpdatedInterrupt", "PartialDistributedGradientTape", "SyncBatchNormalization",
+    "allgather", "allgather_object", "allreduce", "alltoall", "barrier", "broadcast", "broadcast_",
+    "broadcast_global_variables", "broadcast_object", "broadcast_object_fn", "broadcast_variables",
+    "grouped_allgather", "grouped_allreduce", "grouped_reducescatter", "init", "join", "local_rank_op",
+    "local_size_op", "process_set_included_op", "rank_op", "reducescatter", "shutdown", "size_op", *_shared_names,
+]
 
 _basics = HorovodBasics()

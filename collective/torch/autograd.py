@@ -6,7 +6,7 @@ same order (which it does when all ranks run the same model).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -28,16 +28,23 @@ from collective.torch.ops import (
 )
 
 
+def _reduced(ctx: Any, start: Callable[..., Any], tensors: Any, name: str | None, op: ReduceOp, prescale: float,
+             postscale: float, process_set: ProcessSet) -> Any:
+    """The forward of a reducing op: keeps the reduction for backward, then runs the async op ``start`` on
+    ``tensors`` (one, or a group) to completion."""
+    ctx.reduction = (op, prescale, postscale)
+    ctx.process_set = process_set
+    return synchronize(start(tensors, name=name, op=op, prescale_factor=prescale, postscale_factor=postscale,
+                             process_set=process_set))
+
+
 class _Allreduce(torch.autograd.Function):
     """The gradient is the same reduction applied to the incoming gradients."""
 
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, name: str | None, op: ReduceOp, prescale: float,
                 postscale: float, process_set: ProcessSet) -> torch.Tensor:
-        ctx.reduction = (op, prescale, postscale)
-        ctx.process_set = process_set
-        return synchronize(allreduce_async(tensor, name=name, op=op, prescale_factor=prescale,
-                                           postscale_factor=postscale, process_set=process_set))
+        return _reduced(ctx, allreduce_async, tensor, name, op, prescale, postscale, process_set)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
@@ -50,11 +57,8 @@ class _GroupedAllreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, name: str | None, op: ReduceOp, prescale: float, postscale: float,
                 process_set: ProcessSet, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        ctx.reduction = (op, prescale, postscale)
-        ctx.process_set = process_set
         ctx.likes = [(t.shape, t.dtype) for t in tensors]
-        return tuple(synchronize(grouped_allreduce_async(tensors, name=name, op=op, prescale_factor=prescale,
-                                                         postscale_factor=postscale, process_set=process_set)))
+        return tuple(_reduced(ctx, grouped_allreduce_async, tensors, name, op, prescale, postscale, process_set))
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
@@ -152,10 +156,7 @@ class _Reducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, name: str | None, op: ReduceOp, prescale: float,
                 postscale: float, process_set: ProcessSet) -> torch.Tensor:
-        ctx.reduction = (op, prescale, postscale)
-        ctx.process_set = process_set
-        return synchronize(reducescatter_async(tensor, name=name, op=op, prescale_factor=prescale,
-                                               postscale_factor=postscale, process_set=process_set))
+        return _reduced(ctx, reducescatter_async, tensor, name, op, prescale, postscale, process_set)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
@@ -170,10 +171,8 @@ class _GroupedReducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, name: str | None, op: ReduceOp, prescale: float, postscale: float,
                 process_set: ProcessSet, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        ctx.reduction = (op, prescale, postscale)
-        ctx.process_set = process_set
-        outputs = tuple(synchronize(grouped_reducescatter_async(tensors, name=name, op=op, prescale_factor=prescale,
-                                                                postscale_factor=postscale, process_set=process_set)))
+        outputs = tuple(_reduced(ctx, grouped_reducescatter_async, tensors, name, op, prescale, postscale,
+                                 process_set))
         ctx.likes = [(o.shape, o.dtype) for o in outputs]
         return outputs
 

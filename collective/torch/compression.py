@@ -1,4 +1,5 @@
-"""Gradient compression for allreduce: floating tensors travel in 16 bits and come back in their dtype."""
+"""Gradient compression for allreduce: floating tensors travel in 16 bits and come back in their dtype
+(collective.api.compression, cast the torch way)."""
 
 from __future__ import annotations
 
@@ -6,55 +7,27 @@ from typing import Any
 
 import torch
 
+from collective.api.compression import CastCompressor, Compressor, NoneCompressor  # noqa: F401  (Horovod's names here)
 
-class Compressor:
-    """Interface: ``compress`` returns the tensor to send and a context; ``decompress`` undoes it."""
+
+class _TorchCast(CastCompressor):
+    @staticmethod
+    def is_floating(dtype: torch.dtype) -> bool:
+        return dtype.is_floating_point
 
     @staticmethod
-    def compress(tensor: torch.Tensor) -> tuple[torch.Tensor, Any]:
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor: torch.Tensor, ctx: Any) -> torch.Tensor:
-        raise NotImplementedError
+    def cast(tensor: torch.Tensor, dtype: Any) -> torch.Tensor:
+        return tensor.to(dtype)
 
 
-class NoneCompressor(Compressor):
-    """Sends tensors as they are."""
-
-    @staticmethod
-    def compress(tensor: torch.Tensor) -> tuple[torch.Tensor, Any]:
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor: torch.Tensor, ctx: Any) -> torch.Tensor:
-        return tensor
-
-
-class _CastCompressor(Compressor):
-    """Casts floating tensors to ``wire_dtype``; integer tensors pass unchanged."""
-
-    wire_dtype: torch.dtype
-
-    @classmethod
-    def compress(cls, tensor: torch.Tensor) -> tuple[torch.Tensor, Any]:
-        if tensor.dtype.is_floating_point and tensor.dtype != cls.wire_dtype:
-            return tensor.to(cls.wire_dtype), tensor.dtype
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor: torch.Tensor, ctx: Any) -> torch.Tensor:
-        return tensor if ctx is None else tensor.to(ctx)
-
-
-class FP16Compressor(_CastCompressor):
+class FP16Compressor(_TorchCast):
     """Halves the bytes on the wire; gradients beyond float16's range (65504) overflow, so
     ``gradient_predivide_factor`` or loss scaling may be needed."""
 
     wire_dtype = torch.float16
 
 
-class BF16Compressor(_CastCompressor):
+class BF16Compressor(_TorchCast):
     """Halves the bytes on the wire with float32's range but only 8 bits of mantissa."""
 
     wire_dtype = torch.bfloat16

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import collective
-from collective.framework_init import init
+from collective.api.framework_init import init
 from collective.torch.cuda_context import release_cuda_context
 from collective.torch.handles import forget_all
 

@@ -14,7 +14,7 @@ thread in ``fn`` cannot take the worker down. The task (our parent) sends two fr
 
 While fn runs we may send ``{"kind": "event", "data": {...}}`` frames on RESULT_FD
 (``spark_hvd.emit_event``); we end with one report frame: ``{"ok": true}`` + cloudpickle(fn's
-return value), or ``{"ok": false, ...}`` with the fields of a FailureReport (collective.failure_report).
+return value), or ``{"ok": false, ...}`` with the fields of a FailureReport (collective.failures.report).
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from typing import Any, BinaryIO, NoReturn
 import cloudpickle
 
 import collective
-from collective.failure_notes import as_noted_reaction
-from collective.failure_report import FailureReport
+from collective.failures.notes import as_noted_reaction
+from collective.failures.report import FailureReport
 from spark_hvd.launch import rank_events, zygote_fork
 from spark_hvd.launch.framing import read_frame, write_frame
 from spark_hvd.launch.rank_context import RankContext, set_rank_context

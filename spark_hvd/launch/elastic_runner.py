@@ -22,7 +22,7 @@ from typing import IO, Any, Callable, Collection, Mapping, Sequence
 import cloudpickle
 
 from collective.elastic.errors import ElasticTimeoutError
-from collective.run import LineSink
+from collective.launcher import LineSink
 from spark_hvd.errors import (
     ElasticNotSupportedError,
     ResetLimitError,

@@ -19,7 +19,7 @@ from typing import IO, Any, Callable, Mapping, Sequence
 import cloudpickle
 
 from collective.config import inherited_environ
-from collective.run import Stopper, launch
+from collective.launcher import Stopper, launch
 from spark_hvd.launch import run_arguments as checked
 from spark_hvd.launch.barrier_job import JobFailed, JobFinished
 from spark_hvd.errors import LaunchError

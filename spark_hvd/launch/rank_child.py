@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Mapping
 
-from collective.processes import ChildProcess, describe_exit
+from collective.launcher.processes import ChildProcess, describe_exit
 from collective.config import Config
 from spark_hvd.errors import RankFailure
 from spark_hvd.launch.framing import FrameError, read_frame, write_frame

@@ -10,7 +10,7 @@ import traceback
 from typing import Callable, Mapping, Union
 
 from collective.config import inherited_environ
-from collective.processes import describe_exit
+from collective.launcher.processes import describe_exit
 from spark_hvd.errors import RankFailure
 from spark_hvd.launch.gpus import CUDA_VISIBLE_DEVICES, visible_devices
 from spark_hvd.launch.output_channel import OutputSender

@@ -15,8 +15,8 @@ from typing import IO, Any, Callable, Collection, Mapping, Sequence
 import cloudpickle
 
 from collective.config import config_from_env, format_host_port
-from collective.failure_report import REPORT_LAG_S, root_cause
-from collective.run import LineSink
+from collective.failures.report import REPORT_LAG_S, root_cause
+from collective.launcher import LineSink
 from spark_hvd.launch import run_arguments as checked
 from spark_hvd.launch.active_session import active_session
 from spark_hvd.launch.barrier_job import BarrierJob, JobFailed, JobFinished, StageRows

@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from collective.processes import start_line_pumps
+from collective.launcher.processes import start_line_pumps
 from spark_hvd.launch.rank_child import RankChild
 
 # How long a task waits for a zygote to finish its imports before starting a process of its own (which

@@ -31,7 +31,7 @@ import sys
 import time
 from typing import Any
 
-from collective.processes import child_setup_for
+from collective.launcher.processes import child_setup_for
 
 # Threads whose library makes a fork safe by itself (jemalloc: background threads are off in the child).
 _FORK_SAFE_THREADS = frozenset({"jemalloc_bg_thd"})

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from collective.hosts import (
+from collective.launcher.hosts import (
     HostSlots,
     SshOptions,
     assign_ranks,

@@ -15,7 +15,7 @@ from collective.elastic.errors import ElasticTimeoutError, HostsUpdatedInterrupt
 from collective.elastic.membership import forget_client, joined_round, round_bootstrap
 from collective.elastic.protocol import ROUND_COUNTER_KEY, Round, round_key
 from collective.elastic.sampler import ElasticPartition
-from collective.elastic_launcher import is_elastic_command
+from collective.run import is_elastic_command
 from collective.errors import InvalidArgumentError, MismatchError, PeerFailureError
 
 

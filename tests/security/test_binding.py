@@ -10,7 +10,7 @@ import secrets
 from typing import Any
 
 from collective.bootstrap import RendezvousServer
-from collective.run import LineSink
+from collective.launcher import LineSink
 from spark_hvd.launch import barrier_task, runner
 from spark_hvd.launch.output_collector import OutputCollector
 from spark_hvd.launch.task_spec import TaskSpec

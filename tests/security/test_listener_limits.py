@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from collective.bootstrap import RendezvousClient, RendezvousServer
-from collective.run import LineSink
+from collective.launcher import LineSink
 from hostile_peers import IdleFlood, raise_fd_limit
 from spark_hvd.launch.output_channel import OutputSender
 from spark_hvd.launch.output_collector import OutputCollector, RankConnected

@@ -18,7 +18,7 @@ import pytest
 
 from collective.bootstrap import RendezvousClient, RendezvousServer
 from collective.bootstrap.listener import ADMIT, Handshake, HandshakeRefused, Listener
-from collective.run import LineSink
+from collective.launcher import LineSink
 from spark_hvd.launch.output_channel import OutputSender
 from spark_hvd.launch.output_collector import OutputCollector
 

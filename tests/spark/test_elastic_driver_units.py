@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from collective.run import LineSink
+from collective.launcher import LineSink
 from spark_hvd.errors import RankFailure, ResetLimitError, RunError, SparkJobError
 from spark_hvd.launch import elastic_runner
 from spark_hvd.launch.elastic_runner import _Bounds, _ElasticDriver

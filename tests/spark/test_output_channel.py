@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from collective.run import LineSink as LineSink
+from collective.launcher import LineSink
 from spark_hvd.errors import RankFailure
 from spark_hvd.launch.output_channel import OutputSender
 from spark_hvd.launch.output_collector import OutputCollector, RankConnected, RankFailed

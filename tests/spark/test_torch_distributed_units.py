@@ -10,7 +10,7 @@ import cloudpickle
 import pytest
 
 import collective
-from collective.failure_report import is_peer_failure
+from collective.failures.report import is_peer_failure
 from spark_hvd.launch.rank_context import RankContext
 from spark_hvd.script_call import ScriptCall
 from spark_hvd.torch_distributed_call import TorchDistributedCall

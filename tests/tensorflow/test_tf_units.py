@@ -89,7 +89,7 @@ def test_build_queries_are_exported() -> None:
     import collective
     import collective.keras as keras_hvd
     for module in (hvd, keras_hvd):
-        for name in collective.capabilities.__all__:
+        for name in collective.api.capabilities.__all__:
             assert getattr(module, name) is getattr(collective, name) and name in module.__all__
 
 

@@ -23,7 +23,7 @@ def main() -> int:
         server.start()
         port = server.address[1]
     else:
-        from collective.run import LineSink
+        from collective.launcher import LineSink
         from spark_hvd.launch.output_collector import OutputCollector
 
         sink = LineSink(sys.stdout)

@@ -1,11 +1,12 @@
-"""What a failed rank says about its own failure, so that a launcher can blame the root cause.
+"""Every process (a rank writes it, a launcher or the Spark driver reads it): what a failed rank says about its
+own failure, so that a launcher can blame the root cause.
 
 A rank that merely noticed another rank's failure (its peer vanished, or never answered before the
 deadline) is not the one that failed: its report says so and names the peer it was waiting on. A
 launcher then blames the named peer, or a rank whose report is its own error, never the order in which
 exits happen to be reaped. The same report travels on every path: a file under ``collective.run``, the
 rank child's result pipe and the output connection under ``spark_hvd.run``. A rank writes it as a
-collective raises and as an exception ends it (collective.failure_notes).
+collective raises and as an exception ends it (collective.failures.notes).
 
 This module must stay importable without the C++ extension (the launchers read reports).
 """

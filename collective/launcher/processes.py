@@ -1,4 +1,4 @@
-"""A launcher's child process, supervised the one way both launchers need it.
+"""Launcher and Spark task: a launcher's child process, supervised the one way both launchers need it.
 
 ``collective.run`` starts one per rank; under ``spark_hvd.run`` each task starts one for its rank's fn.
 Either way the child leads its own process group (teardown signals reach its own children too, and a ^C

@@ -1,6 +1,6 @@
-"""Rank host, under ssh: ``python -m collective.remote_rank`` starts one rank that ``collective.run -H`` placed here.
+"""Rank host, under ssh: ``python -m collective.launcher.remote_rank`` starts one rank that ``collective.run -H`` placed here.
 
-It reads one JSON line from stdin (argv, env, cwd: see ``collective.hosts.remote_rank_request``), so the
+It reads one JSON line from stdin (argv, env, cwd: see ``collective.launcher.hosts.remote_rank_request``), so the
 job's secret never appears on a command line; starts the rank in a process group of its own, with its
 output going straight back over ssh; and exits with the rank's exit code. When stdin closes (the launcher
 killed its ssh, or the connection dropped) it stops the rank's whole group: SIGTERM, then SIGKILL after a
@@ -24,13 +24,13 @@ _TERM_GRACE_S = 5.0
 def main() -> int:
     request = json.loads(_read_line(0) or b"null")
     if not isinstance(request, dict) or not {"argv", "env", "cwd"} <= request.keys():
-        print("collective.remote_rank: expected one JSON line with argv, env and cwd on stdin", file=sys.stderr)
+        print("collective.launcher.remote_rank: expected one JSON line with argv, env and cwd on stdin", file=sys.stderr)
         return 2
     try:
         rank = subprocess.Popen(request["argv"], env=request["env"], cwd=request["cwd"], stdin=subprocess.DEVNULL,
                                 start_new_session=True)
     except OSError as e:
-        print(f"collective.remote_rank: cannot start {request['argv'][:2]} in {request['cwd']}: {e}", file=sys.stderr)
+        print(f"collective.launcher.remote_rank: cannot start {request['argv'][:2]} in {request['cwd']}: {e}", file=sys.stderr)
         return 127
     threading.Thread(target=_stop_when_stdin_closes, args=(rank,), daemon=True).start()
     code = rank.wait()

@@ -22,7 +22,7 @@ import traceback as traceback_module
 from types import TracebackType
 from typing import Any, Callable, TypeVar
 
-from collective.failure_report import FailureReport, write_report
+from collective.failures.report import FailureReport, write_report
 
 _Call = TypeVar("_Call", bound=Callable[..., Any])
 

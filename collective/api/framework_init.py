@@ -1,5 +1,5 @@
-"""``hvd.init(comm=None, process_sets=None)`` as ``horovod.torch`` and ``horovod.tensorflow`` define it, shared
-by the framework bindings: join the job (unless already joined), start the engine, add the initial sets."""
+"""Rank: ``hvd.init(comm=None, process_sets=None)`` as ``horovod.torch`` and ``horovod.tensorflow`` define it,
+shared by the framework bindings: join the job (unless already joined), start the engine, add the initial sets."""
 
 from __future__ import annotations
 

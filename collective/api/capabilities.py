@@ -1,4 +1,5 @@
-"""Horovod's build and availability queries (``mpi_built`` ... ``ddl_built``), answered for this install and run.
+"""Rank: Horovod's build and availability queries (``mpi_built`` ... ``ddl_built``), answered for this install and
+run.
 
 Horovod answers most of them from its compile flags. Here MPI (mpi4py) and NCCL are found at run time, so
 each answer says what this process can use now, and a script that gates on one takes the branch that works.

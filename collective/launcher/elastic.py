@@ -1,4 +1,4 @@
-"""Elastic local launcher: ``python -m collective.run --min-np 2 --max-np 4 --host-discovery-script S train.py``.
+"""Launcher: an elastic job (``python -m collective.run --min-np 2 --max-np 4 --host-discovery-script S train.py``).
 
 As horovodrun's elastic mode: the driver runs the discovery script every ``discovery_interval_s`` and starts
 a worker on each free slot (up to ``--max-np``); every worker of this launcher runs on this machine, the
@@ -15,56 +15,26 @@ talk TCP). The driver keeps the rendezvous in rounds (collective/elastic/protoco
 
 from __future__ import annotations
 
-import argparse
 import queue
-import secrets
 import signal
-import sys
-import tempfile
 import time
 from typing import IO, Mapping
 
-from collective.bootstrap.rendezvous import RendezvousClient, RendezvousServer
-from collective.config import (
-    config_from_env,
-    default_host_key,
-    env_for_elastic_worker,
-    format_host_port,
-    inherited_environ,
-)
+from collective.bootstrap.rendezvous import RendezvousClient
+from collective.config import default_host_key, env_for_elastic_worker, inherited_environ
 from collective.elastic.discovery import DiscoveryError, discover_hosts
 from collective.elastic.protocol import ROUND_COUNTER_KEY, Round, round_key, updated_key
-from collective.failure_report import read_report
-from collective.processes import describe_exit
-from collective.run import (
-    DEFAULT_TERM_GRACE_S,
-    TIMEOUT_EXIT_CODE,
-    LineSink,
-    _Exited,
-    _Job,
-    _pythonpath_with_package,
-    _SignalsAsEvents,
-    _Signalled,
-    _positive_float,
-    _positive_int,
-    rank_command,
-)
+from collective.failures.report import read_report
+from collective.launcher.events import Exited, Signalled
+from collective.launcher.job import TIMEOUT_EXIT_CODE
+from collective.launcher.processes import describe_exit
+from collective.launcher.rank_process import rank_command, rank_environment
+from collective.launcher.session import JobSession, job_session
+from collective.launcher.static import DEFAULT_TERM_GRACE_S
 
 DEFAULT_ELASTIC_TIMEOUT_S = 600.0  # Horovod's
 DEFAULT_DISCOVERY_INTERVAL_S = 1.0  # Horovod's
 ELASTIC_TIMEOUT_EXIT_CODE = 3
-ELASTIC_FLAGS = ("--min-np", "--max-np", "--host-discovery-script")
-
-
-def is_elastic_command(argv: list[str]) -> bool:
-    """Whether a ``collective.run`` command line asks for elastic mode: one of ``ELASTIC_FLAGS`` before the
-    script (the first ``.py`` argument; what follows is the script's own)."""
-    for arg in argv:
-        if arg.endswith(".py") and not arg.startswith("-"):
-            return False
-        if arg.split("=", 1)[0] in ELASTIC_FLAGS:
-            return True
-    return False
 
 
 def launch_elastic(
@@ -90,48 +60,24 @@ def launch_elastic(
         raise ValueError(f"need 1 <= min_np <= max_np, got min_np={min_np}, max_np={max_np}")
     if not elastic_timeout_s > 0 or not discovery_interval_s > 0:
         raise ValueError("elastic_timeout_s and discovery_interval_s must be positive")
-    out = LineSink(stdout if stdout is not None else sys.stdout)
-    err = LineSink(stderr if stderr is not None else sys.stderr)
     base_env = inherited_environ() if env is None else dict(env)
-    secret = secrets.token_bytes(32)
-    knobs = config_from_env(environ=base_env)
-    server = RendezvousServer("127.0.0.1", 0, secret=secret, handshake_timeout_s=knobs.handshake_timeout_s)
-    job = _ElasticJob(out, err, tempfile.mkdtemp(prefix="collective-elastic-reports-"))
-    with _SignalsAsEvents(job.events):
-        server.start()
-        try:
-            rendezvous = format_host_port(*server.address)
-            with RendezvousClient("127.0.0.1", server.address[1], knobs.connect_timeout_s, secret=secret) as client:
-                driver = _Driver(job, err, client, script_args, base_env, rendezvous, secret, discovery_script,
-                                 min_np, max_np, elastic_timeout_s, discovery_interval_s)
-                return driver.run(timeout_s, term_grace_s)
-        finally:
-            job.kill_all()
-            job.drain_output(5.0)
-            server.stop()
-            job.remove_reports()
-
-
-class _ElasticJob(_Job):
-    """The launcher's process bookkeeping, keyed by worker id instead of rank."""
-
-    def forget(self, worker: str) -> None:
-        self._running.discard(worker)
-
-    @property
-    def running(self) -> set[str]:
-        return set(self._running)
+    with job_session("127.0.0.1", base_env, stdout, stderr, "collective-elastic-reports-") as session:
+        with RendezvousClient("127.0.0.1", session.server.address[1], session.knobs.connect_timeout_s,
+                              secret=session.secret) as client:
+            driver = _Driver(session, client, script_args, base_env, discovery_script, min_np, max_np,
+                             elastic_timeout_s, discovery_interval_s)
+            return driver.run(timeout_s, term_grace_s)
 
 
 class _Driver:
     """The elastic driver's state: live workers, blacklisted hosts, the published round."""
 
-    def __init__(self, job: _ElasticJob, err: LineSink, client: RendezvousClient, script_args: list[str],
-                 base_env: dict[str, str], rendezvous: str, secret: bytes, discovery_script: str, min_np: int,
-                 max_np: int, elastic_timeout_s: float, discovery_interval_s: float) -> None:
-        self._job, self._err, self._client = job, err, client
+    def __init__(self, session: JobSession, client: RendezvousClient, script_args: list[str],
+                 base_env: dict[str, str], discovery_script: str, min_np: int, max_np: int,
+                 elastic_timeout_s: float, discovery_interval_s: float) -> None:
+        self._job, self._err, self._client = session.job, session.err, client
         self._script_args, self._base_env = script_args, base_env
-        self._rendezvous, self._secret = rendezvous, secret
+        self._rendezvous, self._secret = session.rendezvous, session.secret
         self._discovery_script = discovery_script
         self._min_np, self._max_np = min_np, max_np
         self._elastic_timeout_s, self._interval_s = elastic_timeout_s, discovery_interval_s
@@ -169,11 +115,11 @@ class _Driver:
                     self._job.terminate(signal.SIGTERM, term_grace_s)
                     return TIMEOUT_EXIT_CODE
                 continue
-            if isinstance(event, _Signalled):
+            if isinstance(event, Signalled):
                 self._err.message(f"launcher received {signal.Signals(event.signum).name}; stopping all workers")
                 self._job.terminate(event.signum, term_grace_s)
                 return 128 + event.signum
-            if isinstance(event, _Exited):
+            if isinstance(event, Exited):
                 code = self._on_exit(str(event.rank), event.returncode)
                 if code is not None:
                     self._job.terminate(signal.SIGTERM, term_grace_s)
@@ -228,16 +174,12 @@ class _Driver:
             self._reform(previous_updated=True)
 
     def _spawn(self, worker: str, host: str) -> None:
-        env = dict(self._base_env)
-        env.update(env_for_elastic_worker(worker, self._rendezvous, self._secret,
+        identity = env_for_elastic_worker(worker, self._rendezvous, self._secret,
                                           host_key=f"{self._host_key_base}/{host}",
                                           elastic_timeout_s=self._elastic_timeout_s,
-                                          failure_report=self._job.report_path(worker)))
-        env["PYTHONUNBUFFERED"] = "1"
-        pythonpath = _pythonpath_with_package(env.get("PYTHONPATH"))
-        if pythonpath:
-            env["PYTHONPATH"] = pythonpath
-        self._job.spawn(worker, rank_command(self._script_args), env)  # type: ignore[arg-type]
+                                          failure_report=self._job.report_path(worker))
+        env = rank_environment(self._base_env, identity)
+        self._job.spawn(worker, rank_command(self._script_args), env)
         self._members.append(worker)
 
     def _reform(self, previous_updated: bool = False) -> None:
@@ -255,44 +197,3 @@ class _Driver:
             self._client.set(updated_key(self._round), b"1")  # its members move on at their next commit
         self._round = self._client.add(ROUND_COUNTER_KEY, 1)
         self._err.message(f"round {self._round}: {len(self._members)} worker(s) {', '.join(self._members)}")
-
-
-def main(argv: list[str]) -> int:
-    parser = argument_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as e:
-        return e.code if isinstance(e.code, int) else 2
-    min_np = args.min_np if args.min_np is not None else (args.num_proc or 1)
-    max_np = args.max_np if args.max_np is not None else max(min_np, args.num_proc or min_np)
-    if args.host_discovery_script is None:
-        parser.print_usage(sys.stderr)
-        print("elastic mode needs --host-discovery-script", file=sys.stderr)
-        return 2
-    if min_np > max_np:
-        print(f"--min-np {min_np} is more than --max-np {max_np}", file=sys.stderr)
-        return 2
-    return launch_elastic([args.script, *args.script_args], args.host_discovery_script, min_np, max_np,
-                          elastic_timeout_s=args.elastic_timeout, timeout_s=args.timeout,
-                          term_grace_s=args.term_grace)
-
-
-def argument_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m collective.run",
-        description="Run a Python script as an elastic collective job whose workers come and go.")
-    parser.add_argument("-np", "--num-proc", dest="num_proc", type=_positive_int, default=None,
-                        help="default for --min-np (and --max-np) when they are not given")
-    parser.add_argument("--min-np", type=_positive_int, default=None, help="fewest workers to train with")
-    parser.add_argument("--max-np", type=_positive_int, default=None, help="most workers to start")
-    parser.add_argument("--host-discovery-script", metavar="S", default=None,
-                        help="executable printing the available 'host:slots', one per line")
-    parser.add_argument("--elastic-timeout", type=_positive_float, default=DEFAULT_ELASTIC_TIMEOUT_S,
-                        metavar="S", help="how long the job may stay below --min-np workers")
-    parser.add_argument("--timeout", type=_positive_float, default=None, metavar="S",
-                        help=f"stop the job and exit {TIMEOUT_EXIT_CODE} after S seconds")
-    parser.add_argument("--term-grace", type=_positive_float, default=DEFAULT_TERM_GRACE_S,
-                        metavar="S", help="seconds between SIGTERM and SIGKILL on teardown")
-    parser.add_argument("script", help="Python script to run on every worker")
-    parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments passed to the script")
-    return parser

@@ -1,5 +1,5 @@
-"""Launcher side of ``collective.run -H``/``--hostfile``: the hosts and their slots, which ranks go where,
-and how a rank on another host is started (over ssh, through ``collective.remote_rank``).
+"""Launcher: ``collective.run -H``/``--hostfile``: the hosts and their slots, which ranks go where, and how a
+rank on another host is started (over ssh, through ``collective.launcher.remote_rank``).
 
 This module must stay importable without the C++ extension: it only starts processes.
 """
@@ -156,13 +156,13 @@ def check_hosts_reachable(hosts: Sequence[str], ssh: SshOptions, timeout_s: floa
 
 
 def remote_rank_command(host: str, ssh: SshOptions, timeout_s: float, pythonpath: str | None) -> list[str]:
-    """The ssh command that starts ``collective.remote_rank`` on ``host`` with this interpreter's path;
+    """The ssh command that starts ``collective.launcher.remote_rank`` on ``host`` with this interpreter's path;
     the rank's own environment then travels on ssh's stdin (``remote_rank_request``), off command lines."""
     remote = ["env"] + ([f"PYTHONPATH={pythonpath}"] if pythonpath else []) + \
-        [sys.executable, "-m", "collective.remote_rank"]
+        [sys.executable, "-m", "collective.launcher.remote_rank"]
     return [*ssh.command(host, timeout_s), " ".join(shlex.quote(part) for part in remote)]
 
 
 def remote_rank_request(argv: Sequence[str], env: Mapping[str, str]) -> bytes:
-    """The one line ``collective.remote_rank`` reads: what to run, where, and with which environment."""
+    """The one line ``collective.launcher.remote_rank`` reads: what to run, where, and with which environment."""
     return (json.dumps({"argv": list(argv), "env": dict(env), "cwd": os.getcwd()}) + "\n").encode()
