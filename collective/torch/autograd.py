@@ -6,7 +6,7 @@ same order (which it does when all ranks run the same model).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -28,16 +28,27 @@ from collective.torch.ops import (
 )
 
 
+def _reduce_forward(ctx: Any, start: Callable[..., Any], tensors: Any, name: str | None, op: ReduceOp,
+                    prescale: float, postscale: float, process_set: ProcessSet) -> Any:
+    """A reduction's forward: ``start``'s result, with how it reduced kept for the backward."""
+    ctx.reduction = (op, prescale, postscale)
+    ctx.process_set = process_set
+    return synchronize(start(tensors, name=name, op=op, prescale_factor=prescale, postscale_factor=postscale,
+                             process_set=process_set))
+
+
+def _single_reduction(start: Callable[..., Any]) -> staticmethod:
+    """The ``forward`` of a one-tensor reduction Function: ``start``'s result, as ``_reduce_forward``."""
+    def forward(ctx: Any, tensor: torch.Tensor, name: str | None, op: ReduceOp, prescale: float,
+                postscale: float, process_set: ProcessSet) -> torch.Tensor:
+        return _reduce_forward(ctx, start, tensor, name, op, prescale, postscale, process_set)
+    return staticmethod(forward)
+
+
 class _Allreduce(torch.autograd.Function):
     """The gradient is the same reduction applied to the incoming gradients."""
 
-    @staticmethod
-    def forward(ctx: Any, tensor: torch.Tensor, name: str | None, op: ReduceOp, prescale: float,
-                postscale: float, process_set: ProcessSet) -> torch.Tensor:
-        ctx.reduction = (op, prescale, postscale)
-        ctx.process_set = process_set
-        return synchronize(allreduce_async(tensor, name=name, op=op, prescale_factor=prescale,
-                                           postscale_factor=postscale, process_set=process_set))
+    forward = _single_reduction(allreduce_async)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
@@ -50,11 +61,8 @@ class _GroupedAllreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, name: str | None, op: ReduceOp, prescale: float, postscale: float,
                 process_set: ProcessSet, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        ctx.reduction = (op, prescale, postscale)
-        ctx.process_set = process_set
         ctx.likes = [(t.shape, t.dtype) for t in tensors]
-        return tuple(synchronize(grouped_allreduce_async(tensors, name=name, op=op, prescale_factor=prescale,
-                                                         postscale_factor=postscale, process_set=process_set)))
+        return tuple(_reduce_forward(ctx, grouped_allreduce_async, tensors, name, op, prescale, postscale, process_set))
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
@@ -149,13 +157,7 @@ class _Reducescatter(torch.autograd.Function):
     a Sum is the gathered gradient itself, of an Average that divided by size). Scripts ported from
     Horovod train with the learning rates they were tuned for."""
 
-    @staticmethod
-    def forward(ctx: Any, tensor: torch.Tensor, name: str | None, op: ReduceOp, prescale: float,
-                postscale: float, process_set: ProcessSet) -> torch.Tensor:
-        ctx.reduction = (op, prescale, postscale)
-        ctx.process_set = process_set
-        return synchronize(reducescatter_async(tensor, name=name, op=op, prescale_factor=prescale,
-                                               postscale_factor=postscale, process_set=process_set))
+    forward = _single_reduction(reducescatter_async)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
@@ -170,10 +172,8 @@ class _GroupedReducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, name: str | None, op: ReduceOp, prescale: float, postscale: float,
                 process_set: ProcessSet, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        ctx.reduction = (op, prescale, postscale)
-        ctx.process_set = process_set
-        outputs = tuple(synchronize(grouped_reducescatter_async(tensors, name=name, op=op, prescale_factor=prescale,
-                                                                postscale_factor=postscale, process_set=process_set)))
+        outputs = tuple(_reduce_forward(ctx, grouped_reducescatter_async, tensors, name, op, prescale, postscale,
+                                        process_set))
         ctx.likes = [(o.shape, o.dtype) for o in outputs]
         return outputs
 

@@ -1,6 +1,6 @@
 """The NCCL route: collectives on CUDA tensors, enqueued on ``torch.cuda.current_stream()``.
 
-Each function enqueues its work and returns an ``EventWork``: ``poll`` asks a CUDA event recorded after
+Each function enqueues its work and returns an ``event_work``: ``poll`` asks a CUDA event recorded after
 the work and ``synchronize`` waits on it, as Horovod's GPU handles do. NCCL calls are issued in the
 caller's order, so (like torch.distributed) every rank must make its CUDA collectives in the same order;
 the DistributedOptimizer's hooks do. Grouped allreduces (the optimizer's) are packed into one fusion
@@ -23,7 +23,7 @@ from collective.nccl import Route, route_tensor
 from collective.process_sets import ProcessSet, is_global, rank_number
 from collective.reduce_ops import ReduceOp, scale_factors
 from collective.torch.cuda_context import CudaContext, cuda_context
-from collective.torch.handles import EventWork, Work
+from collective.torch.handles import Work, event_work
 from collective.torch.tensors import check_tensor, checked_call, label
 
 
@@ -54,7 +54,7 @@ def _on_stream(device: torch.device, result: Any, keep_alive: tuple[Any, ...]) -
     """A handle for work queued on the current stream: ready when a CUDA event recorded after it is."""
     event = torch.cuda.Event()
     event.record(torch.cuda.current_stream(device))
-    return EventWork(event, lambda _done: result, keep_alive)
+    return event_work(event, lambda _done: result, keep_alive)
 
 
 def _scale(buffer: torch.Tensor, factor: float) -> None:

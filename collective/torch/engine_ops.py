@@ -18,7 +18,7 @@ from collective.grouped import Member, submit_group
 from collective.process_sets import ProcessSet, runtime_for, set_rank_of
 from collective.reduce_ops import ReduceOp
 from collective.runtime import start_engine
-from collective.torch.handles import EngineWork, Work
+from collective.torch.handles import Work, engine_work
 from collective.torch.tensors import check_tensor, contiguous_input, from_flat, split_list
 
 
@@ -51,7 +51,7 @@ def _in_place(engine: Any, targets: list[torch.Tensor], works: list[torch.Tensor
                 if work.data_ptr() != target.data_ptr():  # a contiguous copy stood in for the target
                     target.copy_(work)
         return result()
-    return EngineWork(engine, requests, finish, (targets, works))
+    return engine_work(engine, requests, finish, (targets, works))
 
 
 def _single(kind: int, tensor: torch.Tensor, name: str | None, process_set: ProcessSet,
@@ -62,7 +62,7 @@ def _single(kind: int, tensor: torch.Tensor, name: str | None, process_set: Proc
     engine = _engine(process_set)
     request = _submit(engine, kind, name, work, code, **options)
     dtype = tensor.dtype
-    return EngineWork(engine, [(request, code)], lambda results: finish(results[0], dtype), (work,))
+    return engine_work(engine, [(request, code)], lambda results: finish(results[0], dtype), (work,))
 
 
 def _group(kind: int, tensors: Sequence[torch.Tensor], names: Sequence[str | None], process_set: ProcessSet,
@@ -73,7 +73,7 @@ def _group(kind: int, tensors: Sequence[torch.Tensor], names: Sequence[str | Non
     engine = _engine(process_set)
     requests = submit_group(engine, kind, [_member(n, w, c) for w, n, c in zip(works, names, codes)], **options)
     dtypes = [t.dtype for t in tensors]
-    return EngineWork(engine, requests, lambda results: [from_flat(*r, d) for r, d in zip(results, dtypes)],
+    return engine_work(engine, requests, lambda results: [from_flat(*r, d) for r, d in zip(results, dtypes)],
                       tuple(works))
 
 
@@ -98,7 +98,7 @@ def allreduce(tensor: torch.Tensor, name: str | None, op: ReduceOp, prescale: fl
     engine = _engine(process_set)
     request = _submit(engine, CollectiveKind.ALLREDUCE, name, output, code, op=op, prescale=prescale,
                       postscale=postscale, source=source.data_ptr())
-    return EngineWork(engine, [(request, code)], lambda _results: output, (source, output))
+    return engine_work(engine, [(request, code)], lambda _results: output, (source, output))
 
 
 def grouped_allreduce_(tensors: Sequence[torch.Tensor], names: Sequence[str | None], op: ReduceOp,

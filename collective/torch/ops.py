@@ -19,7 +19,7 @@ from collective.grouped import member_names
 from collective.reduce_ops import Average, ReduceOp, resolve_op as _resolve_op
 from collective.process_sets import ProcessSet, global_process_set, global_rank_of, runtime_for
 from collective.torch import cuda_ops, engine_ops, staged
-from collective.torch.handles import ChainedWork, Work, poll, synchronize
+from collective.torch.handles import Work, chained_work, poll, synchronize
 from collective.torch.tensors import check_tensor, contiguous_clone
 
 __all__ = [
@@ -47,7 +47,7 @@ def _route(tensor: torch.Tensor, name: str | None, process_set: ProcessSet) -> M
 
 def _joined(handles: list[Work]) -> Work:
     """One handle over several (CUDA members, each on its own route); its result is their list."""
-    return ChainedWork(handles, list)
+    return chained_work(handles, list)
 
 
 def allreduce_async_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,

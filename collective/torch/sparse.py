@@ -8,7 +8,7 @@ import torch
 from collective.errors import InvalidArgumentError
 from collective.reduce_ops import Average, ReduceOp, Sum
 from collective.process_sets import ProcessSet, global_process_set, runtime_for
-from collective.torch.handles import ChainedWork, Work
+from collective.torch.handles import Work, chained_work
 from collective.torch.ops import allgather_async, resolve_op
 from collective.torch.tensors import label
 
@@ -42,4 +42,4 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str | None = None, op: Re
             gathered_values = gathered_values / members
         return torch.sparse_coo_tensor(gathered_indices.t(), gathered_values, shape)
     # Like any handle, it can be called for its result, as Horovod's sparse handle (a function) is.
-    return ChainedWork([values_handle, indices_handle], finish, (indices, values))
+    return chained_work([values_handle, indices_handle], finish, (indices, values))

@@ -16,7 +16,7 @@ import torch
 from collective.process_sets import ProcessSet
 from collective.reduce_ops import ReduceOp
 from collective.torch import engine_ops
-from collective.torch.handles import ChainedWork, Work
+from collective.torch.handles import Work, chained_work
 
 
 def _through_host(tensors: Sequence[torch.Tensor], start: Callable[[list[torch.Tensor]], Work],
@@ -25,7 +25,7 @@ def _through_host(tensors: Sequence[torch.Tensor], start: Callable[[list[torch.T
     ``finish(stages, the engine result)``."""
     stages = [t.detach().to("cpu", copy=True) for t in tensors]
     inner = start(stages)
-    return ChainedWork([inner], lambda results: finish(stages, results[0]), (stages,))
+    return chained_work([inner], lambda results: finish(stages, results[0]), (stages,))
 
 
 def _copied_back(targets: Sequence[torch.Tensor], single: bool) -> Callable[[list[torch.Tensor], Any], Any]:
