@@ -42,6 +42,7 @@ def _route(tensor: torch.Tensor, name: str | None, process_set: ProcessSet) -> M
     """The module that moves ``tensor``'s collective; each has the same functions and signatures."""
     if not cuda_ops.is_cuda(tensor):
         return engine_ops
+    check_tensor(tensor, name)  # a refused tensor fails here, before the route check makes the job's CUDA context
     return cuda_ops if cuda_ops.takes_nccl(tensor, name, process_set) else staged
 
 
@@ -83,7 +84,11 @@ def submit_grouped_allreduce_(tensors: Sequence[torch.Tensor], names: Sequence[s
                               process_set: ProcessSet = global_process_set) -> Work:
     """One grouped allreduce with a name per tensor: the engine negotiates and fuses the group as a unit."""
     targets = list(tensors)
-    route = _route(targets[0], names[0], process_set) if targets else engine_ops
+    if not targets or not cuda_ops.is_cuda(targets[0]):
+        return engine_ops.grouped_allreduce_(targets, names, op, prescale_factor, postscale_factor, process_set)
+    for tensor, member in zip(targets, names):  # every member is checked before the route check (collective)
+        check_tensor(tensor, member)
+    route = _route(targets[0], names[0], process_set)
     return route.grouped_allreduce_(targets, names, op, prescale_factor, postscale_factor, process_set)
 
 
