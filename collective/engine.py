@@ -7,7 +7,8 @@ submits and waits in one step, taking and returning what the communicator's ``ru
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import functools
+from typing import Any, Callable, Sequence
 
 from collective import _native
 from collective._native import CollectiveKind, DType, ReduceOp
@@ -98,16 +99,19 @@ class Engine:
 
 
 def wait_all(engine: Any, requests: Sequence[tuple[int, DType]]) -> list[Any]:
-    """Waits for every (handle, dtype code) of ``requests`` and returns their results in order.
+    """Waits for every (handle, dtype code) of ``requests`` and returns their results in order (see
+    ``wait_each``). ``engine`` is any engine with ``wait`` (the native one or the MPI one)."""
+    return wait_each([functools.partial(engine.wait, handle, code) for handle, code in requests])
 
-    Waits for all of them even after one fails, then raises the first error: until each completes,
-    the engine may still use the memory of the tensors behind them. ``engine`` is any engine with
-    ``wait`` (the native one or the MPI one)."""
+
+def wait_each(waits: Sequence[Callable[[], Any]]) -> list[Any]:
+    """Calls every wait in order and returns their results; waits for all of them even after one
+    fails, then raises the first error: until each completes, the memory behind it may still be in use."""
     results: list[Any] = []
     error: Exception | None = None
-    for handle, code in requests:
+    for wait in waits:
         try:
-            results.append(engine.wait(handle, code))
+            results.append(wait())
         except Exception as exc:  # noqa: BLE001 - re-raised below, once nothing is in flight
             error = error or exc
             results.append(None)

@@ -39,6 +39,7 @@ from collective.errors import CollectiveError, CollectiveTimeoutError, InvalidAr
 from collective.mpi import transfers
 from collective.mpi.buffers import ITEMSIZE, STORAGE, tensor_array
 from collective.mpi.calls import Call, check_agreement, kind_name, validate_call
+from collective.mpi.features import check_supported
 from collective.mpi.negotiation import Table
 from collective.mpi.tracing import MEMCPY_IN, MEMCPY_OUT, QUEUE, EngineTimeline, negotiate_phase_of, now_ns, phase_of
 from collective.reduce_ops import scale_factors
@@ -76,6 +77,7 @@ class _Request:
 class MpiEngine:
     def __init__(self, comm: Any, config: Config) -> None:
         """``comm`` is the runtime's MpiCommunicator; the engine works on the duplicate it reserved."""
+        check_supported(config)  # before anything starts: a native-only feature is refused by name
         self._comm = comm.engine_comm
         self._rank, self._size = int(self._comm.Get_rank()), int(self._comm.Get_size())
         from mpi4py import MPI

@@ -108,11 +108,6 @@ def _naming_graph() -> Any:
     return graph
 
 
-def sub_names(name: str | None, count: int) -> list[str | None]:
-    """Names of the members of a multi-tensor call: ``name.0``, ``name.1``... or all automatic."""
-    return [f"{name}.{i}" for i in range(count)] if name else [None] * count
-
-
 def run(fn: Callable[..., Sequence[np.ndarray]], inputs: Sequence[tf.Tensor], out_dtypes: Sequence[tf.DType],
         out_shapes: Sequence[tf.TensorShape | list | None]) -> list[tf.Tensor]:
     """Runs ``fn`` (numpy arrays in, a sequence of numpy arrays out) on the tensors' values."""

@@ -21,6 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 import tensorflow as tf
 
+from collective.grouped import member_names
 from collective.process_sets import ProcessSet, global_process_set, is_global, rank_number, runtime_for
 from collective.reduce_ops import Average, ReduceOp, Sum, resolve_op as _resolve_op
 from collective.runtime import rank
@@ -33,7 +34,6 @@ from collective.tensorflow.bridge import (
     not_converted,
     op_name,
     run,
-    sub_names,
 )
 from collective.tensorflow.compression import Compression, Compressor
 from collective.errors import CollectiveError
@@ -226,6 +226,15 @@ def _allgather_dense(tensors: Sequence[tf.Tensor], names: Sequence[str | None],
     return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
 
 
+def _group(kind: str, tensors: Sequence[Any], name: str | None, process_set: ProcessSet
+           ) -> tuple[list[Any], list[str | None]]:
+    """A grouped call's tensors and member names, once this rank is checked to be in ``process_set``.
+    An empty group names nothing: in a graph a name takes a number."""
+    _check_member(process_set)
+    tensors = list(tensors)
+    return tensors, member_names(op_name(kind, name), len(tensors)) if tensors else []
+
+
 @not_converted
 def allgather(tensor: Any, name: str | None = None, ignore_name_scope: bool = False,
               process_set: ProcessSet = global_process_set) -> tf.Tensor:
@@ -243,11 +252,9 @@ def grouped_allgather(tensors: Sequence[Any], name: str | None = None,
                       ignore_name_scope: bool = False,
                       process_set: ProcessSet = global_process_set) -> list[tf.Tensor]:
     """Allgathers every tensor (as ``allgather``), negotiated together."""
-    _check_member(process_set)
-    tensors = list(tensors)
+    tensors, names = _group("grouped_allgather", tensors, name, process_set)
     if not tensors:
         return []
-    names = sub_names(op_name("grouped_allgather", name), len(tensors))
     carried, originals = zip(*[_as_bits(tf.convert_to_tensor(t)) for t in tensors])
     gathered = _allgather_dense([as_tensor(t, n) for t, n in zip(carried, names)], names, process_set)
     return [_from_bits(g, o) for g, o in zip(gathered, originals)]
@@ -415,11 +422,9 @@ def grouped_reducescatter(tensors: Sequence[Any], device_dense: str = "",
                           name: str | None = None,
                           process_set: ProcessSet = global_process_set) -> list[tf.Tensor]:
     """Reducescatters every tensor (as ``reducescatter``), negotiated together."""
-    _check_member(process_set)
-    tensors = list(tensors)
+    tensors, names = _group("grouped_reducescatter", tensors, name, process_set)
     if not tensors:
         return []
-    names = sub_names(op_name("grouped_reducescatter", name), len(tensors))
     return _reducescatter_compressed(tensors, names, compression, op, prescale_factor, postscale_factor, process_set)
 
 

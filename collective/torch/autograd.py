@@ -28,23 +28,27 @@ from collective.torch.ops import (
 )
 
 
-def _reduced(ctx: Any, start: Callable[..., Any], tensors: Any, name: str | None, op: ReduceOp, prescale: float,
-             postscale: float, process_set: ProcessSet) -> Any:
-    """The forward of a reducing op: keeps the reduction for backward, then runs the async op ``start`` on
-    ``tensors`` (one, or a group) to completion."""
+def _reduce_forward(ctx: Any, start: Callable[..., Any], tensors: Any, name: str | None, op: ReduceOp,
+                    prescale: float, postscale: float, process_set: ProcessSet) -> Any:
+    """A reduction's forward: ``start``'s result, with how it reduced kept for the backward."""
     ctx.reduction = (op, prescale, postscale)
     ctx.process_set = process_set
     return synchronize(start(tensors, name=name, op=op, prescale_factor=prescale, postscale_factor=postscale,
                              process_set=process_set))
 
 
+def _single_reduction(start: Callable[..., Any]) -> staticmethod:
+    """The ``forward`` of a one-tensor reduction Function: ``start``'s result, as ``_reduce_forward``."""
+    def forward(ctx: Any, tensor: torch.Tensor, name: str | None, op: ReduceOp, prescale: float,
+                postscale: float, process_set: ProcessSet) -> torch.Tensor:
+        return _reduce_forward(ctx, start, tensor, name, op, prescale, postscale, process_set)
+    return staticmethod(forward)
+
+
 class _Allreduce(torch.autograd.Function):
     """The gradient is the same reduction applied to the incoming gradients."""
 
-    @staticmethod
-    def forward(ctx: Any, tensor: torch.Tensor, name: str | None, op: ReduceOp, prescale: float,
-                postscale: float, process_set: ProcessSet) -> torch.Tensor:
-        return _reduced(ctx, allreduce_async, tensor, name, op, prescale, postscale, process_set)
+    forward = _single_reduction(allreduce_async)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
@@ -58,7 +62,7 @@ class _GroupedAllreduce(torch.autograd.Function):
     def forward(ctx: Any, name: str | None, op: ReduceOp, prescale: float, postscale: float,
                 process_set: ProcessSet, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         ctx.likes = [(t.shape, t.dtype) for t in tensors]
-        return tuple(_reduced(ctx, grouped_allreduce_async, tensors, name, op, prescale, postscale, process_set))
+        return tuple(_reduce_forward(ctx, grouped_allreduce_async, tensors, name, op, prescale, postscale, process_set))
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
@@ -153,10 +157,7 @@ class _Reducescatter(torch.autograd.Function):
     a Sum is the gathered gradient itself, of an Average that divided by size). Scripts ported from
     Horovod train with the learning rates they were tuned for."""
 
-    @staticmethod
-    def forward(ctx: Any, tensor: torch.Tensor, name: str | None, op: ReduceOp, prescale: float,
-                postscale: float, process_set: ProcessSet) -> torch.Tensor:
-        return _reduced(ctx, reducescatter_async, tensor, name, op, prescale, postscale, process_set)
+    forward = _single_reduction(reducescatter_async)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
@@ -171,8 +172,8 @@ class _GroupedReducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, name: str | None, op: ReduceOp, prescale: float, postscale: float,
                 process_set: ProcessSet, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        outputs = tuple(_reduced(ctx, grouped_reducescatter_async, tensors, name, op, prescale, postscale,
-                                 process_set))
+        outputs = tuple(_reduce_forward(ctx, grouped_reducescatter_async, tensors, name, op, prescale, postscale,
+                                        process_set))
         ctx.likes = [(o.shape, o.dtype) for o in outputs]
         return outputs
 

@@ -1,21 +1,17 @@
-"""Collectives on CUDA tensors: NCCL on the current CUDA stream, or host staging when ranks share a GPU
-or the collective is on a process set.
+"""The NCCL route: collectives on CUDA tensors, enqueued on ``torch.cuda.current_stream()``.
 
-The NCCL route enqueues work on ``torch.cuda.current_stream()`` and returns; the handle's ``poll``
-asks a CUDA event and ``synchronize`` waits on it, as Horovod's GPU handles do. NCCL calls are
-issued in the caller's order, so (like torch.distributed) every rank must make its CUDA collectives
-in the same order; the DistributedOptimizer's hooks do. Grouped allreduces (the optimizer's) are
-packed into one fusion buffer on the device per dtype and reduced with one NCCL call.
-
-Host staging copies the tensors to host memory and runs the CPU collective there (the ``cpu_*``
-callables, which take the process set), then copies the result back to the tensor's device. The NCCL
-communicator spans the whole job, so a process set's collectives take that route: they run on the
-set's engine, whose negotiation, fusion, join and stall checks are the set's own.
+Each function enqueues its work and returns an ``event_work``: ``poll`` asks a CUDA event recorded after
+the work and ``synchronize`` waits on it, as Horovod's GPU handles do. NCCL calls are issued in the
+caller's order, so (like torch.distributed) every rank must make its CUDA collectives in the same order;
+the DistributedOptimizer's hooks do. Grouped allreduces (the optimizer's) are packed into one fusion
+buffer on the device per dtype and reduced with one NCCL call. ``route`` says whether a tensor takes this
+route or is staged through host memory (``collective.torch.staged``): the NCCL communicator spans the
+whole job, so a process set's collectives, and ranks that share a GPU, are staged.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -24,10 +20,10 @@ import collective
 from collective._native import CollectiveKind
 from collective.errors import InvalidArgumentError
 from collective.nccl import Route, route_tensor
-from collective.process_sets import ProcessSet, is_global
+from collective.process_sets import ProcessSet, is_global, rank_number
 from collective.reduce_ops import ReduceOp, scale_factors
 from collective.torch.cuda_context import CudaContext, cuda_context
-from collective.torch.handles import poll, register, synchronize
+from collective.torch.handles import Work, event_work
 from collective.torch.tensors import check_tensor, checked_call, label
 
 
@@ -43,58 +39,22 @@ def _context_for(tensor: torch.Tensor, name: str | None = None) -> CudaContext:
     return context
 
 
-def _nccl_context(tensor: torch.Tensor, name: str | None, process_set: ProcessSet) -> CudaContext | None:
-    """The NCCL context for ``tensor``'s collective, or None where it is staged through host memory: on a
-    process set (checked first, since making the job's context takes every rank of the job), or where
+def takes_nccl(tensor: torch.Tensor, name: str | None, process_set: ProcessSet) -> bool:
+    """Whether ``tensor``'s collective runs on NCCL rather than staged through host memory: not on a
+    process set (checked first, since making the job's context takes every rank of the job), nor where
     ranks share a GPU."""
-    if not is_global(process_set):
-        return None
-    context = _context_for(tensor, name)
-    return None if context.decision.route == Route.HOST_STAGING else context
-
-
-def _through_host(tensors: Sequence[torch.Tensor], start: Callable[[list[torch.Tensor]], int],
-                  finish: Callable[[list[torch.Tensor], Any], Any]) -> int:
-    """Copies ``tensors`` to host memory and starts their CPU collective (``start`` returns its handle);
-    synchronizing the returned handle gives ``finish(stages, the CPU result)``."""
-    stages = [t.detach().to("cpu", copy=True) for t in tensors]
-    inner = start(stages)
-    return register([], lambda _results: finish(stages, synchronize(inner)), (stages,), ready=lambda: poll(inner))
-
-
-def _copied_back(targets: Sequence[torch.Tensor]) -> Callable[[list[torch.Tensor], Any], list[torch.Tensor]]:
-    """The ``finish`` of an in-place staged collective: each stage is written back into its target."""
-    def finish(stages: list[torch.Tensor], _result: Any) -> list[torch.Tensor]:
-        with torch.no_grad():
-            for target, stage in zip(targets, stages):
-                target.copy_(stage)
-        return list(targets)
-    return finish
-
-
-def _moved_to(device: torch.device) -> Callable[[list[torch.Tensor], Any], Any]:
-    """The ``finish`` of an out-of-place staged collective: its result (a tensor, or a tuple whose first
-    item is one) moves to ``device``."""
-    def finish(_stages: list[torch.Tensor], result: Any) -> Any:
-        if isinstance(result, tuple):
-            return (result[0].to(device), *result[1:])
-        return result.to(device)
-    return finish
+    return is_global(process_set) and _context_for(tensor, name).decision.route != Route.HOST_STAGING
 
 
 def _stream(device: torch.device) -> int:
     return int(torch.cuda.current_stream(device).cuda_stream)
 
 
-def _on_stream(device: torch.device, finish: Callable[[], Any], keep_alive: tuple[Any, ...]) -> int:
+def _on_stream(device: torch.device, result: Any, keep_alive: tuple[Any, ...]) -> Work:
     """A handle for work queued on the current stream: ready when a CUDA event recorded after it is."""
     event = torch.cuda.Event()
     event.record(torch.cuda.current_stream(device))
-
-    def done(_results: list[Any]) -> Any:
-        event.synchronize()
-        return finish()
-    return register([], done, keep_alive, ready=event.query)
+    return event_work(event, lambda _done: result, keep_alive)
 
 
 def _scale(buffer: torch.Tensor, factor: float) -> None:
@@ -128,18 +88,9 @@ def _reduce(context: CudaContext, buffer: torch.Tensor, code: int, op: ReduceOp,
     _finish(buffer, op, postscale)
 
 
-def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], names: Sequence[str | None], op: ReduceOp,
-                             prescale: float, postscale: float, process_set: ProcessSet,
-                             cpu_grouped: Callable[..., int]) -> int:
-    """In place; ``cpu_grouped`` is the engine's grouped allreduce, for host staging."""
-    prescale, postscale = scale_factors(prescale, postscale)
-    targets = list(tensors)
-    codes = [check_tensor(t, n) for t, n in zip(targets, names)]
-    context = _nccl_context(targets[0], names[0], process_set)
-    if context is None:
-        return _through_host(targets, lambda stages: cpu_grouped(stages, names, op, prescale, postscale,
-                                                                 process_set=process_set),
-                             _copied_back(targets))
+def _reduce_group(context: CudaContext, targets: list[torch.Tensor], codes: list[int], op: ReduceOp,
+                  prescale: float, postscale: float) -> list[torch.Tensor]:
+    """Allreduces ``targets`` in place, one NCCL call per dtype; returns the fusion buffers in use."""
     buffers = []
     with torch.no_grad():
         for code in dict.fromkeys(codes):
@@ -159,33 +110,42 @@ def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], names: Sequence[st
                 member.copy_(fused[offset:offset + member.numel()].view_as(member))
                 offset += member.numel()
             buffers.append(fused)
-    return _on_stream(context.device, lambda: targets, (targets, buffers))
+    return buffers
 
 
-def allreduce_async_(tensor: torch.Tensor, name: str | None, op: ReduceOp, prescale: float, postscale: float,
-                     process_set: ProcessSet, cpu_grouped: Callable[..., int]) -> int:
-    """In place; ``synchronize`` returns ``tensor``."""
-    handle = grouped_allreduce_async_([tensor], [name], op, prescale, postscale, process_set, cpu_grouped)
-    return register([], lambda _r: synchronize(handle)[0], (tensor,), ready=lambda: poll(handle))
+def grouped_allreduce_(tensors: Sequence[torch.Tensor], names: Sequence[str | None], op: ReduceOp,
+                       prescale: float, postscale: float, process_set: ProcessSet) -> Work:
+    """In place; the result is the list of tensors."""
+    prescale, postscale = scale_factors(prescale, postscale)
+    targets = list(tensors)
+    codes = [check_tensor(t, n) for t, n in zip(targets, names)]
+    context = _context_for(targets[0], names[0])
+    buffers = _reduce_group(context, targets, codes, op, prescale, postscale)
+    return _on_stream(context.device, targets, (targets, buffers))
 
 
-def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None, process_set: ProcessSet,
-                     cpu_broadcast: Callable[..., int]) -> int:
-    """In place; ``root_rank`` is a global rank, also on a process set."""
+def allreduce_(tensor: torch.Tensor, name: str | None, op: ReduceOp, prescale: float, postscale: float,
+               process_set: ProcessSet) -> Work:
+    """In place; the result is ``tensor``."""
+    prescale, postscale = scale_factors(prescale, postscale)
     code = check_tensor(tensor, name)
-    context = _nccl_context(tensor, name, process_set)
-    if context is None:
-        copy_back = _copied_back([tensor])
-        return _through_host([tensor],
-                             lambda stages: cpu_broadcast(stages[0], root_rank, name, process_set=process_set),
-                             lambda stages, result: copy_back(stages, result)[0])
+    context = _context_for(tensor, name)
+    buffers = _reduce_group(context, [tensor], [code], op, prescale, postscale)
+    return _on_stream(context.device, tensor, (tensor, buffers))
+
+
+def broadcast_(tensor: torch.Tensor, root_rank: int, name: str | None, process_set: ProcessSet) -> Work:
+    """In place; ``root_rank`` is a global rank."""
+    root_rank = rank_number(root_rank, "root_rank")
+    code = check_tensor(tensor, name)
+    context = _context_for(tensor, name)
     checked_call(CollectiveKind.BROADCAST, tensor, name, root=int(root_rank))
     work = tensor.detach() if tensor.is_contiguous() else tensor.detach().contiguous()
     context.comm.broadcast(work.data_ptr(), work.data_ptr(), work.numel(), code, int(root_rank), _stream(work.device))
     if work.data_ptr() != tensor.data_ptr():
         with torch.no_grad():
             tensor.copy_(work)
-    return _on_stream(context.device, lambda: tensor, (tensor, work))
+    return _on_stream(context.device, tensor, (tensor, work))
 
 
 def _rows_everywhere(rows: int, name: str | None) -> list[int]:
@@ -194,13 +154,9 @@ def _rows_everywhere(rows: int, name: str | None) -> list[int]:
     return [int(r) for r in gathered]
 
 
-def allgather_async(tensor: torch.Tensor, name: str | None, process_set: ProcessSet,
-                    cpu_allgather: Callable[..., int]) -> int:
+def allgather(tensor: torch.Tensor, name: str | None, process_set: ProcessSet) -> Work:
     code = check_tensor(tensor, name)
-    context = _nccl_context(tensor, name, process_set)
-    if context is None:  # the engine checks the call against the set's ranks
-        return _through_host([tensor], lambda stages: cpu_allgather(stages[0], name, process_set=process_set),
-                             _moved_to(tensor.device))
+    context = _context_for(tensor, name)
     checked_call(CollectiveKind.ALLGATHER, tensor, name)
     work = tensor.detach().contiguous()
     rows = _rows_everywhere(work.shape[0], name)
@@ -215,16 +171,12 @@ def allgather_async(tensor: torch.Tensor, name: str | None, process_set: Process
         size = collective.size()
         context.comm.exchange(work.data_ptr(), [work.numel()] * size, [0] * size, out.data_ptr(), counts, offsets,
                               code, stream)
-    return _on_stream(context.device, lambda: out, (work, out))
+    return _on_stream(context.device, out, (work, out))
 
 
-def alltoall_async(tensor: torch.Tensor, splits: Any, name: str | None, process_set: ProcessSet,
-                   cpu_alltoall: Callable[..., int]) -> int:
+def alltoall(tensor: torch.Tensor, splits: Any, name: str | None, process_set: ProcessSet) -> Work:
     code = check_tensor(tensor, name)
-    context = _nccl_context(tensor, name, process_set)
-    if context is None:
-        return _through_host([tensor], lambda stages: cpu_alltoall(stages[0], splits, name, process_set=process_set),
-                             _moved_to(tensor.device))
+    context = _context_for(tensor, name)
     work = tensor.detach().contiguous()
     send_rows = checked_call(CollectiveKind.ALLTOALL, work, name, splits=splits)
     received = [int(r) for r in collective.alltoall(np.array(send_rows, np.int64),
@@ -237,17 +189,13 @@ def alltoall_async(tensor: torch.Tensor, splits: Any, name: str | None, process_
                           out.data_ptr(), recv_counts, [int(x) for x in np.cumsum([0, *recv_counts[:-1]])],
                           code, _stream(work.device))
     received_splits = torch.tensor(received, dtype=torch.int32)
-    return _on_stream(context.device, lambda: (out, received_splits), (work, out))
+    return _on_stream(context.device, (out, received_splits), (work, out))
 
 
-def reducescatter_async(tensor: torch.Tensor, name: str | None, op: ReduceOp, prescale: float, postscale: float,
-                        process_set: ProcessSet, cpu_reducescatter: Callable[..., int]) -> int:
+def reducescatter(tensor: torch.Tensor, name: str | None, op: ReduceOp, prescale: float, postscale: float,
+                  process_set: ProcessSet) -> Work:
     code = check_tensor(tensor, name)
-    context = _nccl_context(tensor, name, process_set)
-    if context is None:  # the engine checks the call against the set's ranks
-        return _through_host([tensor], lambda stages: cpu_reducescatter(stages[0], name, op, prescale, postscale,
-                                                                        process_set=process_set),
-                             _moved_to(tensor.device))
+    context = _context_for(tensor, name)
     checked_call(CollectiveKind.REDUCESCATTER, tensor, name)
     size, rank = collective.size(), collective.rank()
     rows = tensor.shape[0]
@@ -266,4 +214,4 @@ def reducescatter_async(tensor: torch.Tensor, name: str | None, op: ReduceOp, pr
             # NCCL's reduce-scatter needs equal shares; uneven rows reduce whole and keep this rank's.
             _reduce(context, work.view(-1), code, op, prescale, postscale)
             out = work[start:start + mine].clone()
-    return _on_stream(context.device, lambda: out, (work, out))
+    return _on_stream(context.device, out, (work, out))

@@ -16,6 +16,7 @@ import torch
 from collective.reduce_ops import Average, ReduceOp
 from collective.torch.compression import Compressor
 from collective.process_sets import ProcessSet, global_process_set
+from collective.torch.handles import Work
 from collective.torch.ops import allreduce_async_, submit_grouped_allreduce_, synchronize
 from collective.torch.sparse import sparse_allreduce_async
 
@@ -26,7 +27,7 @@ TOO_MANY_BACKWARDS = ("Gradients were computed more than backward_passes_per_ste
 @dataclass
 class _Submission:
     params: tuple[torch.Tensor, ...]
-    handle: int
+    handle: Work
     sent: list[torch.Tensor]  # what travels: the gradients themselves, or their compressed copies
     contexts: list[Any]
     sparse: bool = False      # a sparse gradient: its result is a new tensor that replaces p.grad

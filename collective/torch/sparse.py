@@ -8,17 +8,9 @@ import torch
 from collective.errors import InvalidArgumentError
 from collective.reduce_ops import Average, ReduceOp, Sum
 from collective.process_sets import ProcessSet, global_process_set, runtime_for
-from collective.torch.handles import poll, register, synchronize
+from collective.torch.handles import Work, chained_work
 from collective.torch.ops import allgather_async, resolve_op
 from collective.torch.tensors import label
-
-
-class SparseHandle(int):
-    """A handle ``poll`` and ``synchronize`` take like any other. Horovod's is a function that returns
-    the result, so calling it works too."""
-
-    def __call__(self) -> torch.Tensor:
-        return synchronize(self)
 
 
 def _part(name: str | None, part: str) -> str | None:
@@ -26,7 +18,7 @@ def _part(name: str | None, part: str) -> str | None:
 
 
 def sparse_allreduce_async(tensor: torch.Tensor, name: str | None = None, op: ReduceOp = Average,
-                           process_set: ProcessSet = global_process_set) -> SparseHandle:
+                           process_set: ProcessSet = global_process_set) -> Work:
     """Starts reducing the sparse COO ``tensor`` across the ranks of ``process_set``; ``synchronize`` (or
     calling the handle) returns a sparse tensor of the same shape with every member's entries, their values
     divided by the set's size for Average. Only Sum and Average are sparse reductions."""
@@ -44,11 +36,10 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str | None = None, op: Re
     indices_handle = allgather_async(indices, _part(name, "indices"), process_set)
     shape = tensor.shape
 
-    def finish(_results: list) -> torch.Tensor:
-        gathered_values = synchronize(values_handle)
-        gathered_indices = synchronize(indices_handle)
+    def finish(results: list[torch.Tensor]) -> torch.Tensor:
+        gathered_values, gathered_indices = results
         if reduce_op == Average:
             gathered_values = gathered_values / members
         return torch.sparse_coo_tensor(gathered_indices.t(), gathered_values, shape)
-    return SparseHandle(register([], finish, (indices, values),
-                                 ready=lambda: poll(values_handle) and poll(indices_handle)))
+    # Like any handle, it can be called for its result, as Horovod's sparse handle (a function) is.
+    return chained_work([values_handle, indices_handle], finish, (indices, values))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -168,3 +170,30 @@ def test_stalled_requests_expire_by_the_round_every_rank_agrees_on() -> None:
     # A rank whose clock said round 4 fails only "early" (announced in round 4), still missing rank 1.
     assert [(name, missing) for name, _, missing in table.take_stalled(4)] == [("early", [1])]
     assert list(table.pending) == ["late"] and table.take_stalled(-1) == []
+
+
+def test_the_mpi_engines_feature_set_is_frozen_and_documented() -> None:
+    """The MPI engine is a separate backend with a fixed feature set (README, "How it works"): a change
+    to it is a change to this table, to the README, and to this test."""
+    from collective.mpi.features import FEATURES
+
+    supported = {name for name, feature in FEATURES.items() if feature.supported}
+    assert supported == {"negotiation", "fusion", "response cache", "timeline", "join", "stall inspector",
+                         "process sets"}
+    assert set(FEATURES) - supported == {"grouped negotiation", "hierarchical allreduce", "blame of a dead peer"}
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    for name in FEATURES:
+        assert name in readme, f"README's How it works does not say what the MPI backend does about {name}"
+
+
+def test_a_native_only_feature_is_refused_by_name_on_the_mpi_backend() -> None:
+    from collective.mpi.engine import MpiEngine
+    from collective.mpi.features import check_supported
+
+    check_supported(Config(backend="mpi"))
+    check_supported(Config(backend="mpi", hierarchical_allreduce=False))
+    with pytest.raises(InvalidArgumentError, match=r"hierarchical_allreduce=True .* native engine only"):
+        check_supported(config_from_env(environ={"COLLECTIVE_BACKEND": "mpi", "HOROVOD_HIERARCHICAL_ALLREDUCE": "1"}))
+    # The engine refuses it before it touches MPI (hvd.init starts the engine, so init fails with it).
+    with pytest.raises(InvalidArgumentError, match="hierarchical_allreduce"):
+        MpiEngine(None, Config(backend="mpi", hierarchical_allreduce=True))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 import collective.torch as hvd
-from collective.torch import cuda_context, cuda_ops, ops
+from collective.torch import cuda_context, staged
 from common import Cases, report
 
 torch.set_num_threads(1)
@@ -132,34 +132,32 @@ def main() -> None:
         raise."""
         members, me = mine.ranks, mine.rank()
         x = torch.full((2, 3), float(rank + 1), dtype=torch.float64)
-        got = hvd.synchronize(cuda_ops.allreduce_async_(x, "staged.sum", hvd.Sum, 1.0, 1.0, mine,
-                                                        ops.submit_grouped_allreduce_))
+        got = hvd.synchronize(staged.allreduce_(x, "staged.sum", hvd.Sum, 1.0, 1.0, mine))
         if got is not x:
             failures.append("staged allreduce_ did not return its tensor")
         close("staged allreduce_ Sum", x, torch.full((2, 3), float(sum(r + 1 for r in members)), dtype=torch.float64))
         pair_of = [torch.full((4,), float(rank), dtype=torch.float64), torch.arange(3, dtype=torch.float64) * rank]
-        got = hvd.synchronize(cuda_ops.grouped_allreduce_async_(pair_of, ["staged.g0", "staged.g1"], hvd.Average,
-                                                                1.0, 2.0, mine, ops.submit_grouped_allreduce_))
+        got = hvd.synchronize(staged.grouped_allreduce_(pair_of, ["staged.g0", "staged.g1"], hvd.Average,
+                                                        1.0, 2.0, mine))
         mean = sum(members) / len(members)
         close("staged grouped Average (postscale 2)", got[0], torch.full((4,), 2 * mean, dtype=torch.float64))
         close("staged grouped member 1", pair_of[1], torch.arange(3, dtype=torch.float64) * 2 * mean)
         y = torch.full((3,), float(rank), dtype=torch.float64)
-        hvd.synchronize(cuda_ops.broadcast_async_(y, members[-1], "staged.bcast", mine, ops.broadcast_async_))
+        hvd.synchronize(staged.broadcast_(y, members[-1], "staged.bcast", mine))
         close("staged broadcast from a global root", y, torch.full((3,), float(members[-1]), dtype=torch.float64))
         rows = torch.full((rank + 1, 2), float(rank), dtype=torch.float64)
-        got = hvd.synchronize(cuda_ops.allgather_async(rows, "staged.gather", mine, ops.allgather_async))
+        got = hvd.synchronize(staged.allgather(rows, "staged.gather", mine))
         close("staged allgather (uneven rows)", got,
               torch.cat([torch.full((r + 1, 2), float(r), dtype=torch.float64) for r in members]))
         splits = [i + 1 for i in range(len(members))]
         send = torch.cat([torch.full((n, 1), float(10 * rank + i), dtype=torch.float64) for i, n in enumerate(splits)])
-        out, received = hvd.synchronize(cuda_ops.alltoall_async(send, splits, "staged.a2a", mine, ops.alltoall_async))
+        out, received = hvd.synchronize(staged.alltoall(send, splits, "staged.a2a", mine))
         close("staged alltoall", out, torch.cat([torch.full((me + 1, 1), float(10 * r + me), dtype=torch.float64)
                                                  for r in members]))
         if received.tolist() != [me + 1] * len(members):
             failures.append(f"staged alltoall received splits {received.tolist()}")
         table = torch.arange(2 * len(members) + 1, dtype=torch.float64).unsqueeze(1) * (rank + 1)
-        got = hvd.synchronize(cuda_ops.reducescatter_async(table, "staged.rs", hvd.Sum, 1.0, 1.0, mine,
-                                                           ops.reducescatter_async))
+        got = hvd.synchronize(staged.reducescatter(table, "staged.rs", hvd.Sum, 1.0, 1.0, mine))
         start = 2 * me + min(me, 1)
         total = torch.arange(2 * len(members) + 1, dtype=torch.float64).unsqueeze(1) * sum(r + 1 for r in members)
         close("staged reducescatter (one extra row)", got, total[start:start + 2 + (1 if me < 1 else 0)])
