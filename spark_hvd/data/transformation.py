@@ -29,7 +29,13 @@ def apply_transformation(batch: dict[str, np.ndarray], fn: Callable[[Row], Row] 
     rows = len(batch[names[0]]) if names else 0
     transformed = []
     for i in range(rows):
-        result = fn({name: batch[name][i] for name in names})
+        row = {name: batch[name][i] for name in names}
+        try:
+            result = fn(row)
+        except Exception as e:
+            # The user's own error, as raised, with which row it was (an image's origin names its file).
+            e.add_note(f"transformation_fn failed on row {i} of a batch of {rows}{_row_origin(row)}")
+            raise
         if not isinstance(result, dict):
             raise InputError(f"transformation_fn must return a dict of column -> value for each row, "
                              f"got {type(result).__name__}")
@@ -40,7 +46,7 @@ def apply_transformation(batch: dict[str, np.ndarray], fn: Callable[[Row], Row] 
         missing = [i for i, row in enumerate(transformed) if name not in row]
         if missing:
             raise InputError(f"transformation_fn returned column {name!r} for some rows but not row {missing[0]}")
-        out[name] = np.stack([np.asarray(row[name]) for row in transformed]) if transformed else batch[name]
+        out[name] = _stacked(name, [row[name] for row in transformed]) if transformed else batch[name]
     for name in removed_fields or ():
         out.pop(name, None)
     for field in edit_fields or ():
@@ -60,3 +66,45 @@ def _apply_edit_field(batch: dict[str, np.ndarray], field: Sequence[Any]) -> Non
         per_row = tuple(-1 if d is None else int(d) for d in shape)
         values = values.reshape((len(values), *per_row))
     batch[name] = values
+
+
+def _stacked(name: str, values: list[Any]) -> np.ndarray:
+    """One column of the transformed rows as a (rows, *shape) array; InputError naming the column and the
+    first two shapes that differ (a model takes one shape per column)."""
+    arrays = [np.asarray(value) for value in values]
+    first = arrays[0].shape
+    for i, array in enumerate(arrays):
+        if array.shape != first:
+            raise InputError(f"transformation_fn returned column {name!r} with shape {first} for row 0 of the "
+                             f"batch but {array.shape} for row {i}; a column must have one shape in every row "
+                             "(pad or truncate it in transformation_fn)")
+    return np.stack(arrays)
+
+
+def require_model_ready(batch: dict[str, np.ndarray], names: Sequence[str]) -> None:
+    """InputError naming a column that still holds encoded values (bytes, text, arrays of varying lengths,
+    images of their own size) where the model needs numbers: transformation_fn must decode it."""
+    for name in names:
+        values = batch[name]
+        if values.dtype == object:
+            example = type(values[0]).__name__ if len(values) else "object"
+            raise InputError(f"column {name!r} holds {example} values, which cannot be fed to a model as they "
+                             "are; give a transformation_fn that decodes each row into numbers of one shape "
+                             "(see the data page of the docs)")
+
+
+def _row_origin(row: dict[str, Any]) -> str:
+    """Where a row came from, when the batch says: a ``path`` column (Spark's binaryFile source)."""
+    path = row.get("path")
+    return f" (path {path!r})" if isinstance(path, str) else ""
+
+
+def require_transformation_for(specs: Sequence[Any], transformation_fn: Any) -> None:
+    """InputError before launch when an encoded column (binary, string, image) would reach the model with
+    no transformation_fn to decode it."""
+    encoded = [spec for spec in specs if spec.encoded]
+    if encoded and transformation_fn is None:
+        listed = ", ".join(f"{spec.name!r} ({spec.kind})" for spec in encoded)
+        raise InputError(f"column(s) {listed} hold encoded values, which cannot be fed to a model as they are; "
+                         "give a transformation_fn that decodes each row into numbers of one shape (see the "
+                         "data page of the docs)")
