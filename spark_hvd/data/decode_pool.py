@@ -308,6 +308,8 @@ class DecodePool:
 
     def _await(self, run: _Run, seq: int) -> tuple[str, Any, _Worker]:
         """The worker's answer for batch ``seq``, reading answers as they come (in any order)."""
+        if run.stopped:
+            raise _Stopped()
         poller = select.poll()
         by_fd = {}
         for worker in self._live:
@@ -376,8 +378,8 @@ class DecodePool:
             place = run.places.get(worker.outstanding[0])
             if place is not None:
                 held = f", holding {place.describe()}"
-        return DecodeWorkerDied(f"{self._who()}: {self._worker_name(worker)} {how}{held}; the fit cannot go on "
-                                "without its batches")
+        return DecodeWorkerDied(f"{self._who()}: the {self.split} feed's decode worker {worker.index} (pid "
+                                f"{worker.proc.pid}) {how}{held}; the fit cannot go on without its batches")
 
     def _user_error(self, report: dict[str, Any], place: BatchPlace, worker: _Worker) -> BaseException:
         exc = _rebuilt(report)
