@@ -21,7 +21,8 @@ import sys
 
 import os
 
-if __name__ == "__main__" and sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if __name__ == "__main__" and sys.path and os.path.abspath(sys.path[0]) == _HERE:
     # Run as a script: this folder is sys.path[0], where its modules would shadow top-level names.
     del sys.path[0]
 
@@ -56,11 +57,21 @@ def read_message(fd: int) -> Any:
     data = _read_exact(fd, length)
     buffers = []
     for size in sizes:
-        # Writable memory, so that arrays built over it are writable (torch.from_numpy warns otherwise).
-        buffer = bytearray(size)
-        _read_into(fd, memoryview(buffer))
+        # Writable memory, so that arrays built over it are writable (torch.from_numpy warns otherwise);
+        # numpy's is not zeroed first, as a bytearray would be.
+        buffer = _empty(size)
+        _read_into(fd, memoryview(buffer).cast("B"))
         buffers.append(buffer)
     return pickle.loads(data, buffers=buffers)
+
+
+def _empty(size: int) -> Any:
+    try:
+        import numpy
+
+        return numpy.empty(size, numpy.uint8)
+    except ImportError:
+        return bytearray(size)
 
 
 def _write_all(fd: int, view: memoryview) -> None:
@@ -109,7 +120,7 @@ def error_report(exc: BaseException, batch: dict[str, Any] | None, row: int | No
 
 def _user_frames(tb: Any) -> Any:
     """The traceback from the first frame outside this file and transformation.py (the user's code)."""
-    ours = {os.path.abspath(__file__), os.path.join(os.path.dirname(os.path.abspath(__file__)), "transformation.py")}
+    ours = {os.path.abspath(__file__), os.path.join(_HERE, "transformation.py")}
     first = tb
     while first is not None and os.path.abspath(first.tb_frame.f_code.co_filename) in ours:
         first = first.tb_next
@@ -143,7 +154,7 @@ def _load_transformation() -> Any:
     """transformation.py from its file, without importing the spark_hvd package around it."""
     import importlib.util
 
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "transformation.py")
+    path = os.path.join(_HERE, "transformation.py")
     spec = importlib.util.spec_from_file_location("_spark_hvd_decode_transformation", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -72,7 +72,8 @@ def apply_transformation(batch: dict[str, np.ndarray], fn: Callable[[Row], Row] 
     for name in columns:
         missing = [i for i, row in enumerate(transformed) if name not in row]
         if missing:
-            raise _input_error(f"transformation_fn returned column {name!r} for some rows but not row {missing[0]}")
+            raise _input_error(f"transformation_fn returned column {name!r} for some rows but not row "
+                               f"{missing[0]}")
         out[name] = np.stack([np.asarray(row[name]) for row in transformed]) if transformed else batch[name]
     for name in removed_fields or ():
         out.pop(name, None)

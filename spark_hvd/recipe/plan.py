@@ -119,7 +119,8 @@ class FitPlan:
         feeds = {}
         for split, reader in self.readers(rank, size).items():
             count = (workers or {}).get(split)
-            count = self.reader_workers(split, transformation is not None, ranks_on_host) if count is None else count
+            if count is None:
+                count = self.reader_workers(split, transformation is not None, ranks_on_host)
             feeds[split] = RankFeed(reader, steps[split], transformation, workers=count)
         return feeds
 
@@ -133,7 +134,8 @@ class FitPlan:
             if isinstance(count, bool) or not isinstance(count, int) or count < 0:
                 raise ValueError(f"{split}_reader_num_workers must be an integer of 0 or more, got {count!r}")
             return count if has_transformation else 0
-        return default_reader_workers(has_transformation, _ranks_on_host() if ranks_on_host is None else ranks_on_host)
+        ranks_on_host = _ranks_on_host() if ranks_on_host is None else ranks_on_host
+        return default_reader_workers(has_transformation, ranks_on_host)
 
 
 def _ranks_on_host() -> int:

@@ -78,7 +78,8 @@ def test_0_1_and_3_workers_give_the_same_batches_in_the_same_order(store, feeds)
     _same(results[0], results[3])
     # The epochs differ (a reshuffle each), and a lambda works too.
     assert results[0][0]["id"].tolist() != results[0][14]["id"].tolist()
-    feed = RankFeed(_reader(store), steps=3, transformation=Transformation(lambda row: {"id": row["id"] * 3}), workers=2)
+    feed = RankFeed(_reader(store), steps=3, workers=2,
+                    transformation=Transformation(lambda row: {"id": row["id"] * 3}))
     feeds.append(feed)
     assert [b["id"].tolist() for b in feed.epoch(0)] == [(b["id"] * 3).tolist() for b in
                                                            itertools.islice(_reader(store).batches(0), 3)]
