@@ -77,7 +77,7 @@ def test_a_corrupt_image_fails_with_the_users_decode_error_naming_its_path(local
         _torch_estimator(store, _image_net(), "content", transformation_fn=dl.decode_image, epochs=1).fit(df)
     message = str(failure.value)
     assert "UnidentifiedImageError" in message, message
-    assert "transformation_fn failed on row" in message and "0-corrupt-0.jpg" in message, message
+    assert "transformation_fn raised this on the train split" in message and "0-corrupt-0.jpg" in message, message
 
 
 def test_spark_image_source_rows_arrive_as_height_width_channels_pixels(local_spark, store, tmp_path) -> None:
