@@ -15,8 +15,9 @@ from spark_hvd.data.materialize import materialization_key, materialize, materia
 from spark_hvd.data.materialized import DataFile, Materialized
 from spark_hvd.data.readers import make_reader
 from spark_hvd.data.shard_reader import ShardReader
+from spark_hvd.data.transformation import BatchTransformation
 
 __all__ = [
-    "ColumnSpec", "DataFile", "Materialized", "ShardReader", "check_input", "check_schema", "make_reader",
+    "BatchTransformation", "ColumnSpec", "DataFile", "Materialized", "ShardReader", "check_input", "check_schema", "make_reader",
     "materialization_key", "materialize", "materialize_checked", "steps_per_epoch",
 ]

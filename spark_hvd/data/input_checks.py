@@ -8,11 +8,13 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 from spark_hvd.data.column_stats import VALIDATION_FLAG, VALIDATION_NULL, ColumnCounter, StatsJob, merge_stats
-from spark_hvd.data.columns import NUMERIC_TYPES, VECTOR_DTYPE, ColumnSpec, column_ref, is_vector_type
+from spark_hvd.data.columns import (ENCODED_KINDS, NUMERIC_TYPES, VECTOR_DTYPE, ColumnSpec, column_ref, is_image_type,
+                                    is_vector_type)
 from spark_hvd.data.validation_split import normalized_validation, validation_flag
 from spark_hvd.errors import InputError
 
-SUPPORTED = "numeric scalars, fixed-length arrays of numbers, or ml Vectors"
+SUPPORTED = ("numeric scalars, arrays of numbers (fixed-length, nested to any depth, or of varying lengths for a "
+             "transformation_fn), ml Vectors, binary, string, or Spark's image struct")
 
 
 @dataclass(frozen=True)
@@ -21,16 +23,19 @@ class InputPlan:
 
     names: tuple[str, ...]           # feature, label and sample-weight columns, in that order, once each
     types: dict[str, Any]            # name -> Spark DataType
-    kinds: dict[str, str]            # name -> "scalar", "array" or "vector"
+    kinds: dict[str, str]            # name -> one of columns.KINDS ("array" may turn out "ragged")
     validation: float | str | None   # normalised
     check_finite: bool
+    # Whether arrays of varying lengths are taken (a transformation_fn will make them model-ready).
+    ragged_ok: bool = False
 
     def is_floating(self, name: str) -> bool:
         return _is_floating(self.types[name])
 
     def stats_job(self) -> StatsJob:
-        return StatsJob(self.names, tuple(self.kinds[n] != "scalar" for n in self.names),
-                        tuple(self.is_floating(n) for n in self.names))
+        return StatsJob(self.names, tuple(_list_depth(self.types[n], self.kinds[n]) for n in self.names),
+                        tuple(self.is_floating(n) for n in self.names),
+                        tuple(self.kinds[n] in ENCODED_KINDS for n in self.names))
 
     def schema_specs(self) -> dict[str, ColumnSpec]:
         """The specs as far as the schema knows them: an array's length is only known from the data."""
@@ -53,13 +58,17 @@ def check_input(df: Any, feature_cols: Sequence[str] | str, label_cols: Sequence
 
 def check_schema(df: Any, feature_cols: Sequence[str] | str, label_cols: Sequence[str] | str,
                  sample_weight_col: str | None = None, validation: float | str | None = None,
-                 check_finite: bool = True) -> InputPlan:
-    """What the schema tells: every column exists and has a type a model can take; InputError if not."""
+                 check_finite: bool = True, ragged_ok: bool = False, carried: Sequence[str] = ()) -> InputPlan:
+    """What the schema tells: every column exists and has a type a model can take; InputError if not.
+    ``ragged_ok``: arrays of varying lengths are taken as they are (a transformation_fn will pad them);
+    ``carried``: columns written beside the others where the DataFrame has them, for transformation_fn's
+    rows (a binaryFile DataFrame's ``path``, which also names a row that fails to decode)."""
     validation = normalized_validation(validation)
     features = _names("feature_cols", feature_cols)
     labels = _names("label_cols", label_cols)
-    wanted = list(dict.fromkeys([*features, *labels, *([sample_weight_col] if sample_weight_col else [])]))
     fields = {field.name: field for field in df.schema.fields}
+    extra = [name for name in carried if name in fields and name != validation]
+    wanted = list(dict.fromkeys([*features, *labels, *([sample_weight_col] if sample_weight_col else []), *extra]))
     missing = [name for name in [*wanted, *_validation_column(validation)] if name not in fields]
     if missing:
         raise InputError(f"column(s) {', '.join(repr(m) for m in missing)} not in the DataFrame; "
@@ -70,7 +79,7 @@ def check_schema(df: Any, feature_cols: Sequence[str] | str, label_cols: Sequenc
         raise InputError(f"sample_weight_col {sample_weight_col!r} must be a numeric scalar column, "
                          f"not {fields[sample_weight_col].dataType.simpleString()}")
     return InputPlan(tuple(wanted), {name: fields[name].dataType for name in wanted}, kinds, validation,
-                     check_finite)
+                     check_finite, ragged_ok)
 
 
 def plan_for_specs(df: Any, columns: dict[str, ColumnSpec], validation: float | str | None) -> InputPlan:
@@ -94,7 +103,7 @@ def specs_from_stats(plan: InputPlan, stats: dict[str, Any]) -> dict[str, Column
         if non_finite:
             raise InputError(f"column {name!r} has {non_finite} row(s) with NaN or infinite values in "
                              f"{stats['rows']} rows; drop or fix them, or pass check_finite=False")
-        specs[name] = _spec(name, plan.types[name], plan.kinds[name], stats)
+        specs[name] = _spec(name, plan.types[name], plan.kinds[name], stats, plan.ragged_ok)
     if isinstance(plan.validation, str):
         _check_validation_rows(plan.validation, stats)
     return specs
@@ -124,8 +133,9 @@ def scan_stats(df: Any, plan: InputPlan) -> dict[str, Any]:
 
 def _count_partition(job: StatsJob, batches: Iterator[Any]) -> Iterator[Any]:
     import pyarrow as pa
+    from pyspark import TaskContext
 
-    counter = ColumnCounter(job)
+    counter = ColumnCounter(job, TaskContext.get().partitionId())
     for batch in batches:
         counter.add(batch)
     yield pa.RecordBatch.from_pydict({"stats": [json.dumps(counter.stats)]})
@@ -143,7 +153,25 @@ def _as_array(plan: InputPlan, name: str) -> Any:
 def _dtype(data_type: Any, kind: str) -> str:
     if kind == "vector":
         return VECTOR_DTYPE
-    return NUMERIC_TYPES[(data_type.elementType if kind == "array" else data_type).typeName()]
+    if kind in ("binary", "string", "image"):
+        return "object"
+    return NUMERIC_TYPES[_element_type(data_type).typeName()]
+
+
+def _element_type(data_type: Any) -> Any:
+    while data_type.typeName() == "array":
+        data_type = data_type.elementType
+    return data_type
+
+
+def _list_depth(data_type: Any, kind: str) -> int:
+    """How many levels of lists the column has as Parquet holds it (a vector is written as one)."""
+    if kind == "vector":
+        return 1
+    depth = 0
+    while kind in ("array", "nested", "ragged") and data_type.typeName() == "array":
+        depth, data_type = depth + 1, data_type.elementType
+    return depth
 
 
 def _names(param: str, value: Sequence[str] | str) -> list[str]:
@@ -174,14 +202,18 @@ def _check_validation(validation: Any, fields: dict[str, Any], wanted: list[str]
 
 
 def _column_kind(data_type: Any, name: str) -> str:
-    """'scalar', 'array' or 'vector'; InputError for anything else."""
+    """One of columns.KINDS (an "array" whose lengths vary is found "ragged" later); InputError for others."""
     if is_vector_type(data_type):
         return "vector"
     type_name = data_type.typeName()
     if type_name in NUMERIC_TYPES:
         return "scalar"
-    if type_name == "array" and data_type.elementType.typeName() in NUMERIC_TYPES:
-        return "array"
+    if type_name in ("binary", "string"):
+        return type_name
+    if is_image_type(data_type):
+        return "image"
+    if type_name == "array" and _element_type(data_type).typeName() in NUMERIC_TYPES:
+        return "array" if data_type.elementType.typeName() != "array" else "nested"
     raise InputError(f"column {name!r} has type {data_type.simpleString()}, which cannot be fed to a model; "
                      f"supported: {SUPPORTED}")
 
@@ -189,22 +221,48 @@ def _column_kind(data_type: Any, name: str) -> str:
 def _is_floating(data_type: Any) -> bool:
     if is_vector_type(data_type):
         return True
-    if data_type.typeName() == "array":
-        data_type = data_type.elementType
-    return data_type.typeName() in ("float", "double")
+    return _element_type(data_type).typeName() in ("float", "double")
 
 
-def _spec(name: str, data_type: Any, kind: str, stats: dict[str, int]) -> ColumnSpec:
-    if kind == "scalar":
-        return ColumnSpec(name, _dtype(data_type, kind), (), kind)
+def _spec(name: str, data_type: Any, kind: str, stats: dict[str, Any], ragged_ok: bool) -> ColumnSpec:
+    dtype = _dtype(data_type, kind)
+    if kind in ("scalar", "binary", "string", "image"):
+        return ColumnSpec(name, dtype, (), kind, _mean_row_bytes(name, stats))
     shortest, longest = stats[f"lo:{name}"], stats[f"hi:{name}"]
     what = "vectors" if kind == "vector" else "arrays"
     if shortest != longest:
+        if kind == "array" and ragged_ok:
+            return ColumnSpec(name, dtype, (), "ragged", _mean_row_bytes(name, stats))
+        hint = ("; a transformation_fn may pad or truncate them" if kind == "array" else
+                "; every row must have the same shape" if kind == "nested" else "")
         raise InputError(f"column {name!r} holds {what} of different lengths ({shortest} and {longest} seen); "
-                         "every row must have the same length")
+                         f"every row must have the same length{hint}")
     if shortest == 0:
         raise InputError(f"column {name!r} holds empty {what}")
-    return ColumnSpec(name, _dtype(data_type, kind), (int(shortest),), kind)
+    if kind != "nested":
+        return ColumnSpec(name, dtype, (int(shortest),), kind)
+    return ColumnSpec(name, dtype, (int(shortest), *_inner_shape(name, stats)), kind)
+
+
+def _inner_shape(name: str, stats: dict[str, Any]) -> tuple[int, ...]:
+    """A nested column's lengths below its rows' own, one per level; InputError naming the row where a
+    level's lengths differ."""
+    shape, level = [], 1
+    while f"lo{level}:{name}" in stats:
+        ragged = stats.get(f"ragged{level}:{name}")
+        if ragged is not None:
+            raise InputError(f"column {name!r} is ragged at nesting level {level}: row {ragged['row']} of "
+                             f"partition {ragged['partition']} holds an array of {ragged['got']} values where "
+                             f"the rows before it hold {ragged['expected']}; every row must have the same shape")
+        if not stats[f"lo{level}:{name}"]:
+            raise InputError(f"column {name!r} holds empty arrays at nesting level {level}")
+        shape.append(int(stats[f"lo{level}:{name}"]))
+        level += 1
+    return tuple(shape)
+
+
+def _mean_row_bytes(name: str, stats: dict[str, Any]) -> int:
+    return int(stats.get(f"bytes:{name}", 0) // max(1, stats["rows"]))
 
 
 def _check_validation_rows(validation: str, stats: dict[str, int]) -> None:

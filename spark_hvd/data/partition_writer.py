@@ -98,10 +98,14 @@ def _row_bytes(table: pa.Table) -> int:
     width = 0
     for column in table.columns:
         data_type, values = column.type, 1
-        if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
+        if pa.types.is_list(data_type) and pa.types.is_primitive(data_type.value_type):
             values = max(1, int(pc.max(pc.list_value_length(column)).as_py() or 1))
             data_type = data_type.value_type
-        width += values * max(1, data_type.bit_width // 8) if pa.types.is_primitive(data_type) else values * 8
+        if pa.types.is_primitive(data_type):
+            width += values * max(1, data_type.bit_width // 8)
+        else:
+            # Encoded bytes, text, images and nested arrays: their mean size in this batch.
+            width += column.nbytes // max(1, table.num_rows)
     return width
 
 
@@ -126,7 +130,7 @@ def write_partition(job: WriteJob, batches: Iterator[pa.RecordBatch]) -> Iterato
         fs.makedirs(directory, exist_ok=True)
         name = f"part-{partition:05d}-{uuid.uuid4().hex[:12]}.parquet"
         writers[split] = RowGroupWriter(fs, posixpath.join(directory, name))
-    counter = ColumnCounter(job.stats) if job.stats is not None else None
+    counter = ColumnCounter(job.stats, partition) if job.stats is not None else None
     try:
         for batch in batches:
             table = pa.Table.from_batches([batch])

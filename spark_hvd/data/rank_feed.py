@@ -4,6 +4,10 @@ torch's epoch loop, Keras's ``tf.data`` feed and Lightning's data module all dra
 exactly the plan's steps per epoch on every rank (lockstep, so uneven shards cannot desynchronise the
 allreduce), the batches a resumed epoch already trained skipped, and ``transformation_fn`` applied. A
 change to how batches are made (new column types, decoding ahead of the loop) is made here once.
+
+With ``workers`` > 0 and a transformation, the transformation runs in that many decode worker processes
+ahead of the loop (decode_pool.py): the batches and their order are the same as with ``workers=0``, where it
+runs in the loop itself. An error of the transformation names where it happened either way.
 """
 
 from __future__ import annotations
@@ -13,12 +17,15 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from spark_hvd.data.decode_pool import DEFAULT_BATCHES_PER_WORKER, BatchPlace, DecodePool, add_note
 from spark_hvd.data.transformation import apply_transformation
 
 
 @dataclass(frozen=True)
 class Transformation:
-    """Horovod's ``transformation_fn`` with its ``transformation_edit_fields`` and ``_removed_fields``."""
+    """Horovod's ``transformation_fn`` with its ``transformation_edit_fields`` and ``_removed_fields``.
+
+    ``fn`` takes a row, or the whole batch where it is a ``BatchTransformation`` (transformation.py)."""
 
     fn: Callable[[dict[str, Any]], dict[str, Any]]
     edit_fields: Sequence[Sequence[Any]] | None = None
@@ -29,20 +36,88 @@ class Transformation:
 
 
 class RankFeed:
-    """``steps`` batches of ``reader`` an epoch, each after ``transformation`` (None: as read)."""
+    """``steps`` batches of ``reader`` an epoch, each after ``transformation`` (None: as read).
 
-    def __init__(self, reader: Any, steps: int, transformation: Transformation | None = None) -> None:
+    ``workers``: decode worker processes that run the transformation ahead of the loop (0: in the loop);
+    ``batches_per_worker``: the batches in flight per worker, which bound the feed's memory."""
+
+    def __init__(self, reader: Any, steps: int, transformation: Transformation | None = None, workers: int = 0,
+                 batches_per_worker: int = DEFAULT_BATCHES_PER_WORKER) -> None:
+        if workers < 0:
+            raise ValueError(f"workers must be 0 or more, got {workers}")
         self.reader, self.steps, self.transformation = reader, steps, transformation
+        self.workers = workers if transformation is not None else 0
+        self.batches_per_worker = batches_per_worker
+        self.split = str(getattr(reader, "split", "train"))
+        self._pool: DecodePool | None = None
+
+    @property
+    def pool(self) -> DecodePool | None:
+        """The decode workers (None with workers=0), started by the first epoch."""
+        if self._pool is None and self.workers:
+            self._pool = DecodePool(self.transformation, self.workers, rank=getattr(self.reader, "rank", None),
+                                    split=self.split, batches_per_worker=self.batches_per_worker)
+        return self._pool
 
     def epoch(self, epoch: int, skip: int = 0) -> Iterator[dict[str, np.ndarray]]:
         """The epoch's batches after its first ``skip``, which are read (so the epoch's sequence is the
         reader's, whatever the resume point) but not transformed."""
         stream = iter(self.reader.batches(epoch))
+        first_row = 0
         for _ in range(skip):
-            next(stream)
-        for _ in range(self.steps - skip):
+            first_row += _rows(next(stream))
+        if self.transformation is not None and self.workers:
+            if self.steps > skip:
+                yield from self.pool.imap(self._placed(stream, epoch, skip, first_row), self.steps - skip)
+            return
+        for index in range(skip, self.steps):
             batch = next(stream)
-            yield batch if self.transformation is None else self.transformation.apply(batch)
+            if self.transformation is None:
+                yield batch
+                continue
+            rows, t = _rows(batch), self.transformation
+            counted = None if getattr(t.fn, "per_batch", False) else _RowCounter(t.fn)
+            try:
+                transformed = apply_transformation(batch, counted or t.fn, t.edit_fields, t.removed_fields)
+            except Exception as exc:
+                row = counted.row if counted is not None and 0 <= counted.row < rows else None
+                place = BatchPlace(self.split, epoch, index, first_row, rows)
+                add_note(exc, "spark_hvd: transformation_fn raised this on "
+                              + place.describe(row, _path(batch, row), path_of_row=row is not None))
+                raise
+            first_row += rows
+            yield transformed
+
+    def _placed(self, stream: Iterator[dict[str, np.ndarray]], epoch: int, index: int,
+                first_row: int) -> Iterator[tuple[BatchPlace, dict[str, np.ndarray]]]:
+        for batch in stream:
+            rows = _rows(batch)
+            yield BatchPlace(self.split, epoch, index, first_row, rows), batch
+            index += 1
+            first_row += rows
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
         self.reader.close()
+
+
+def _rows(batch: dict[str, np.ndarray]) -> int:
+    return len(next(iter(batch.values()))) if batch else 0
+
+
+def _path(batch: dict[str, Any], row: int | None) -> str | None:
+    """The row's value of a ``path`` column (Spark's binaryFile source has one); its first row's without a row."""
+    paths = batch.get("path")
+    return None if paths is None or not len(paths) else str(paths[row if row is not None else 0])
+
+
+class _RowCounter:
+    """A row transformation that counts its calls, so that an error can name its row."""
+
+    def __init__(self, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        self.fn, self.row = fn, -1
+
+    def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
+        self.row += 1
+        return self.fn(row)

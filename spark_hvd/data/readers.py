@@ -5,13 +5,26 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from spark_hvd.data.arrow_reader import ArrowShardReader
+from spark_hvd.data.columns import ColumnSpec
 from spark_hvd.data.materialized import Materialized
 from spark_hvd.data.petastorm_reader import PetastormShardReader
 from spark_hvd.data.shard_reader import ShardReader
+from spark_hvd.errors import InputError
 
 READERS = ("arrow", "petastorm")
 # The default shuffle buffer holds about this much; wide rows (images) get fewer rows than narrow ones.
 DEFAULT_SHUFFLE_BUFFER_BYTES = 64 * 1024 * 1024
+
+
+def check_reader_columns(reader: str, specs: Sequence[ColumnSpec]) -> None:
+    """InputError when ``reader`` cannot carry a column: Petastorm reads numbers of one shape per column."""
+    if reader != "petastorm":
+        return
+    arrow_only = [spec for spec in specs if spec.kind == "nested" or spec.encoded]
+    if arrow_only:
+        listed = ", ".join(f"{spec.name!r} ({spec.kind})" for spec in arrow_only)
+        raise InputError(f"reader='petastorm' reads numeric scalars, fixed-length arrays and vectors; column(s) "
+                         f"{listed} need the default reader='arrow'")
 
 
 def make_reader(data: Materialized, split: str, rank: int, size: int, batch_size: int, shuffle: bool,
@@ -40,5 +53,6 @@ def make_reader(data: Materialized, split: str, rank: int, size: int, batch_size
             raise ValueError(f"reader_options {sorted(reader_options)} are for reader='petastorm'")
         return ArrowShardReader(data, split, rank, size, inmemory_cache_all=inmemory_cache_all, **common)
     if reader == "petastorm":
+        check_reader_columns(reader, [data.columns[name] for name in names])
         return PetastormShardReader(data, split, rank, size, reader_options=reader_options, **common)
     raise ValueError(f"reader must be one of {READERS}, got {reader!r}")

@@ -17,17 +17,54 @@ def chunk_rows(chunk: Chunk) -> int:
 
 
 def table_to_chunk(table: pa.Table, specs: list[ColumnSpec]) -> Chunk:
-    """Arrow columns -> numpy arrays shaped (rows, *spec.shape) of spec.dtype."""
+    """Arrow columns -> numpy arrays: shaped (rows, *spec.shape) of spec.dtype, or for an encoded column an
+    object array of one value per row (bytes, str, a ragged row's own array, an image's pixels)."""
     chunk = {}
     for spec in specs:
         column = table.column(spec.name).combine_chunks()
-        if spec.shape:
-            values = column.flatten().to_numpy(zero_copy_only=False)
-            array = values.reshape((len(column), *spec.shape))
-        else:
-            array = column.to_numpy(zero_copy_only=False)
-        chunk[spec.name] = array.astype(spec.dtype, copy=False)
+        chunk[spec.name] = _DECODERS.get(spec.kind, _numeric)(column, spec)
     return chunk
+
+
+def _numeric(column: pa.Array, spec: ColumnSpec) -> np.ndarray:
+    values = column
+    for _ in spec.shape:
+        values = values.flatten()
+    array = values.to_numpy(zero_copy_only=False)
+    if spec.shape:
+        array = array.reshape((len(column), *spec.shape))
+    return array.astype(spec.dtype, copy=False)
+
+
+def _objects(values: list) -> np.ndarray:
+    # np.array would try to stack equal-length rows into a 2-D array; one object per row is wanted.
+    array = np.empty(len(values), dtype=object)
+    array[:] = values
+    return array
+
+
+def _as_python(column: pa.Array, spec: ColumnSpec) -> np.ndarray:
+    return _objects(column.to_pylist())
+
+
+def _ragged(column: pa.Array, spec: ColumnSpec) -> np.ndarray:
+    values = column.flatten().to_numpy(zero_copy_only=False).astype(spec.dtype, copy=False)
+    offsets = column.offsets.to_numpy()
+    offsets = offsets - offsets[0]
+    return _objects(np.split(values, offsets[1:-1]))
+
+
+def _image(column: pa.Array, spec: ColumnSpec) -> np.ndarray:
+    """Spark's image struct -> each row's pixels as a (height, width, nChannels) uint8 array, in the
+    channel order Spark's image source stores (BGR for colour images)."""
+    heights, widths, channels = (column.field(name).to_numpy(zero_copy_only=False)
+                                 for name in ("height", "width", "nChannels"))
+    data = column.field("data").to_pylist()
+    return _objects([np.frombuffer(data[i] or b"", dtype=np.uint8).reshape(heights[i], widths[i], channels[i])
+                     if heights[i] > 0 else np.zeros((0, 0, 0), np.uint8) for i in range(len(column))])
+
+
+_DECODERS = {"binary": _as_python, "string": _as_python, "ragged": _ragged, "image": _image}
 
 
 def concat(chunks: list[Chunk]) -> Chunk:

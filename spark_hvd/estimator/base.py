@@ -112,8 +112,12 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         validation = normalized_validation(self.getValidation())
         status = FitStatus(enabled=self.getVerbose() >= 1)
         status.phase("checking the input columns")
+        # Arrays of varying lengths (token ids) are taken where a transformation_fn can pad them, and its rows
+        # carry a binaryFile DataFrame's path (which also names a file that fails to decode).
+        transforms = self.getTransformationFn() is not None
         plan = check_schema(df, feature_cols, label_cols, self.getSampleWeightCol(), validation,
-                            check_finite=self.getCheckFinite())
+                            check_finite=self.getCheckFinite(), ragged_ok=transforms,
+                            carried=["path"] if transforms else [])
         status.done(f"input checked: {', '.join(plan.names)}")
         store = self._store_for(spark)
         seed = self._seed(DEFAULT_SPLIT_SEED)
@@ -159,6 +163,8 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
     def _fit_on_materialized(self, data: Any, spark: Any, backend: Any, began: float,
                              status: FitStatus | None = None, warm_up: Any = None) -> Any:
         from spark_hvd.common.backend import SparkBackend
+        from spark_hvd.data.readers import check_reader_columns
+        from spark_hvd.data.transformation import require_transformation_for
         from spark_hvd.estimator.sample import read_sample
 
         if data.train_rows == 0:
@@ -167,6 +173,8 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         status = status if status is not None else FitStatus(enabled=self.getVerbose() >= 1)
         # Ends when rank 0 starts training (FitProgress says so).
         status.phase(f"checking a sample against the model, launching {backend.num_processes()} ranks")
+        check_reader_columns(self.getReader(), list(data.columns.values()))
+        require_transformation_for(list(data.columns.values()), self.getTransformationFn())
         self._check_sample(read_sample(data, rows=2))
         plan = self._plan(data, backend.num_processes())
         mlflow_log = start_mlflow_fit_log(self, plan.num_proc)   # None without an active MLflow run

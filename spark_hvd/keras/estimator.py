@@ -134,13 +134,15 @@ class KerasEstimator(HorovodEstimator, KerasParams):
         return None if fn is None else (fn, self.getTransformationEditFields(), self.getTransformationRemovedFields())
 
     def _check_sample(self, sample: dict[str, Any]) -> None:
-        from spark_hvd.data.transformation import apply_transformation
+        from spark_hvd.data.transformation import apply_transformation, require_model_ready
         from spark_hvd.keras.saving import model_to_bytes
         from spark_hvd.keras.sample_check import CompileArgs, check_sample
 
         transformation = self._transformation()
         if transformation is not None:
             sample = apply_transformation(sample, *transformation)
+        require_model_ready(sample, [*self.getFeatureCols(), *self.getLabelCols(),
+                                     *filter(None, [self.getSampleWeightCol()])])
         model_bytes = model_to_bytes(self.getModel())
         result = check_sample(
             self.getModel(), model_bytes, sample, self.getFeatureCols(), self.getLabelCols(),

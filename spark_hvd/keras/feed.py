@@ -96,7 +96,10 @@ class Feed:
     def _arrays(self, batch: dict[str, np.ndarray]) -> tuple[Any, ...]:
         import keras
 
+        from spark_hvd.data.transformation import require_model_ready
+
         spec = self.spec
+        require_model_ready(batch, [*spec.feature_cols, *spec.label_cols, *filter(None, [spec.sample_weight_col])])
         floatx = keras.config.floatx()
         x = model_inputs([column_array(batch[c], floatx) for c in spec.feature_cols], spec.shapes.inputs)
         y = model_targets([column_array(batch[c], floatx) for c in spec.label_cols], spec.shapes.labels)

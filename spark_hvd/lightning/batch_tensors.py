@@ -23,8 +23,11 @@ def column_to_tensor(array: np.ndarray, float_dtype: torch.dtype) -> torch.Tenso
     return tensor.to(float_dtype) if tensor.is_floating_point() else tensor
 
 
-def batch_dict(batch: dict[str, np.ndarray], float_dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    return {name: column_to_tensor(values, float_dtype) for name, values in batch.items()}
+def batch_dict(batch: dict[str, np.ndarray], float_dtype: torch.dtype) -> dict[str, Any]:
+    """Numeric columns as tensors; a column of Python values (a path, text left as it is) as a list, as a
+    DataLoader collates strings."""
+    return {name: values.tolist() if values.dtype == object or values.dtype.kind in "SU"
+            else column_to_tensor(values, float_dtype) for name, values in batch.items()}
 
 
 def forward_inputs(columns: Sequence[np.ndarray], names: Sequence[str], input_shapes: Sequence[Any] | None,

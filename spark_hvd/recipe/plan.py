@@ -7,7 +7,7 @@ reads it. Nothing here imports pyspark, so that a rank never loads Spark's ML mo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,10 @@ class FitPlan:
     transformation_removed_fields: list[str] | None = None
     stop_on_nonfinite_loss: bool = True
     elastic: ElasticPlan | None = None   # None: a static fit
+    # Decode workers per rank for each split's transformation_fn (Horovod's names); None: chosen from the
+    # rank's cores (data/decode_pool.py default_reader_workers), 0 where there is no transformation_fn.
+    train_reader_num_workers: int | None = None
+    val_reader_num_workers: int | None = None
 
     def steps_at(self, size: int) -> tuple[int, int]:
         """(training, validation) steps an epoch at ``size`` ranks: an elastic fit's change with its size."""
@@ -101,13 +105,45 @@ class FitPlan:
         return {split: self.reader_for(split, rank, size)
                 for split, steps in (("train", self.train_steps), ("val", self.val_steps)) if steps}
 
-    def feeds(self, rank: int, size: int, transformation_fn: Any = None) -> dict[str, Any]:
+    def feeds(self, rank: int, size: int, transformation_fn: Any = None,
+              workers: Mapping[str, int | None] | None = None, ranks_on_host: int | None = None) -> dict[str, Any]:
         """This rank's ``RankFeed`` of each split it steps through, the steps per epoch those of ``size``
-        ranks, each batch after ``transformation_fn`` (with the plan's edit and removed fields)."""
+        ranks, each batch after ``transformation_fn`` (with the plan's edit and removed fields), run by the
+        split's decode workers: ``workers[split]`` where given, else the plan's ``*_reader_num_workers``
+        (None: ``reader_workers``'s default, from ``ranks_on_host``, by default collective's local size)."""
         from spark_hvd.data.rank_feed import RankFeed, Transformation
 
         transformation = (Transformation(transformation_fn, self.transformation_edit_fields,
                                          self.transformation_removed_fields) if transformation_fn else None)
         steps = dict(zip(("train", "val"), self.steps_at(size)))
-        return {split: RankFeed(reader, steps[split], transformation)
-                for split, reader in self.readers(rank, size).items()}
+        feeds = {}
+        for split, reader in self.readers(rank, size).items():
+            count = (workers or {}).get(split)
+            if count is None:
+                count = self.reader_workers(split, transformation is not None, ranks_on_host)
+            feeds[split] = RankFeed(reader, steps[split], transformation, workers=count)
+        return feeds
+
+    def reader_workers(self, split: str, has_transformation: bool, ranks_on_host: int | None = None) -> int:
+        """The decode workers of ``split``'s feed: the plan's count where set, else a default from the
+        rank's share of its host's cores (0 without a transformation, at most 4)."""
+        from spark_hvd.data.decode_pool import default_reader_workers
+
+        count = self.train_reader_num_workers if split == "train" else self.val_reader_num_workers
+        if count is not None:
+            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+                raise ValueError(f"{split}_reader_num_workers must be an integer of 0 or more, got {count!r}")
+            return count if has_transformation else 0
+        ranks_on_host = _ranks_on_host() if ranks_on_host is None else ranks_on_host
+        return default_reader_workers(has_transformation, ranks_on_host)
+
+
+def _ranks_on_host() -> int:
+    """collective's local size where it is running (a rank), else 1."""
+    import sys
+
+    collective = sys.modules.get("collective")
+    try:
+        return max(1, int(collective.local_size())) if collective and collective.is_initialized() else 1
+    except Exception:  # noqa: BLE001 - a default only
+        return 1

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from spark_hvd.errors import InputError
-from spark_hvd.data.transformation import apply_transformation
+from spark_hvd.data.transformation import apply_transformation, require_model_ready
 
 
 def model_dtype(model: torch.nn.Module) -> torch.dtype:
@@ -150,10 +150,12 @@ def batch_tensors(batch: dict[str, np.ndarray], transformation: Any, feature_col
     and the driver's sample check go through here."""
     if transformation is not None:
         batch = apply_transformation(batch, *transformation)
-    missing = [name for name in [*feature_cols, *label_cols, *filter(None, [sample_weight_col])] if name not in batch]
+    needed = [*feature_cols, *label_cols, *filter(None, [sample_weight_col])]
+    missing = [name for name in needed if name not in batch]
     if missing:
         raise InputError(f"column(s) {missing} are missing from the batch after transformation_fn; it has "
                          f"{sorted(batch)}")
+    require_model_ready(batch, needed)
     features = feature_tensors([batch[c] for c in feature_cols], input_shapes, float_dtype, device, feature_cols)
     labels = [column_tensor(batch[c], float_dtype, device) for c in label_cols]
     weights = column_tensor(batch[sample_weight_col], float_dtype, device) if sample_weight_col else None
