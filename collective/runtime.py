@@ -128,7 +128,10 @@ def _build_runtime(cfg: Config, bootstrap: Bootstrap) -> _Runtime:
     if cfg.secret is None and bootstrap.job_secret() is not None:
         cfg = replace_unvalidated(cfg, secret=bootstrap.job_secret())
     if cfg.backend == "mpi":
+        from collective.mpi.features import check_supported
         from collective.mpi.setup import mpi_communicator  # imports mpi4py, so only when asked
+
+        check_supported(cfg)   # at init, for the numpy API too, which never starts the engine
 
         comm, host_keys = mpi_communicator(bootstrap, host_key, cfg.connect_timeout_s)
         return _Runtime(config=cfg, topology=topology_from_host_keys(rank, host_keys), comm=comm, host_key=host_key)
