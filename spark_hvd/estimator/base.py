@@ -254,7 +254,9 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
             if label_shapes else None,
             transformation_edit_fields=self.getTransformationEditFields(),
             transformation_removed_fields=self.getTransformationRemovedFields(),
-            stop_on_nonfinite_loss=self.getStopOnNonfiniteLoss(), elastic=self._elastic_plan(num_proc, epoch_steps))
+            stop_on_nonfinite_loss=self.getStopOnNonfiniteLoss(), elastic=self._elastic_plan(num_proc, epoch_steps),
+            train_reader_num_workers=self.getTrainReaderNumWorkers(),
+            val_reader_num_workers=self.getValReaderNumWorkers())
 
     def _elastic_plan(self, num_proc: int, epoch_steps: EpochSteps) -> ElasticPlan | None:
         if not self.getElastic():

@@ -70,8 +70,12 @@ ESTIMATOR_PARAMS: list[ParamSpec] = [
               TypeConverters.toBoolean),
     ParamSpec("reader", f"how the ranks read the Parquet data: one of {READERS}", "arrow",
               TypeConverters.toString),
-    ParamSpec("train_reader_num_workers", "Petastorm reader workers for the training data", 2, to_positive_int),
-    ParamSpec("val_reader_num_workers", "Petastorm reader workers for the validation data", 2, to_positive_int),
+    ParamSpec("train_reader_num_workers", "worker processes per rank that run transformation_fn on the training "
+              "batches ahead of the loop (None: chosen from the cores Spark gives the task)", None,
+              to_optional(to_non_negative_int)),
+    ParamSpec("val_reader_num_workers", "worker processes per rank that run transformation_fn on the validation "
+              "batches ahead of the loop (None: chosen from the cores Spark gives the task)", None,
+              to_optional(to_non_negative_int)),
     ParamSpec("reader_pool_type", f"Petastorm worker pool, one of {READER_POOL_TYPES}", "thread",
               TypeConverters.toString),
     ParamSpec("partitions_per_process", "Horovod's Parquet partitions per rank (accepted; spark-hvd sizes "

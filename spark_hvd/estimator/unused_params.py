@@ -12,9 +12,10 @@ _WITHOUT_EFFECT = {
     "mp_start_method": "spark-hvd's readers start no worker processes",
     "compress_sparse_cols": "vectors are materialised dense; sparse compression is not implemented",
 }
-# Horovod's Petastorm pool knobs: our arrow reader has no pool, and our Petastorm reader always reads
-# in the rank's own thread ('dummy'), since Petastorm's thread pool was seen to drop whole epochs.
-_READER_POOL = ("train_reader_num_workers", "val_reader_num_workers", "reader_pool_type")
+# Horovod's Petastorm pool kind: our readers read in the rank's own thread (Petastorm's 'dummy'), since
+# Petastorm's thread pool was seen to drop whole epochs; the decode workers (train_reader_num_workers) are
+# processes of our own.
+_READER_POOL = ("reader_pool_type",)
 
 
 def warn_unused_params(estimator: Any) -> None:
@@ -28,8 +29,8 @@ def warn_unused_params(estimator: Any) -> None:
     for name in _READER_POOL:
         if estimator.isSet(getattr(estimator, name)):
             _warn(f"{type(estimator).__name__}: {name} has no effect: each rank reads its rows in its own "
-                  "thread (the arrow reader has no pool; Petastorm's thread pool was seen to return empty "
-                  "epochs, so reader='petastorm' uses its 'dummy' pool)")
+                  "thread (Petastorm's thread pool was seen to return empty epochs, so reader='petastorm' uses "
+                  "its 'dummy' pool); transformation_fn runs in train_reader_num_workers processes")
 
 
 def _warn(message: str) -> None:

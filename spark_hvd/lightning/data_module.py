@@ -114,7 +114,8 @@ def horovod_data_module_kwargs(plan: FitPlan, objects: Any, rank: int, size: int
         "num_train_epochs": plan.epochs, "has_val": has_val, "train_batch_size": plan.batch_size,
         "val_batch_size": plan.val_batch_size, "shuffle": plan.shuffle,
         "num_reader_epochs": options.get("loader_num_epochs"), "reader_pool_type": options.get("reader_pool_type"),
-        "reader_worker_count": options.get("train_reader_num_workers"),
+        # Horovod's default where ours is None (chosen by the rank).
+        "reader_worker_count": options.get("train_reader_num_workers") or 2,
         "transformation": objects.transformation_fn,
         "transformation_edit_fields": plan.transformation_edit_fields,
         "transformation_removed_fields": plan.transformation_removed_fields,
