@@ -70,17 +70,18 @@ def test_missing_column_is_named_with_the_columns_that_exist(good_df, check):
         check(good_df, ["features"], ["label"], validation="held_out")
 
 
-def test_string_feature_is_refused_with_its_type(good_df, check):
-    with pytest.raises(InputError, match=r"column 'name' has type string, which cannot be fed to a model"):
-        check(good_df, ["features", "name"], ["label"])
+def test_a_string_feature_is_taken_as_encoded_text(good_df, check):
+    # Issue 31: text reaches transformation_fn as str (the estimator refuses it without one, before launch).
+    spec = check(good_df, ["features", "name"], ["label"])["name"]
+    assert (spec.kind, spec.dtype, spec.shape, spec.encoded) == ("string", "object", (), True)
 
 
-def test_unsupported_nested_and_map_types(local_spark, check):
-    df = local_spark.createDataFrame([([[1.0]], {"a": 1}, 1)],
+def test_nested_arrays_arrive_with_their_shape_and_maps_are_refused_with_their_type(local_spark, check):
+    df = local_spark.createDataFrame([([[1.0, 2.0]] * 3, {"a": 1}, 1)] * 2,
                                      "nested array<array<double>>, m map<string,int>, y int")
-    with pytest.raises(InputError, match=r"column 'nested' has type array<array<double>>"):
-        check(df, ["nested"], ["y"])
-    with pytest.raises(InputError, match=r"column 'm' has type map<string,int>"):
+    spec = check(df, ["nested"], ["y"])["nested"]
+    assert (spec.kind, spec.dtype, spec.shape) == ("nested", "float64", (3, 2))
+    with pytest.raises(InputError, match=r"column 'm' has type map<string,int>, which cannot be fed to a model"):
         check(df, ["y"], ["m"])
 
 

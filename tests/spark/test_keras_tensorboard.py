@@ -94,6 +94,6 @@ def test_rank_0_without_tensorboard_says_what_to_install(monkeypatch) -> None:
     board = keras.callbacks.TensorBoard()
     recorder = keras.callbacks.Callback()
     with pytest.raises(ModuleNotFoundError, match=r"pip install tensorboard .*spark-hvd\[tensorflow\]"):
-        module.rank_callbacks(hvd, 0, [board], None, recorder, "logs", store=None, run_id="r")
+        module.rank_callbacks(hvd, 0, [board], None, [recorder], "logs", store=None, run_id="r")
     # The other ranks leave the callback out, so they need nothing.
-    assert board not in module.rank_callbacks(hvd, 1, [board], None, recorder, "logs", store=None, run_id="r")
+    assert board not in module.rank_callbacks(hvd, 1, [board], None, [recorder], "logs", store=None, run_id="r")
