@@ -443,31 +443,12 @@ class MpiEngine:
         if timeline is not None:
             timeline.cycle_start()
         for name, by_rank in ready:
-            with self._lock:
-                mine = self._in_flight.pop(name, None)
-            if timeline is not None and mine is not None and mine.enqueued_ns:
-                timeline.phase(name, negotiate_phase_of(mine.call.kind), mine.enqueued_ns, self._negotiated_ns)
+            mine = self._negotiated(name, timeline)
             number = self._call_number
             self._call_number += 1
-            if by_rank is None:
-                if mine is None:  # failed meanwhile, with every other request
-                    continue
-                base = mine.call
-            else:
-                ranks = sorted(by_rank)
-                base = by_rank[ranks[0]]
-                if joined and base.kind != CollectiveKind.ALLREDUCE:
-                    if mine is not None:
-                        mine.finish(error=InvalidArgumentError(joined_refusal(CollectiveKind(base.kind), name, joined)))
-                    continue
-                calls = [by_rank[r] for r in ranks]
-                if any(c != base for c in calls):
-                    try:
-                        check_agreement(calls, ranks, number, mine.call if mine else base)
-                    except MismatchError as e:
-                        if mine is not None:
-                            mine.finish(error=e)
-                        continue
+            base = self._agreed_call(name, mine, by_rank, joined, number)
+            if base is None:
+                continue
             if self._fusible(base) and (not fused or self._fits(fused, base)):
                 fused.append((mine, base))
                 continue
@@ -476,6 +457,40 @@ class MpiEngine:
             if not fused:
                 self._run_one(mine, base, by_rank)
         self._run_fused(fused)
+
+    def _negotiated(self, name: str, timeline: Any) -> _Request | None:
+        """This rank's request called ``name`` (None: it has none, or it failed meanwhile), its
+        negotiation marked on the timeline."""
+        with self._lock:
+            mine = self._in_flight.pop(name, None)
+        if timeline is not None and mine is not None and mine.enqueued_ns:
+            timeline.phase(name, negotiate_phase_of(mine.call.kind), mine.enqueued_ns, self._negotiated_ns)
+        return mine
+
+    def _agreed_call(self, name: str, mine: _Request | None, by_rank: dict[int, Call] | None,
+                     joined: Sequence[int], number: int) -> Call | None:
+        """The call every rank runs for ``name``, or None where it does not run: this rank's request failed
+        meanwhile, ranks have joined and it is not an allreduce, or the ranks disagree (``mine`` then fails
+        with the reason)."""
+        if by_rank is None:
+            return None if mine is None else mine.call
+        ranks = sorted(by_rank)
+        base = by_rank[ranks[0]]
+        error: Exception | None = None
+        if joined and base.kind != CollectiveKind.ALLREDUCE:
+            error = InvalidArgumentError(joined_refusal(CollectiveKind(base.kind), name, joined))
+        else:
+            calls = [by_rank[r] for r in ranks]
+            if any(c != base for c in calls):
+                try:
+                    check_agreement(calls, ranks, number, mine.call if mine else base)
+                except MismatchError as e:
+                    error = e
+        if error is None:
+            return base
+        if mine is not None:
+            mine.finish(error=error)
+        return None
 
     def _fusible(self, call: Call) -> bool:
         if call.kind != CollectiveKind.ALLREDUCE:
