@@ -42,8 +42,8 @@ class SparkBackend(Backend):
 
     def num_processes(self) -> int:
         if self._num_proc is None:
-            from spark_hvd.launch.launch_checks import describe_cluster, resolve_num_proc
-            from spark_hvd.launch.active_session import active_session
+            from spark_hvd.launch.driver.launch_checks import describe_cluster, resolve_num_proc
+            from spark_hvd.launch.driver.active_session import active_session
 
             spark = self._run_options.get("spark") or active_session("SparkBackend")
             self._num_proc = resolve_num_proc(None, describe_cluster(spark))
@@ -66,7 +66,7 @@ class SparkBackend(Backend):
     def run(self, fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None,
             env: Mapping[str, str] | None = None, **run_options: Any) -> list[Any]:
         """``spark_hvd.run(fn, args, kwargs, num_proc, env=...)``; ``run_options`` win over the backend's."""
-        from spark_hvd.launch.runner import run
+        from spark_hvd.launch.driver.runner import run
 
         options = {**self._run_options, **run_options}
         return run(fn, args=args, kwargs=kwargs, num_proc=self.num_processes(), env=self.rank_env(env), **options)

@@ -210,8 +210,8 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         """The warm-up stage that starts the ranks' zygotes in the Spark workers (zygote_warm_up.py), keyed on
         what the launch will use (the backend's options win, as at the launch); None where it cannot serve."""
         from spark_hvd.common.backend import SparkBackend
-        from spark_hvd.launch import run_arguments as checked
-        from spark_hvd.launch.zygote_warm_up import start_warm_up
+        from spark_hvd.launch.driver import run_arguments as checked
+        from spark_hvd.launch.driver.zygote_warm_up import start_warm_up
 
         if not self.getPrestartRanks() or not isinstance(backend, SparkBackend):
             return None
@@ -275,7 +275,7 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
     def _backend(self, spark: Any) -> Any:
         """The Backend that runs the ranks: the given one, or a SparkBackend of num_proc ranks."""
         from spark_hvd.common.backend import Backend, SparkBackend
-        from spark_hvd.launch.launch_checks import describe_cluster, resolve_num_proc
+        from spark_hvd.launch.driver.launch_checks import describe_cluster, resolve_num_proc
 
         backend = self.getBackend()
         if backend is None:
@@ -329,7 +329,7 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         store = self.getStore()
         if store is not None:
             return store
-        from spark_hvd.launch.connect_session import session_master
+        from spark_hvd.launch.driver.connect_session import session_master
 
         master = session_master(spark)   # a Spark Connect session has no sparkContext
         if not master.startswith("local"):

@@ -11,8 +11,9 @@ from typing import Any
 
 from collective.bootstrap import RendezvousServer
 from collective.run import LineSink
-from spark_hvd.launch import barrier_task, runner
-from spark_hvd.launch.output_collector import OutputCollector
+from spark_hvd.launch.driver import runner
+from spark_hvd.launch.task import barrier_task
+from spark_hvd.launch.driver.output_collector import OutputCollector
 from spark_hvd.launch.task_spec import TaskSpec
 
 

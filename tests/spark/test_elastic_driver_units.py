@@ -10,9 +10,9 @@ import pytest
 
 from collective.run import LineSink
 from spark_hvd.errors import RankFailure, ResetLimitError, RunError, SparkJobError
-from spark_hvd.launch import elastic_runner
-from spark_hvd.launch.elastic_runner import _Bounds, _ElasticDriver
-from spark_hvd.launch.output_collector import RankCommitted
+from spark_hvd.launch.driver import elastic_runner
+from spark_hvd.launch.driver.elastic_runner import _Bounds, _ElasticDriver
+from spark_hvd.launch.driver.output_collector import RankCommitted
 
 
 def driver(monkeypatch: pytest.MonkeyPatch, endings: list, reset_limit: int | None = None,

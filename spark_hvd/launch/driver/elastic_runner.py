@@ -31,14 +31,14 @@ from spark_hvd.errors import (
     StartTimeoutError,
     spark_error_summary,
 )
-from spark_hvd.launch import run_arguments as checked
-from spark_hvd.launch.barrier_job import BarrierJob
-from spark_hvd.launch.connect_session import is_connect_session
-from spark_hvd.launch.elastic_rank import ElasticRankCall
-from spark_hvd.launch.launch_checks import ClusterShape, cluster_for_launch, describe_cluster, resolve_num_proc
-from spark_hvd.launch.output_collector import DRIVER_TAG, RankCommitted
-from spark_hvd.launch.active_session import active_session
-from spark_hvd.launch.runner import RanksLaunch, _driver_bind_host, _driver_host, run_ranks
+from spark_hvd.launch.driver import run_arguments as checked
+from spark_hvd.launch.driver.barrier_job import BarrierJob
+from spark_hvd.launch.driver.connect_session import is_connect_session
+from spark_hvd.launch.rank.elastic_rank import ElasticRankCall
+from spark_hvd.launch.driver.launch_checks import ClusterShape, cluster_for_launch, describe_cluster, resolve_num_proc
+from spark_hvd.launch.driver.output_collector import DRIVER_TAG, RankCommitted
+from spark_hvd.launch.driver.active_session import active_session
+from spark_hvd.launch.driver.runner import RanksLaunch, _driver_bind_host, _driver_host, run_ranks
 from spark_hvd.launch.stored_commits import MAX_REFERENCE_BYTES, CommitSpill, as_store, stored_path
 
 # Horovod's default elastic timeout: how long the driver waits for min ranks' worth of slots.

@@ -21,10 +21,10 @@ import time
 import uuid
 from typing import Any, Mapping
 
-from spark_hvd.launch.connect_session import is_connect_session
-from spark_hvd.launch.launch_checks import describe_cluster
-from spark_hvd.launch.rank_task import prestart_zygote
-from spark_hvd.launch.warm_up_task import WARM_UP_DDL, Prestart, WarmUpTask
+from spark_hvd.launch.driver.connect_session import is_connect_session
+from spark_hvd.launch.driver.launch_checks import describe_cluster
+from spark_hvd.launch.task.rank_task import prestart_zygote
+from spark_hvd.launch.task.warm_up_task import WARM_UP_DDL, Prestart, WarmUpTask
 
 logger = logging.getLogger(__name__)
 

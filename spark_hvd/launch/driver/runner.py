@@ -17,10 +17,10 @@ import cloudpickle
 from collective.config import config_from_env, format_host_port
 from collective.failure_report import REPORT_LAG_S, root_cause
 from collective.run import LineSink
-from spark_hvd.launch import run_arguments as checked
-from spark_hvd.launch.active_session import active_session
-from spark_hvd.launch.barrier_job import BarrierJob, JobFailed, JobFinished, StageRows
-from spark_hvd.launch.connect_session import is_connect_session
+from spark_hvd.launch.driver import run_arguments as checked
+from spark_hvd.launch.driver.active_session import active_session
+from spark_hvd.launch.driver.barrier_job import BarrierJob, JobFailed, JobFinished, StageRows
+from spark_hvd.launch.driver.connect_session import is_connect_session
 from spark_hvd.errors import (
     LaunchError,
     RankFailure,
@@ -29,9 +29,9 @@ from spark_hvd.errors import (
     StartTimeoutError,
     spark_error_summary,
 )
-from spark_hvd.launch.launch_checks import cluster_for_launch, resolve_num_proc
-from spark_hvd.launch.stage_outbox import frames_from_bytes
-from spark_hvd.launch.output_collector import (
+from spark_hvd.launch.driver.launch_checks import cluster_for_launch, resolve_num_proc
+from spark_hvd.launch.task.stage_outbox import frames_from_bytes
+from spark_hvd.launch.driver.output_collector import (
     DRIVER_TAG,
     OutputCollector,
     RankCommitted,
@@ -40,7 +40,7 @@ from spark_hvd.launch.output_collector import (
     RankFailed,
 )
 from spark_hvd.launch.task_spec import TaskSpec
-from spark_hvd.torch_distributed_call import TorchDistributedCall
+from spark_hvd.launch.rank.torch_distributed_call import TorchDistributedCall
 
 # Once a rank has failed and the job is cancelled, how long to wait for Spark to wind it down.
 _CANCEL_DEADLINE_S = 60.0
