@@ -13,7 +13,8 @@ import pytest
 from spark_hvd.errors import RankFailure, RunError
 from spark_hvd.launch.driver.barrier_job import JobFailed
 from spark_hvd.launch.driver.output_collector import RankConnected, RankEvent, RankFailed
-from spark_hvd.launch.driver.runner import RanksLaunch, run_ranks
+from spark_hvd.launch.driver.run_options import RanksLaunch
+from spark_hvd.launch.driver.runner import run_ranks
 
 
 class ScriptedJob:

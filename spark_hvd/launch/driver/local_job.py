@@ -25,7 +25,8 @@ from spark_hvd.launch.driver.barrier_job import JobFailed, JobFinished
 from spark_hvd.errors import LaunchError
 from spark_hvd.launch.task.local_task import SPEC_FILE, result_path
 from spark_hvd.launch.task.rank_task import importable_path
-from spark_hvd.launch.driver.runner import RanksLaunch, run_ranks
+from spark_hvd.launch.driver.run_options import RanksLaunch
+from spark_hvd.launch.driver.runner import run_ranks
 from spark_hvd.launch.task_spec import TaskSpec
 from spark_hvd.launch.rank.torch_distributed_call import TorchDistributedCall
 
