@@ -1,10 +1,10 @@
-"""``HorovodEstimator``: the framework-independent ``fit(df)`` that TorchEstimator and KerasEstimator share.
+"""Driver: ``HorovodEstimator``, the framework-independent ``fit(df)`` that TorchEstimator and KerasEstimator share.
 
-fit(df) checks the input's schema against the params, materialises the selected columns as Parquet under
-the Store while counting what the row checks need in the same pass (reused when the same DataFrame is
-fitted again), lets the framework check that a
-sample fits the model, launches the ranks in one barrier stage through ``spark_hvd.run`` with live
-progress, and builds the framework's Model from what rank 0 returns.
+fit(df) reads check -> materialise -> backend.run -> model: it checks the params and the input's schema,
+materialises the selected columns as Parquet under the Store while counting what the row checks need in the
+same pass (reused when the same DataFrame is fitted again), lets the framework check that a sample fits the
+model, runs the ranks through its Backend, the one door to the launcher (a SparkBackend: one barrier stage
+through ``spark_hvd.run``), with live progress, and builds the framework's Model from what rank 0 returns.
 """
 
 from __future__ import annotations
