@@ -300,15 +300,25 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         store = self.getStore()
         if store is not None:
             return store
-        from spark_hvd.launch.driver.connect_session import session_master
-
-        master = session_master(spark)   # a Spark Connect session has no sparkContext
+        master = _session_master(spark)
+        if master is None:
+            raise InputError("store is required: the Spark session does not show spark.master, so spark_hvd "
+                             "cannot tell a local session from a cluster, e.g. store=Store.create('hdfs:///tmp/hvd')")
         if not master.startswith("local"):
             raise InputError(f"store is required on a cluster (master {master}): the executors must "
                              "reach the data, e.g. store=Store.create('hdfs:///tmp/hvd')")
         store = Store.create(tempfile.mkdtemp(prefix="spark-hvd-store-"))
         self.setStore(store)
         return store
+
+
+def _session_master(spark: Any) -> str | None:
+    """The session's master URL (``local[2]``, ``spark://...``), read through ``spark.conf`` as a Spark Connect
+    session (which has no sparkContext) allows; None when the session does not show it."""
+    try:
+        return spark.conf.get("spark.master", None)
+    except Exception:  # noqa: BLE001 - a key the server refuses to show reads as unset
+        return None
 
 
 def _drop_run_unless_saved(store: Any, run_id: str) -> None:
