@@ -74,7 +74,7 @@ class SparkBackend(Backend):
     """
 
     # Set on the backend for_fit returns (class defaults, so that a SparkBackend pickled before them loads).
-    _elastic: tuple[int | None, int | None] | None = None   # (min_num_proc, max_num_proc): the fit runs through run_elastic
+    _elastic: tuple[int | None, int | None] | None = None   # (min_num_proc, max_num_proc): through run_elastic
     _warm_up: Any = None                      # the fit's warm-up stage, until the launch
 
     def __init__(self, num_proc: int | None = None, env: Mapping[str, str] | None = None,

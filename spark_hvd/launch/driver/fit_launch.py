@@ -15,7 +15,7 @@ from spark_hvd.launch.driver.zygote_warm_up import ZygoteWarmUp, start_warm_up
 
 
 def resolve_fit_num_proc(num_proc: int | None, options: Mapping[str, Any], *,
-                         elastic: tuple[int, int] | None) -> tuple[int, ClusterShape | None]:
+                         elastic: tuple[int | None, int | None] | None) -> tuple[int, ClusterShape | None]:
     """The fit's ranks and the cluster's shape that says so (None when not looked at), from ``spark_hvd.run``
     keywords ``options``. A static fit is checked as ``spark_hvd.run`` checks it, before the data is written;
     an elastic one with ``num_proc`` given is left to ``run_elastic``, which starts on the slots there are."""
