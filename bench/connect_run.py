@@ -69,7 +69,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import spark_hvd
-    from spark_hvd.launch.launch_checks import describe_cluster
+    from spark_hvd.launch.driver.launch_checks import describe_cluster
 
     classic, connect = _sessions()
     runs = {"classic": [], "connect": []}

@@ -37,7 +37,7 @@ from _elastic_spark_fn import elastic_mlp  # noqa: E402
 from _local_spark import local_session, prepare_environment  # noqa: E402
 
 import spark_hvd  # noqa: E402
-from spark_hvd.launch.launch_checks import describe_cluster  # noqa: E402
+from spark_hvd.launch.driver.launch_checks import describe_cluster  # noqa: E402
 
 cloudpickle.register_pickle_by_value(_elastic_spark_fn)
 

@@ -22,10 +22,10 @@ from spark_hvd.errors import (
     StartTimeoutError,
 )
 from collective.elastic.errors import ElasticTimeoutError
-from spark_hvd.launch.rank_context import RankContext, rank_context
-from spark_hvd.launch.rank_events import emit_event
-from spark_hvd.launch.elastic_runner import run_elastic
-from spark_hvd.launch.runner import run
+from spark_hvd.launch.rank.rank_context import RankContext, rank_context
+from spark_hvd.launch.rank.rank_events import emit_event
+from spark_hvd.launch.driver.elastic_runner import run_elastic
+from spark_hvd.launch.driver.runner import run
 from spark_hvd.torch_distributor import TorchDistributor
 
 # Estimators, models and the Store import heavy frameworks, so they load on first use.

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from spark_hvd.launch.rank_context import rank_context
+from spark_hvd.launch.rank.rank_context import rank_context
 
 
 def get_available_devices() -> list[str]:

@@ -14,10 +14,10 @@ import warnings
 from typing import IO, Any, Callable, Mapping
 
 from collective.config import inherited_environ
-from spark_hvd.launch import run_arguments as checked
-from spark_hvd.launch.active_session import active_session, find_session
-from spark_hvd.launch.gpus import CUDA_VISIBLE_DEVICES, visible_devices
-from spark_hvd.launch.rank_context import rank_context
+from spark_hvd.launch.driver import run_arguments as checked
+from spark_hvd.launch.driver.active_session import active_session, find_session
+from spark_hvd.launch.task.gpus import CUDA_VISIBLE_DEVICES, visible_devices
+from spark_hvd.launch.rank.rank_context import rank_context
 from spark_hvd.script_call import ScriptCall
 
 _TORCH_SSL_CONF = "pytorch.spark.distributor.ignoreSsl"   # pyspark's, so existing settings carry over
@@ -104,10 +104,10 @@ class TorchDistributor:
                        stderr=self._stderr, verbose=self._verbose, tail_lines=self._tail_lines,
                        on_event=self._on_event, torch_distributed=True)
         if self.local_mode:
-            from spark_hvd.launch.local_job import run_local
+            from spark_hvd.launch.driver.local_job import run_local
 
             return run_local(fn, args, kwargs, self.num_processes, **options)[0]
-        from spark_hvd.launch.runner import run
+        from spark_hvd.launch.driver.runner import run
 
         self._check_encryption()
         return run(fn, args, kwargs, num_proc=self.num_tasks, spark=self.spark, **options)[0]

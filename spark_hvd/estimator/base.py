@@ -1,10 +1,10 @@
-"""``HorovodEstimator``: the framework-independent ``fit(df)`` that TorchEstimator and KerasEstimator share.
+"""Driver: ``HorovodEstimator``, the framework-independent ``fit(df)`` that TorchEstimator and KerasEstimator share.
 
-fit(df) checks the input's schema against the params, materialises the selected columns as Parquet under
-the Store while counting what the row checks need in the same pass (reused when the same DataFrame is
-fitted again), lets the framework check that a
-sample fits the model, launches the ranks in one barrier stage through ``spark_hvd.run`` with live
-progress, and builds the framework's Model from what rank 0 returns.
+fit(df) reads check -> materialise -> backend.run -> model: it checks the params and the input's schema,
+materialises the selected columns as Parquet under the Store while counting what the row checks need in the
+same pass (reused when the same DataFrame is fitted again), lets the framework check that a sample fits the
+model, runs the ranks through its Backend, the one door to the launcher (a SparkBackend: one barrier stage
+through ``spark_hvd.run``), with live progress, and builds the framework's Model from what rank 0 returns.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pyspark.ml import Estimator
 from pyspark.ml.util import MLReadable, MLReader, MLWritable, MLWriter
 from pyspark.sql import DataFrame
 
+from spark_hvd.common.backend import Backend, FitLaunch, SparkBackend
 from spark_hvd.data.validation_split import normalized_validation
 from spark_hvd.errors import InputError
 from spark_hvd.estimator.elastic_plan import check_no_elastic_params, checked_elastic_bounds
@@ -99,40 +100,25 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
 
     # --- fit ------------------------------------------------------------------------------
     def _fit(self, df: DataFrame) -> Any:
+        """check -> materialise -> backend.run -> model."""
         from spark_hvd.common.util import DEFAULT_SPLIT_SEED
-        from spark_hvd.data import check_schema, materialize_checked
+        from spark_hvd.data import materialize_checked
 
         began = time.monotonic()
-        feature_cols, label_cols = self._required_columns()
-        self._check_params(label_cols)
         spark = df.sparkSession
-        backend = self._backend(spark)
-        num_proc = backend.num_processes()
-        self._check_elastic(backend)
-        validation = normalized_validation(self.getValidation())
         status = FitStatus(enabled=self.getVerbose() >= 1)
-        status.phase("checking the input columns")
-        # Arrays of varying lengths (token ids) are taken where a transformation_fn can pad them, and its rows
-        # carry a binaryFile DataFrame's path (which also names a file that fails to decode).
-        transforms = self.getTransformationFn() is not None
-        plan = check_schema(df, feature_cols, label_cols, self.getSampleWeightCol(), validation,
-                            check_finite=self.getCheckFinite(), ragged_ok=transforms,
-                            carried=["path"] if transforms else [])
-        status.done(f"input checked: {', '.join(plan.names)}")
+        plan = self._check_input(df, status)
         store = self._store_for(spark)
-        seed = self._seed(DEFAULT_SPLIT_SEED)
-        # The ranks' zygotes start (and import the framework) while the data is written.
-        warm_up = self._start_warm_up(spark, backend)
-        try:
+        # The backend for this fit: its ranks counted once; their processes start (and import the framework)
+        # while the data is written.
+        with self._backend(spark).for_fit(self._fit_launch(spark, status, warm_up=True)) as backend:
+            self._check_elastic(backend)
             # One pass over the rows: the Parquet write counts what the row checks need (nulls, lengths, NaN).
             status.phase("checking the rows and materialising the columns as Parquet under the Store")
-            data = materialize_checked(df, store, plan, seed, num_proc)
+            data = materialize_checked(df, store, plan, self._seed(DEFAULT_SPLIT_SEED), backend.num_processes())
             status.done(f"{'reusing' if data.reused else 'materialised'} {data.train_rows} training and "
                         f"{data.val_rows} validation rows")
-            return self._fit_on_materialized(data, spark, backend, began, status, warm_up)
-        finally:
-            if warm_up is not None:
-                warm_up.finish()
+            return self._fit_on_materialized(data, backend, began, status)
 
     def fit_on_parquet(self, params: dict | None = None, dataset_idx: str | None = None) -> Any:
         """Trains on data materialised before by ``spark_hvd.common.util.prepare_data`` (Horovod's API):
@@ -156,13 +142,36 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
             raise InputError(f"fit_on_parquet: column(s) {missing} were not prepared; dataset {data.key!r} "
                              f"holds {list(data.columns)}")
         spark = SparkSession.active()
-        backend = self._backend(spark)
-        self._check_elastic(backend)
-        return self._fit_on_materialized(data, spark, backend, began)
+        status = FitStatus(enabled=self.getVerbose() >= 1)
+        with self._backend(spark).for_fit(self._fit_launch(spark, status, warm_up=False)) as backend:
+            self._check_elastic(backend)
+            return self._fit_on_materialized(data, backend, began, status)
 
-    def _fit_on_materialized(self, data: Any, spark: Any, backend: Any, began: float,
-                             status: FitStatus | None = None, warm_up: Any = None) -> Any:
-        from spark_hvd.common.backend import SparkBackend
+    def _check_input(self, df: DataFrame, status: FitStatus) -> Any:
+        """The params, then the DataFrame's schema against them: the columns' plan of the materialisation."""
+        from spark_hvd.data import check_schema
+
+        feature_cols, label_cols = self._required_columns()
+        self._check_params(label_cols)
+        status.phase("checking the input columns")
+        # Arrays of varying lengths (token ids) are taken where a transformation_fn can pad them, and its rows
+        # carry a binaryFile DataFrame's path (which also names a file that fails to decode).
+        transforms = self.getTransformationFn() is not None
+        plan = check_schema(df, feature_cols, label_cols, self.getSampleWeightCol(),
+                            normalized_validation(self.getValidation()), check_finite=self.getCheckFinite(),
+                            ragged_ok=transforms, carried=["path"] if transforms else [])
+        status.done(f"input checked: {', '.join(plan.names)}")
+        return plan
+
+    def _fit_launch(self, spark: Any, status: FitStatus, warm_up: bool) -> FitLaunch:
+        """What this fit asks of its backend's launch; ``warm_up``: start the ranks' processes now, while the
+        fit writes its data (prestart_ranks)."""
+        return FitLaunch(spark=spark, verbose=self.getVerbose(), start_timeout=self.getStartTimeout(),
+                         keep_warm=self.warm_modules, on_event=status.on_event,
+                         warm_up=warm_up and self.getPrestartRanks(), env=self.getBackendEnv(),
+                         elastic=self._elastic_bounds(), commit_store=self.getStore())
+
+    def _fit_on_materialized(self, data: Any, backend: Any, began: float, status: FitStatus) -> Any:
         from spark_hvd.data.readers import check_reader_columns
         from spark_hvd.data.transformation import require_transformation_for
         from spark_hvd.estimator.sample import read_sample
@@ -170,7 +179,6 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         if data.train_rows == 0:
             raise InputError("the training split is empty: every row went to validation "
                              f"(validation={self.getValidation()!r})")
-        status = status if status is not None else FitStatus(enabled=self.getVerbose() >= 1)
         # Ends when rank 0 starts training (FitProgress says so).
         status.phase(f"checking a sample against the model, launching {backend.num_processes()} ranks")
         check_reader_columns(self.getReader(), list(data.columns.values()))
@@ -181,25 +189,9 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         progress = FitProgress(plan.epochs, plan.train_steps, enabled=self.getVerbose() >= 1,
                                on_epoch=None if mlflow_log is None else mlflow_log.log_epoch,
                                status=status, num_proc=plan.num_proc)
-        env = dict(self.getBackendEnv() or {})
         prepared = time.monotonic()
-        if warm_up is not None:
-            warm_up.finish()    # so that it holds no slot the ranks' barrier stage needs
         try:
-            if plan.elastic is not None:
-                from spark_hvd.estimator.elastic_launch import run_elastic_fit
-
-                results = run_elastic_fit(self._rank_fn(plan), plan.elastic, backend, spark, env, progress.on_event,
-                                          verbose=self.getVerbose(), start_timeout=self.getStartTimeout(),
-                                          keep_warm=self.warm_modules, commit_store=self.getStore())
-            elif isinstance(backend, SparkBackend):
-                ours = {"spark": spark, "verbose": self.getVerbose(), "start_timeout": self.getStartTimeout(),
-                        "on_event": progress.on_event, "keep_warm": self.warm_modules}
-                given = backend.run_options
-                results = backend.run(self._rank_fn(plan), env=env,
-                                      **{k: v for k, v in ours.items() if k not in given or k == "on_event"})
-            else:
-                results = backend.run(self._rank_fn(plan), args=(), env=env)
+            results = backend.run(self._rank_fn(plan), env=dict(self.getBackendEnv() or {}))
             output_cols = self.getOutputCols() or default_output_cols(plan.label_cols)
             model = self._create_model(plan, results[0], output_cols)
         except BaseException as error:
@@ -213,24 +205,6 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         if mlflow_log is not None:
             mlflow_log.log_model(model)
         return model
-
-    def _start_warm_up(self, spark: Any, backend: Any) -> Any:
-        """The warm-up stage that starts the ranks' zygotes in the Spark workers (zygote_warm_up.py), keyed on
-        what the launch will use (the backend's options win, as at the launch); None where it cannot serve."""
-        from spark_hvd.common.backend import SparkBackend
-        from spark_hvd.launch import run_arguments as checked
-        from spark_hvd.launch.zygote_warm_up import start_warm_up
-
-        if not self.getPrestartRanks() or not isinstance(backend, SparkBackend):
-            return None
-        options = backend.run_options
-        try:
-            modules = checked.module_names("keep_warm", options.get("keep_warm", self.warm_modules))
-            executable = checked.executable(options.get("executable"))
-            env = checked.rank_env(backend.rank_env(self.getBackendEnv()))
-        except (TypeError, ValueError):
-            return None    # the launch names the bad value
-        return start_warm_up(options.get("spark") or spark, backend.num_processes(), env, executable, modules)
 
     def _plan(self, data: Any, num_proc: int) -> FitPlan:
         batch_size = self.getBatchSize()
@@ -266,30 +240,27 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         commit_steps = -(-self.getElasticCommitSteps() // bpps) * bpps
         return ElasticPlan(commit_steps, min_np, max_np, epoch_steps)
 
-    def _check_elastic(self, backend: Any) -> None:
-        """elastic=True's bounds, before anything is materialised or launched."""
-        from spark_hvd.common.backend import SparkBackend
+    def _elastic_bounds(self) -> tuple[int | None, int | None] | None:
+        """(min_num_proc, max_num_proc) as given, for the backend's launch mode (each may be None: the ranks the
+        fit starts with); None without elastic=True."""
+        return (self.getMinNumProc(), self.getMaxNumProc()) if self.getElastic() else None
 
+    def _check_elastic(self, backend: Any) -> None:
+        """elastic=True's bounds against the backend's ranks, before anything is materialised or launched."""
         if not self.getElastic():
             check_no_elastic_params(self)
             return
-        if not isinstance(backend, SparkBackend):
-            raise InputError(f"elastic=True runs on Spark's executors (spark_hvd.run_elastic): backend must be a "
-                             f"SparkBackend, got {type(backend).__name__}")
         checked_elastic_bounds(self, backend.num_processes())
 
     def _seed(self, default: int) -> int:
         seed = self.getRandomSeed()
         return default if seed is None else seed
 
-    def _backend(self, spark: Any) -> Any:
+    def _backend(self, spark: Any) -> Backend:
         """The Backend that runs the ranks: the given one, or a SparkBackend of num_proc ranks."""
-        from spark_hvd.common.backend import Backend, SparkBackend
-        from spark_hvd.launch.launch_checks import describe_cluster, resolve_num_proc
-
         backend = self.getBackend()
         if backend is None:
-            return SparkBackend(num_proc=resolve_num_proc(self.getNumProc(), describe_cluster(spark)), spark=spark)
+            return SparkBackend(num_proc=self.getNumProc(), spark=spark)
         if self.getNumProc() is not None:
             raise InputError("give at most one of num_proc and backend: the backend says how many ranks run "
                              "(SparkBackend(num_proc=...))")
@@ -339,15 +310,25 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         store = self.getStore()
         if store is not None:
             return store
-        from spark_hvd.launch.connect_session import session_master
-
-        master = session_master(spark)   # a Spark Connect session has no sparkContext
+        master = _session_master(spark)
+        if master is None:
+            raise InputError("store is required: the Spark session does not show spark.master, so spark_hvd "
+                             "cannot tell a local session from a cluster, e.g. store=Store.create('hdfs:///tmp/hvd')")
         if not master.startswith("local"):
             raise InputError(f"store is required on a cluster (master {master}): the executors must "
                              "reach the data, e.g. store=Store.create('hdfs:///tmp/hvd')")
         store = Store.create(tempfile.mkdtemp(prefix="spark-hvd-store-"))
         self.setStore(store)
         return store
+
+
+def _session_master(spark: Any) -> str | None:
+    """The session's master URL (``local[2]``, ``spark://...``), read through ``spark.conf`` as a Spark Connect
+    session (which has no sparkContext) allows; None when the session does not show it."""
+    try:
+        return spark.conf.get("spark.master", None)
+    except Exception:  # noqa: BLE001 - a key the server refuses to show reads as unset
+        return None
 
 
 def _drop_run_unless_saved(store: Any, run_id: str) -> None:

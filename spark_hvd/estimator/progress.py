@@ -83,12 +83,19 @@ class _Display:
 
 class FitStatus:
     """The status lines before training: ``phase("materialising ...")`` starts one, ``done("...")`` ends it
-    with its time."""
+    with its time. The fit's launch is set up before its FitProgress exists (which needs the data's size), so
+    the ranks' events come here (``on_event``) and go on to the FitProgress made with this status."""
 
     def __init__(self, enabled: bool = True, display: _Display | None = None) -> None:
         self.enabled = enabled
         self.display = display if display is not None else (_Display() if enabled else None)
         self._phase_started: float | None = None
+        self.progress: FitProgress | None = None
+
+    def on_event(self, rank: int, data: Mapping[str, Any]) -> None:
+        """A rank's event, for the fit's progress (none before it exists)."""
+        if self.progress is not None:
+            self.progress.on_event(rank, data)
 
     def phase(self, doing: str) -> None:
         self._phase_started = time.monotonic()
@@ -116,6 +123,8 @@ class FitProgress:
             status.display if status is not None and status.display is not None else
             (_Display() if enabled else None))
         self._status = status
+        if status is not None:
+            status.progress = self
         self._num_proc = num_proc
         self._done_steps = 0
         self._first_epoch = 0

@@ -1,9 +1,12 @@
-"""The launcher behind ``spark_hvd.run``: each module's first line names the process it runs in.
+"""The launcher behind ``spark_hvd.run``, in one folder per process it runs in (each module's first docstring word
+says it too):
 
-- Driver: ``runner`` (the public ``run``), ``run_arguments``, ``launch_checks``, ``barrier_job``, ``local_job``,
-  ``output_collector``, ``connect_session`` (what a Spark Connect session allows).
-- Task (a Spark task's Python worker, or a local-mode task): ``barrier_task``, ``local_task``, ``rank_task``,
-  ``rank_child``, ``output_channel``, ``stage_outbox`` (its stand-in under Spark Connect), ``gpus``.
-- Rank child (the process that runs ``fn``): ``child_main``, ``rank_context``, ``rank_events``.
-- Shared: ``framing`` (the frames every hop speaks) and ``task_spec`` (what the driver ships to each task).
+- ``driver/``: the caller's process (``spark_hvd.run``, ``spark_hvd.run_elastic``, the checks, the barrier stage);
+- ``task/``: a Spark task's Python worker, or a local-mode task (one rank's side, its child process, its output);
+- ``rank/``: the rank child, the process that runs ``fn``;
+- ``zygote/``: a spare rank child that forks the next jobs' rank processes.
+
+Here, what more than one of them speaks: ``framing`` (the frames every hop speaks), ``task_spec`` (what the
+driver ships to each task), ``driver_rendezvous`` (where the ranks meet) and ``stored_commits`` (run_elastic's
+commits too large for the driver's memory).
 """

@@ -1,4 +1,4 @@
-"""Commits too large for the driver's memory, under ``spark_hvd.run_elastic(commit_store=...)``.
+"""Driver and rank child: commits too large for the driver's memory, under ``spark_hvd.run_elastic(commit_store=...)``.
 
 Rank 0 writes such a commit to the Store, and only a reference travels to the driver in its place: the
 reference is the pickled commit's bytes as far as every layer between them is concerned (the output

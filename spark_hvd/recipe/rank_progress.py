@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from spark_hvd.launch.rank_events import emit_event
+from spark_hvd.launch.rank.rank_events import emit_event
 
 # What a rank tells the driver; the driver's FitProgress (estimator/progress.py) reads the same names.
 EVENT_START, EVENT_STEP, EVENT_EPOCH = "start", "step", "epoch"

@@ -14,7 +14,7 @@ import collective.torch as hvd
 from collective.elastic import durable
 from collective.errors import PeerFailureError
 from spark_hvd.errors import CommitTooLargeError
-from spark_hvd.launch.elastic_rank import CommitSender
+from spark_hvd.launch.rank.elastic_rank import CommitSender
 
 
 @pytest.fixture
@@ -110,8 +110,8 @@ def test_a_commit_over_the_limit_goes_to_the_store_and_the_driver_deletes_what_i
     import cloudpickle
 
     from spark_hvd import Store
-    from spark_hvd.launch.elastic_runner import _KeptCommit
-    from spark_hvd.launch.output_collector import RankCommitted
+    from spark_hvd.launch.driver.elastic_runner import _KeptCommit
+    from spark_hvd.launch.driver.output_collector import RankCommitted
     from spark_hvd.launch.stored_commits import CommitSpill, stored_path
 
     spill = CommitSpill.for_run(Store.create(str(tmp_path)))

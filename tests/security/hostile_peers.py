@@ -54,7 +54,7 @@ def _rendezvous() -> Protocol:
 
 
 def _collector() -> Protocol:
-    from spark_hvd.launch import output_channel as oc
+    from spark_hvd.launch.task import output_channel as oc
 
     return Protocol(
         "collector", b"", oc.SERVER_HELLO_BYTES, nonce=lambda h: h[5:5 + oc.NONCE_BYTES],

@@ -11,8 +11,9 @@ from typing import Any
 
 from collective.bootstrap import RendezvousServer
 from collective.launcher import LineSink
-from spark_hvd.launch import barrier_task, runner
-from spark_hvd.launch.output_collector import OutputCollector
+from spark_hvd.launch.driver import run_options
+from spark_hvd.launch.task import barrier_task
+from spark_hvd.launch.driver.output_collector import OutputCollector
 from spark_hvd.launch.task_spec import TaskSpec
 
 
@@ -29,10 +30,10 @@ class _SparkWithConf:
 
 def test_the_collector_binds_spark_s_driver_bind_address_else_the_driver_host() -> None:
     both = _SparkWithConf({"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "10.9.8.7"})
-    assert runner._driver_bind_host(both) == "127.0.0.1"
-    assert runner._driver_host(both) == "10.9.8.7"  # the ranks still dial the advertised host
-    assert runner._driver_bind_host(_SparkWithConf({"spark.driver.host": "127.0.0.1"})) == "127.0.0.1"
-    assert runner._driver_bind_host(_SparkWithConf({"spark.driver.bindAddress": "0.0.0.0"})) == "0.0.0.0"  # asked
+    assert run_options._driver_bind_host(both) == "127.0.0.1"
+    assert run_options._driver_host(both) == "10.9.8.7"  # the ranks still dial the advertised host
+    assert run_options._driver_bind_host(_SparkWithConf({"spark.driver.host": "127.0.0.1"})) == "127.0.0.1"
+    assert run_options._driver_bind_host(_SparkWithConf({"spark.driver.bindAddress": "0.0.0.0"})) == "0.0.0.0"  # asked
 
 
 def test_the_listeners_default_to_loopback() -> None:

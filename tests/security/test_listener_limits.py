@@ -19,8 +19,8 @@ import pytest
 from collective.bootstrap import RendezvousClient, RendezvousServer
 from collective.launcher import LineSink
 from hostile_peers import IdleFlood, raise_fd_limit
-from spark_hvd.launch.output_channel import OutputSender
-from spark_hvd.launch.output_collector import OutputCollector, RankConnected
+from spark_hvd.launch.task.output_channel import OutputSender
+from spark_hvd.launch.driver.output_collector import OutputCollector, RankConnected
 from watched_process import WatchedProcess
 
 pytestmark = pytest.mark.timeout(120)

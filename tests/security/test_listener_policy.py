@@ -19,8 +19,8 @@ import pytest
 from collective.bootstrap import RendezvousClient, RendezvousServer
 from collective.bootstrap.listener import ADMIT, Handshake, HandshakeRefused, Listener
 from collective.launcher import LineSink
-from spark_hvd.launch.output_channel import OutputSender
-from spark_hvd.launch.output_collector import OutputCollector
+from spark_hvd.launch.task.output_channel import OutputSender
+from spark_hvd.launch.driver.output_collector import OutputCollector
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -18,8 +18,8 @@ import cloudpickle  # noqa: E402
 
 import listener_ranks  # noqa: E402
 import spark_hvd  # noqa: E402
-from spark_hvd.launch import runner  # noqa: E402
-from spark_hvd.launch.output_collector import OutputCollector  # noqa: E402
+from spark_hvd.launch.driver import runner  # noqa: E402
+from spark_hvd.launch.driver.output_collector import OutputCollector  # noqa: E402
 from watched_process import Attacker, assert_all_refused  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]

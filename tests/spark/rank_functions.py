@@ -164,7 +164,7 @@ def parent_process() -> tuple[int, str]:
     """This process's parent: its pid, and which program it is (a Spark worker, or a keep_warm zygote)."""
     parent = os.getppid()
     with open(f"/proc/{parent}/cmdline", "rb") as cmdline:
-        return parent, "zygote" if b"spark_hvd.launch.child_main" in cmdline.read() else "task"
+        return parent, "zygote" if b"spark_hvd.launch.rank.child_main" in cmdline.read() else "task"
 
 
 def environment_of(name: str) -> tuple:

@@ -81,7 +81,7 @@ def _connect_environ_restored() -> Iterator[None]:
 @pytest.fixture
 def client_never_listens(monkeypatch: pytest.MonkeyPatch) -> None:
     """Executors may have no route to a Connect client: the ranks' output collector must never start."""
-    from spark_hvd.launch.output_collector import OutputCollector
+    from spark_hvd.launch.driver.output_collector import OutputCollector
 
     def refuse(self: Any) -> int:
         raise AssertionError("under Spark Connect the client must not listen for the ranks")
@@ -90,7 +90,7 @@ def client_never_listens(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_session_is_a_connect_one(connect_spark: Any) -> None:
-    from spark_hvd.launch.connect_session import is_connect_session
+    from spark_hvd.launch.driver.connect_session import is_connect_session
 
     assert is_connect_session(connect_spark)
     with pytest.raises(Exception, match="sparkContext"):
@@ -134,7 +134,7 @@ def test_a_failing_rank_is_named_with_its_traceback_and_last_lines(connect_spark
 
 def test_num_proc_above_the_slots_fails_at_once(connect_spark: Any) -> None:
     import spark_hvd
-    from spark_hvd.launch.launch_checks import describe_cluster
+    from spark_hvd.launch.driver.launch_checks import describe_cluster
 
     shape = describe_cluster(connect_spark)
     assert (shape.master, shape.slots) == ("local[2]", 2)

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from spark_hvd.errors import NotEnoughSlotsError, RankFailure
-from spark_hvd.launch import launch_checks
-from spark_hvd.launch.launch_checks import ClusterShape, cluster_for_launch, resolve_num_proc
-from spark_hvd.launch.stage_outbox import StageOutbox, frames_from_bytes
+from spark_hvd.launch.driver import launch_checks
+from spark_hvd.launch.driver.launch_checks import ClusterShape, cluster_for_launch, resolve_num_proc
+from spark_hvd.launch.task.stage_outbox import StageOutbox, frames_from_bytes
 
 
 class TestStageOutbox:
@@ -152,7 +152,7 @@ def test_a_session_that_waited_for_all_executors_has_no_window_left() -> None:
 
 class TestStageStartWatch:
     def test_fires_once_when_the_stage_runs_all_its_tasks(self) -> None:
-        from spark_hvd.launch.connect_session import StageStartWatch
+        from spark_hvd.launch.driver.connect_session import StageStartWatch
 
         handlers: list[Any] = []
         spark = SimpleNamespace(registerProgressHandler=handlers.append, removeProgressHandler=handlers.remove)
@@ -167,7 +167,7 @@ class TestStageStartWatch:
         assert fired == [True] and handlers == []
 
     def test_a_stage_that_already_finished_tasks_counts_as_started(self) -> None:
-        from spark_hvd.launch.connect_session import StageStartWatch
+        from spark_hvd.launch.driver.connect_session import StageStartWatch
 
         fired: list[bool] = []
         spark = SimpleNamespace(registerProgressHandler=lambda h: None, removeProgressHandler=lambda h: None)
@@ -176,7 +176,7 @@ class TestStageStartWatch:
         assert fired == [True]
 
     def test_without_progress_reports_the_ranks_count_as_started_at_once(self) -> None:
-        from spark_hvd.launch.connect_session import StageStartWatch
+        from spark_hvd.launch.driver.connect_session import StageStartWatch
 
         fired: list[bool] = []
         with StageStartWatch(SimpleNamespace(), 2, lambda: fired.append(True)):

@@ -10,9 +10,10 @@ import pytest
 
 from collective.launcher import LineSink
 from spark_hvd.errors import RankFailure, ResetLimitError, RunError, SparkJobError
-from spark_hvd.launch import elastic_runner
-from spark_hvd.launch.elastic_runner import _Bounds, _ElasticDriver
-from spark_hvd.launch.output_collector import RankCommitted
+from spark_hvd.launch.driver import elastic_runner, run_options
+from spark_hvd.launch.driver.elastic_runner import _Bounds, _ElasticDriver
+from spark_hvd.launch.driver.output_collector import RankCommitted
+from spark_hvd.launch.driver.run_options import RunOptions
 
 
 def driver(monkeypatch: pytest.MonkeyPatch, endings: list, reset_limit: int | None = None,
@@ -34,14 +35,14 @@ def driver(monkeypatch: pytest.MonkeyPatch, endings: list, reset_limit: int | No
 
     monkeypatch.setattr(elastic_runner, "run_ranks", fake_run_ranks)
     monkeypatch.setattr(elastic_runner, "describe_cluster", lambda spark: SimpleNamespace(slots=2))
-    monkeypatch.setattr(elastic_runner, "_driver_host", lambda spark: "127.0.0.1")
-    monkeypatch.setattr(elastic_runner, "_driver_bind_host", lambda spark: None)
+    monkeypatch.setattr(run_options, "_driver_host", lambda spark: "127.0.0.1")
+    monkeypatch.setattr(run_options, "_driver_bind_host", lambda spark: None)
 
-    elastic = _ElasticDriver(spark=None, fn=print, args=(), kwargs={}, bounds=_Bounds(first=2, min=1, max=2),
+    options = RunOptions(spark=None, start_timeout=10.0, env={}, stdout=None, stderr=None, verbose=1, nics=None,
+                         timestamps=False, tail_lines=5, on_event=None, keep_warm=())
+    elastic = _ElasticDriver(options, fn=print, args=(), kwargs={}, bounds=_Bounds(first=2, min=1, max=2),
                              elastic_timeout=1.0, reset_limit=reset_limit, max_commit_bytes=1 << 20, spill=None,
-                             err=LineSink(err), verbose=1,
-                             launch_fields=dict(env={}, start_timeout=10.0, stdout=None, stderr=None, verbose=1,
-                                                tail_lines=5, on_event=None))
+                             err=LineSink(err))
     return elastic, err
 
 

@@ -24,7 +24,7 @@ from capture import WatchedStream, wait_for_exit
 from elastic_functions import assert_reference_weights, torch_elastic_train
 from estimator_data import blobs
 from estimator_models import class_loss
-from spark_hvd.launch.launch_checks import describe_cluster
+from spark_hvd.launch.driver.launch_checks import describe_cluster
 
 pytestmark = [pytest.mark.usefixtures("elastic_functions_by_value"), pytest.mark.spark]
 

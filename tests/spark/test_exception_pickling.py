@@ -33,7 +33,7 @@ def _samples() -> dict[str, Callable[[], BaseException]]:
     """Instances with every field set, for the classes whose constructor takes more than a message."""
     from collective.elastic.errors import HostsUpdatedInterrupt
     from spark_hvd.errors import NotEnoughSlotsError, RankFailure, RunError
-    from spark_hvd.launch.elastic_runner import _Grow
+    from spark_hvd.launch.driver.elastic_runner import _Grow
 
     def run_error() -> BaseException:
         root = RankFailure(rank=1, summary="ValueError: boom", traceback="Traceback ...\nValueError: boom\n",
@@ -51,7 +51,7 @@ def _samples() -> dict[str, Callable[[], BaseException]]:
         "spark_hvd.errors.NotEnoughSlotsError":
             lambda: NotEnoughSlotsError("needs 4 task slots", num_proc=4, slots=2),
         "collective.elastic.errors.HostsUpdatedInterrupt": lambda: HostsUpdatedInterrupt(skip_sync=True),
-        "spark_hvd.launch.elastic_runner._Grow": lambda: _Grow(3),
+        "spark_hvd.launch.driver.elastic_runner._Grow": lambda: _Grow(3),
         "collective._native.PeerFailureError": peer_failure,
     }
 

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from spark_hvd.errors import RankFailure, RunError
-from spark_hvd.launch.barrier_job import JobFailed
-from spark_hvd.launch.output_collector import RankConnected, RankEvent, RankFailed
-from spark_hvd.launch.runner import RanksLaunch, run_ranks
+from spark_hvd.launch.driver.barrier_job import JobFailed
+from spark_hvd.launch.driver.output_collector import RankConnected, RankEvent, RankFailed
+from spark_hvd.launch.driver.run_options import RanksLaunch
+from spark_hvd.launch.driver.runner import run_ranks
 
 
 class ScriptedJob:

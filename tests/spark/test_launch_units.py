@@ -16,8 +16,8 @@ from spark_hvd.errors import (
     spark_error_summary,
 )
 from spark_hvd.launch.framing import FrameError, read_frame, write_frame
-from spark_hvd.launch.gpus import visible_devices
-from spark_hvd.launch.launch_checks import ClusterShape, describe_cluster, resolve_num_proc
+from spark_hvd.launch.task.gpus import visible_devices
+from spark_hvd.launch.driver.launch_checks import ClusterShape, describe_cluster, resolve_num_proc
 
 
 class TestVisibleDevices:

@@ -11,8 +11,8 @@ import pytest
 
 from collective.launcher import LineSink
 from spark_hvd.errors import RankFailure
-from spark_hvd.launch.output_channel import OutputSender
-from spark_hvd.launch.output_collector import OutputCollector, RankConnected, RankFailed
+from spark_hvd.launch.task.output_channel import OutputSender
+from spark_hvd.launch.driver.output_collector import OutputCollector, RankConnected, RankFailed
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -13,8 +13,8 @@ import pytest
 
 from capture import wait_for_exit
 from collective.config import Config
-from spark_hvd.launch.rank_child import RankChild
-from spark_hvd.launch.rank_context import RankContext
+from spark_hvd.launch.task.rank_child import RankChild
+from spark_hvd.launch.rank.rank_context import RankContext
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -148,7 +148,7 @@ def test_a_grandchild_holding_the_pipes_neither_delays_the_outcome_nor_survives(
 # pid, then waits to be killed.
 _FAKE_TASK = """
 import os, sys, threading, cloudpickle
-from spark_hvd.launch.rank_child import RankChild
+from spark_hvd.launch.task.rank_child import RankChild
 def block():
     threading.Event().wait()
 env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}

@@ -12,7 +12,7 @@ import pytest
 
 import spark_hvd
 from rank_functions import where_am_i
-from spark_hvd.launch.launch_checks import describe_cluster
+from spark_hvd.launch.driver.launch_checks import describe_cluster
 from standalone_cluster import StandaloneCluster, WorkerSpec
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]

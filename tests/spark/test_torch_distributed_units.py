@@ -11,10 +11,10 @@ import pytest
 
 import collective
 from collective.failures.report import is_peer_failure
-from spark_hvd.launch.rank_context import RankContext
+from spark_hvd.launch.rank.rank_context import RankContext
 from spark_hvd.script_call import ScriptCall
-from spark_hvd.torch_distributed_call import TorchDistributedCall
-from spark_hvd.torch_distributed_env import torch_distributed_env
+from spark_hvd.launch.rank.torch_distributed_call import TorchDistributedCall
+from spark_hvd.launch.rank.torch_distributed_env import torch_distributed_env
 
 # Rank 3 of 4, second on its host of two ranks; the second host.
 CONTEXT = RankContext(rank=3, size=4, local_rank=1, local_size=2, cross_rank=1, cross_size=2,

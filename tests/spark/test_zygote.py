@@ -14,9 +14,9 @@ import pytest
 
 from capture import wait_for_exit
 from collective.config import Config
-from spark_hvd.launch.rank_child import RankChild
-from spark_hvd.launch.rank_context import RankContext
-from spark_hvd.launch.zygote import Zygote
+from spark_hvd.launch.task.rank_child import RankChild
+from spark_hvd.launch.rank.rank_context import RankContext
+from spark_hvd.launch.task.zygote import Zygote
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -114,8 +114,8 @@ def test_closing_the_zygote_ends_its_running_child_and_reports_it():
 
 _OWNER = textwrap.dedent("""
     import os, sys
-    from spark_hvd.launch.rank_child import RankChild
-    from spark_hvd.launch.zygote import Zygote
+    from spark_hvd.launch.task.rank_child import RankChild
+    from spark_hvd.launch.task.zygote import Zygote
     env = {**os.environ}
     zygote = Zygote(env, ("wave",))
     assert zygote.forkable()

@@ -21,7 +21,7 @@ from estimator_models import RecordProcess, class_loss, classifier
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
-WARM_UP_LOGGER = "spark_hvd.launch.zygote_warm_up"
+WARM_UP_LOGGER = "spark_hvd.launch.driver.zygote_warm_up"
 
 
 def _fit(spark, store, tmp_path, name: str, **overrides):
@@ -68,7 +68,7 @@ def test_a_failing_warm_up_is_logged_and_the_fit_starts_its_ranks_itself(local_s
                                                                          monkeypatch) -> None:
     from pyspark import cloudpickle as spark_cloudpickle
 
-    from spark_hvd.launch import zygote_warm_up
+    from spark_hvd.launch.driver import zygote_warm_up
 
     # The warm-up's tasks call this instead of starting a zygote (Spark pickles them with its own cloudpickle).
     monkeypatch.setattr(zygote_warm_up, "prestart_zygote", rank_functions.failing_prestart)
@@ -90,8 +90,8 @@ def test_an_elastic_fit_forks_its_first_formation_from_the_warm_up_zygotes(local
 def test_no_warm_up_where_it_cannot_serve_the_run(local_spark, caplog, monkeypatch) -> None:
     """Without modules, with more ranks than slots, with GPUs per task or under Spark Connect, nothing is
     submitted and the reason is logged."""
-    from spark_hvd.launch import zygote_warm_up
-    from spark_hvd.launch.launch_checks import ClusterShape
+    from spark_hvd.launch.driver import zygote_warm_up
+    from spark_hvd.launch.driver.launch_checks import ClusterShape
 
     caplog.set_level(logging.DEBUG, logger=WARM_UP_LOGGER)
     jobs_before = local_spark.sparkContext.statusTracker().getJobIdsForGroup(None)

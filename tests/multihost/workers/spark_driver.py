@@ -71,7 +71,7 @@ def main() -> None:
     try:
         # With the ratio at 1.0 Spark holds a first job's tasks until every executor has registered; this
         # job is that wait. (spark_hvd.run's own slot check counts executors at once: issue 13's first
-        # defect, fixed separately in spark_hvd/launch/launch_checks.py.)
+        # defect, fixed separately in spark_hvd/launch/driver/launch_checks.py.)
         spark.sparkContext.parallelize(range(num_proc), num_proc).count()
         ranks = spark_hvd.run(where_am_i, num_proc=num_proc, start_timeout=120, verbose=0)
         report(check="run", ranks=ranks)

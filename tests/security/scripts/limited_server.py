@@ -24,7 +24,7 @@ def main() -> int:
         port = server.address[1]
     else:
         from collective.launcher import LineSink
-        from spark_hvd.launch.output_collector import OutputCollector
+        from spark_hvd.launch.driver.output_collector import OutputCollector
 
         sink = LineSink(sys.stdout)
         server = OutputCollector(secret, 1, lambda event: print(f"EVENT {event}", flush=True), sink, sink,

@@ -21,10 +21,10 @@ import time
 import uuid
 from typing import Any, Mapping
 
-from spark_hvd.launch.connect_session import is_connect_session
-from spark_hvd.launch.launch_checks import describe_cluster
-from spark_hvd.launch.rank_task import prestart_zygote
-from spark_hvd.launch.warm_up_task import WARM_UP_DDL, Prestart, WarmUpTask
+from spark_hvd.launch.driver.connect_session import is_connect_session
+from spark_hvd.launch.driver.launch_checks import ClusterShape, describe_cluster
+from spark_hvd.launch.task.rank_task import prestart_zygote
+from spark_hvd.launch.task.warm_up_task import WARM_UP_DDL, Prestart, WarmUpTask
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +96,8 @@ class ZygoteWarmUp:
 
 
 def start_warm_up(spark: Any, num_proc: int, run_env: Mapping[str, str], executable: str | None,
-                  modules: tuple[str, ...], prestart: Prestart | None = None) -> ZygoteWarmUp | None:
+                  modules: tuple[str, ...], prestart: Prestart | None = None, *,
+                  shape: ClusterShape | None = None) -> ZygoteWarmUp | None:
     """A started warm-up for a ``spark_hvd.run`` of ``num_proc`` ranks with this ``env``, ``executable`` and
     ``keep_warm``; None where it cannot serve that run (the reason is logged at debug level):
     - no modules: the run keeps no zygote;
@@ -105,9 +106,10 @@ def start_warm_up(spark: Any, num_proc: int, run_env: Mapping[str, str], executa
       is only known in that task;
     - more ranks than slots, or dynamic allocation: the run itself fails at once, with the reason.
     ``prestart``: what the tasks call to start the zygote; default (None) this module's ``prestart_zygote``
-    (rank_task's), looked up at each call, so a test can replace it with one that fails.
+    (rank_task's), looked up at each call, so a test can replace it with one that fails. ``shape``: the
+    cluster's, when the caller has just described it; else it is described here.
     """
-    reason = _why_not(spark, num_proc, modules)
+    reason = _why_not(spark, num_proc, modules, shape)
     if reason is not None:
         logger.debug("spark_hvd warm-up skipped: %s", reason)
         return None
@@ -118,13 +120,13 @@ def start_warm_up(spark: Any, num_proc: int, run_env: Mapping[str, str], executa
         return None
 
 
-def _why_not(spark: Any, num_proc: int, modules: tuple[str, ...]) -> str | None:
+def _why_not(spark: Any, num_proc: int, modules: tuple[str, ...], shape: ClusterShape | None) -> str | None:
     if not modules:
         return "no keep_warm modules"
     if is_connect_session(spark):
         return "a Spark Connect session"
     try:
-        shape = describe_cluster(spark)
+        shape = shape if shape is not None else describe_cluster(spark)
     except Exception as e:  # noqa: BLE001
         return f"the cluster's shape is unknown ({e})"
     if shape.task_gpus is not None and _amount(shape.task_gpus) != 0.0:

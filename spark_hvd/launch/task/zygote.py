@@ -1,6 +1,6 @@
 """Task: a zygote as its Spark Python worker sees it: a spare rank child that forks a fresh rank process per job.
 
-The zygote is a spare (RankChild.spare) given a control socket; what runs in it is zygote_fork.py. Once its
+The zygote is a spare (RankChild.spare) given a control socket; what runs in it is zygote/fork.py. Once its
 imports are done it says whether it can fork. If so, each job's task asks it for a child, handing over the
 child's pipes, and gets a ForkedProcess: a handle that a RankChild drives as it drives a spawned process
 (exit status, kill by process group, output pumps). If not, the spare itself is adopted, as before zygotes.
@@ -19,7 +19,7 @@ import time
 from typing import Any, Callable, Mapping
 
 from collective.launcher.processes import start_line_pumps
-from spark_hvd.launch.rank_child import RankChild
+from spark_hvd.launch.task.rank_child import RankChild
 
 # How long a task waits for a zygote to finish its imports before starting a process of its own (which
 # would have to import the same modules: only a zygote stuck in its imports gets here).

@@ -13,7 +13,7 @@ import threading
 from typing import Any
 
 from spark_hvd.errors import RankFailure
-from spark_hvd.launch.output_channel import KIND_EVENT, KIND_FAILURE, KIND_LINE, KIND_NOTICE
+from spark_hvd.launch.task.output_channel import KIND_EVENT, KIND_FAILURE, KIND_LINE, KIND_NOTICE
 
 # A row travels whole through Spark and gRPC: keep a rank's output lines bounded (the newest are kept).
 MAX_LINE_CHARS = 4 << 20

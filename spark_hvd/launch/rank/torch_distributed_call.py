@@ -19,8 +19,8 @@ import collective
 from collective.bootstrap import RendezvousClient, RendezvousError
 from collective.config import Config, parse_host_port
 from collective.runtime import current, job_config
-from spark_hvd.launch.rank_context import rank_context
-from spark_hvd.torch_distributed_env import torch_distributed_env
+from spark_hvd.launch.rank.rank_context import rank_context
+from spark_hvd.launch.rank.torch_distributed_env import torch_distributed_env
 
 _KEY_PREFIX = "spark_hvd/torch.distributed"
 # torchrun's default exit_barrier_timeout: how long rank 0 keeps the store for slower ranks.

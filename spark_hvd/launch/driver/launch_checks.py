@@ -18,8 +18,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from spark_hvd.errors import DynamicAllocationError, LaunchError, NotEnoughSlotsError
-from spark_hvd.launch.connect_session import conf_value, default_parallelism, is_connect_session
-from spark_hvd.launch.run_arguments import positive_int
+from spark_hvd.launch.driver.connect_session import conf_value, default_parallelism, is_connect_session
+from spark_hvd.launch.driver.run_arguments import positive_int
 
 _DYNAMIC_ALLOCATION = "spark.dynamicAllocation.enabled"
 # Spark's own window for executors to register before scheduling begins (its default: 30 s).

@@ -8,7 +8,7 @@ driver's devices, as under ``torchrun --standalone``: one node, LOCAL_RANK = ran
 
 from __future__ import annotations
 
-from spark_hvd.launch.rank_context import RankContext
+from spark_hvd.launch.rank.rank_context import RankContext
 
 MASTER_ADDR = "MASTER_ADDR"
 MASTER_PORT = "MASTER_PORT"

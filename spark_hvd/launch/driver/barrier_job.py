@@ -9,10 +9,10 @@ from dataclasses import dataclass, replace
 from typing import Any, Union
 
 from collective.config import parse_host_port
-from spark_hvd.launch.barrier_task import RESULT_DDL, BarrierTask
-from spark_hvd.launch.connect_session import StageStartWatch, is_connect_session
+from spark_hvd.launch.task.barrier_task import RESULT_DDL, BarrierTask
+from spark_hvd.launch.driver.connect_session import StageStartWatch, is_connect_session
 from spark_hvd.launch.driver_rendezvous import start_driver_rendezvous
-from spark_hvd.launch.output_collector import RankConnected
+from spark_hvd.launch.driver.output_collector import RankConnected
 from spark_hvd.launch.task_spec import TaskSpec
 
 

@@ -24,7 +24,7 @@ from collective.launcher.output_prefix import rank_line_prefix
 from collective.launcher import LineSink
 from spark_hvd.errors import RankFailure
 from spark_hvd.launch.framing import FrameError, read_frame
-from spark_hvd.launch.output_channel import (
+from spark_hvd.launch.task.output_channel import (
     CLIENT_HELLO_BYTES,
     KIND_COMMIT,
     KIND_EVENT,

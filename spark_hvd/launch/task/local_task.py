@@ -1,4 +1,4 @@
-"""Task (local mode): ``python -m spark_hvd.launch.local_task JOB_DIR``, one per rank, started by collective.run.
+"""Task (local mode): ``python -m spark_hvd.launch.task.local_task JOB_DIR``, one per rank, started by collective.run.
 
 It stands where a Spark task stands in a Spark job: it starts the rank's child process, gives it
 fn and its job, relays its output and reports to the driver, and leaves fn's pickled result in
@@ -13,10 +13,10 @@ import pickle
 import sys
 
 from collective.config import config_from_env
-from spark_hvd.launch.output_channel import OutputSender
-from spark_hvd.launch.rank_child import ChildOutcome, RankChild
-from spark_hvd.launch.rank_context import RankContext
-from spark_hvd.launch.rank_task import run_task
+from spark_hvd.launch.task.output_channel import OutputSender
+from spark_hvd.launch.task.rank_child import ChildOutcome, RankChild
+from spark_hvd.launch.rank.rank_context import RankContext
+from spark_hvd.launch.task.rank_task import run_task
 from spark_hvd.launch.task_spec import TaskSpec
 
 SPEC_FILE = "task_spec.pickle"
@@ -33,7 +33,7 @@ def main(argv: list[str]) -> int:
     config = config_from_env()
     rank, size = config.rank, config.size
     if rank is None or size is None or config.rendezvous is None or config.secret is None:
-        print("spark_hvd.launch.local_task runs under collective.run, which sets COLLECTIVE_RANK, "
+        print("spark_hvd.launch.task.local_task runs under collective.run, which sets COLLECTIVE_RANK, "
               "COLLECTIVE_SIZE, COLLECTIVE_RENDEZVOUS and COLLECTIVE_SECRET", file=sys.stderr)
         return 2
     with open(os.path.join(job_dir, SPEC_FILE), "rb") as f:

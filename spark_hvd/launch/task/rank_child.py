@@ -18,7 +18,7 @@ from collective.launcher.processes import ChildProcess, describe_exit
 from collective.config import Config
 from spark_hvd.errors import RankFailure
 from spark_hvd.launch.framing import FrameError, read_frame, write_frame
-from spark_hvd.launch.rank_events import COMMIT_KIND, EVENT_KIND
+from spark_hvd.launch.rank.rank_events import COMMIT_KIND, EVENT_KIND
 
 # After the child exits, how long its output may still trickle in: a grandchild that inherited
 # the pipes can hold them open forever, and its output is not worth hanging the task for.
@@ -39,7 +39,7 @@ class ChildOutcome:
 
 
 class RankChild:
-    """Starts ``python -m spark_hvd.launch.child_main`` (or has a zygote fork one) and relays its stdout/stderr
+    """Starts ``python -m spark_hvd.launch.rank.child_main`` (or has a zygote fork one) and relays its stdout/stderr
     line by line.
 
     The child leads its own process group and gets SIGKILL when this thread's process dies
@@ -71,7 +71,7 @@ class RankChild:
             else:
                 extra_fds = () if zygote_fd is None else (zygote_fd,)
                 self._child = ChildProcess(
-                    [executable or sys.executable, "-m", "spark_hvd.launch.child_main", str(launch_read),
+                    [executable or sys.executable, "-m", "spark_hvd.launch.rank.child_main", str(launch_read),
                      str(result_write)],
                     env, self._chunk, pass_fds=(launch_read, result_write, *extra_fds), name=f"spark-hvd-rank{rank}")
         except BaseException as e:

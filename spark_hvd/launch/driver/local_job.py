@@ -1,7 +1,7 @@
 """Driver: runs a job's ranks on this machine through the local launcher (collective.run), as
 ``TorchDistributor(local_mode=True)`` does; everything on the driver's side is spark_hvd.run's.
 
-Each rank is a ``spark_hvd.launch.local_task`` process, the stand-in for a Spark task, so output
+Each rank is a ``spark_hvd.launch.task.local_task`` process, the stand-in for a Spark task, so output
 streaming, events, failure reports and blame work exactly as under Spark.
 """
 
@@ -20,14 +20,15 @@ import cloudpickle
 
 from collective.config import inherited_environ
 from collective.launcher import Stopper, launch
-from spark_hvd.launch import run_arguments as checked
-from spark_hvd.launch.barrier_job import JobFailed, JobFinished
+from spark_hvd.launch.driver import run_arguments as checked
+from spark_hvd.launch.driver.barrier_job import JobFailed, JobFinished
 from spark_hvd.errors import LaunchError
-from spark_hvd.launch.local_task import SPEC_FILE, result_path
-from spark_hvd.launch.rank_task import importable_path
-from spark_hvd.launch.runner import RanksLaunch, run_ranks
+from spark_hvd.launch.task.local_task import SPEC_FILE, result_path
+from spark_hvd.launch.task.rank_task import importable_path
+from spark_hvd.launch.driver.run_options import RanksLaunch
+from spark_hvd.launch.driver.runner import run_ranks
 from spark_hvd.launch.task_spec import TaskSpec
-from spark_hvd.torch_distributed_call import TorchDistributedCall
+from spark_hvd.launch.rank.torch_distributed_call import TorchDistributedCall
 
 _LOOPBACK = "127.0.0.1"
 
@@ -124,4 +125,4 @@ class LocalJob:
         return results
 
 
-_TASK_MODULE = ("-m", "spark_hvd.launch.local_task")
+_TASK_MODULE = ("-m", "spark_hvd.launch.task.local_task")

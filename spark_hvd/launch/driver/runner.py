@@ -5,11 +5,9 @@ from __future__ import annotations
 import os
 import queue
 import secrets
-import socket
 import sys
 import time
 import uuid
-from dataclasses import dataclass
 from typing import IO, Any, Callable, Collection, Mapping, Sequence
 
 import cloudpickle
@@ -17,10 +15,9 @@ import cloudpickle
 from collective.config import config_from_env, format_host_port
 from collective.failures.report import REPORT_LAG_S, root_cause
 from collective.launcher import LineSink
-from spark_hvd.launch import run_arguments as checked
-from spark_hvd.launch.active_session import active_session
-from spark_hvd.launch.barrier_job import BarrierJob, JobFailed, JobFinished, StageRows
-from spark_hvd.launch.connect_session import is_connect_session
+from spark_hvd.launch.driver import run_arguments as checked
+from spark_hvd.launch.driver.barrier_job import BarrierJob, JobFailed, JobFinished, StageRows
+from spark_hvd.launch.driver.connect_session import is_connect_session
 from spark_hvd.errors import (
     LaunchError,
     RankFailure,
@@ -29,9 +26,9 @@ from spark_hvd.errors import (
     StartTimeoutError,
     spark_error_summary,
 )
-from spark_hvd.launch.launch_checks import cluster_for_launch, resolve_num_proc
-from spark_hvd.launch.stage_outbox import frames_from_bytes
-from spark_hvd.launch.output_collector import (
+from spark_hvd.launch.driver.launch_checks import resolve_num_proc
+from spark_hvd.launch.task.stage_outbox import frames_from_bytes
+from spark_hvd.launch.driver.output_collector import (
     DRIVER_TAG,
     OutputCollector,
     RankCommitted,
@@ -39,8 +36,9 @@ from spark_hvd.launch.output_collector import (
     RankEvent,
     RankFailed,
 )
+from spark_hvd.launch.driver.run_options import RanksLaunch, RunOptions
 from spark_hvd.launch.task_spec import TaskSpec
-from spark_hvd.torch_distributed_call import TorchDistributedCall
+from spark_hvd.launch.rank.torch_distributed_call import TorchDistributedCall
 
 # Once a rank has failed and the job is cancelled, how long to wait for Spark to wind it down.
 _CANCEL_DEADLINE_S = 60.0
@@ -121,62 +119,25 @@ def run(
     Raises RunError naming the failing rank (with its traceback and last output lines) when ``fn``
     raises or its process dies on any rank; the other ranks are stopped.
     """
-    start_timeout = checked.start_timeout_s(start_timeout)
     checked.warn_about_mpi_arguments(use_mpi, use_gloo, extra_mpi_args)
-    env = checked.rank_env(env)
-    verbose = checked.verbose(verbose)
-    nics = checked.nics(nics)
-    timestamps = checked.flag("prefix_output_with_timestamp", prefix_output_with_timestamp)
+    options = RunOptions.checked(
+        "spark_hvd.run", start_timeout=start_timeout, env=env, stdout=stdout, stderr=stderr, verbose=verbose,
+        nics=nics, prefix_output_with_timestamp=prefix_output_with_timestamp, spark=spark, tail_lines=tail_lines,
+        on_event=on_event, keep_warm=keep_warm, executable=executable)
     torch_distributed = checked.flag("torch_distributed", torch_distributed)
-    executable = checked.executable(executable)
-    keep_warm = checked.module_names("keep_warm", keep_warm)
-    spark = spark if spark is not None else active_session("spark_hvd.run")
-    shape = cluster_for_launch(spark, num_proc, start_timeout, on_wait=_status_line(stderr, verbose))
+    shape = options.cluster(num_proc)
     num_proc = resolve_num_proc(num_proc, shape)
-    # A Connect client may be unreachable from the executors: the ranks never dial it (StageOutbox).
-    connect = is_connect_session(spark)
     if torch_distributed:
         # Each Spark task is one torchrun node, as in pyspark's TorchDistributor.
         fn = TorchDistributedCall(fn, uuid.uuid4().hex, node_per_task=True)
-    launch = RanksLaunch(
+    # A Connect client may be unreachable from the executors: the ranks never dial it (StageOutbox).
+    launch = options.launch(
         num_proc=num_proc, payload=cloudpickle.dumps((fn, tuple(args), dict(kwargs or {}))),
-        env=env, nics=nics, executable=executable, start_timeout=start_timeout, stdout=stdout,
-        stderr=stderr, verbose=verbose, tail_lines=tail_lines, timestamps=timestamps,
-        on_event=on_event, collector_host=None if connect else _driver_host(spark),
-        collector_bind_host=None if connect else _driver_bind_host(spark),
+        dialable=not is_connect_session(options.spark),
         where=f"the cluster has {shape.slots} task slot(s) (master {shape.master}), which other "
-              "jobs may be holding", job_label=f"the Spark job on {shape.master}", keep_warm=keep_warm)
-    return run_ranks(launch, lambda spec, events: BarrierJob(spark, spec, events, launch.collector_bind_host))
-
-
-@dataclass(frozen=True)
-class RanksLaunch:
-    """What the driver needs to run one job's ranks, checked already, whichever launcher starts them."""
-
-    num_proc: int
-    payload: bytes                     # cloudpickle((fn, args, kwargs))
-    env: dict[str, str]
-    start_timeout: float
-    stdout: IO | None
-    stderr: IO | None
-    verbose: int
-    tail_lines: int
-    on_event: Callable[[int, dict[str, Any]], None] | None
-    collector_host: str | None         # where the ranks' tasks reach this driver; None: they cannot, and
-                                       # return their output in the stage's rows (Spark Connect)
-    where: str                         # why ranks may not start, for the start timeout's message
-    job_label: str                     # what runs the ranks, for messages ("the Spark job on ...")
-    nics: tuple[str, ...] | None = None
-    executable: str | None = None
-    timestamps: bool = False
-    collector_bind_host: str | None = None  # where the collector listens; None: collector_host
-    keep_warm: tuple[str, ...] = ()         # modules of a spare rank child left per worker (spare_child.py)
-    # run_elastic: keep_commit gets each commit rank 0 sends, as it arrives (in the collector's thread, also
-    # while a failed job winds down); after_commit is then called in the driver's thread, and what it raises
-    # ends the job. max_commit_bytes: the largest commit accepted.
-    keep_commit: Callable[[RankCommitted], None] | None = None
-    after_commit: Callable[[], None] | None = None
-    max_commit_bytes: int = 0
+              "jobs may be holding", job_label=f"the Spark job on {shape.master}")
+    return run_ranks(launch, lambda spec, events: BarrierJob(options.spark, spec, events,
+                                                              launch.collector_bind_host))
 
 
 def run_ranks(launch: RanksLaunch,
@@ -419,36 +380,9 @@ class _Supervisor:
             self._err.write_line(f"{DRIVER_TAG} ".encode(), text.encode())
 
 
-def _status_line(stderr: IO | None, verbose: int) -> Callable[[str], None] | None:
-    """Where the launch says what it waits for before any rank starts (a wait for executors can be minutes)."""
-    if verbose < 1:
-        return None
-    err = LineSink(stderr if stderr is not None else sys.stderr)
-    return lambda text: err.write_line(f"{DRIVER_TAG} ".encode(), text.encode())
-
-
 def _unpickle_result(rank: int, blob: bytes) -> Any:
     try:
         return cloudpickle.loads(blob)
     except Exception as e:
         raise SparkJobError(f"spark_hvd.run: the driver cannot unpickle rank {rank}'s return value: "
                             f"{type(e).__name__}: {e}") from e
-
-
-def _driver_host(spark: Any) -> str:
-    """The address executors use to reach the driver (the output collector's address)."""
-    return _driver_conf(spark, "spark.driver.host") or socket.getfqdn()
-
-
-def _driver_bind_host(spark: Any) -> str | None:
-    """Where the output collector listens: where Spark's own driver does (``spark.driver.bindAddress``,
-    which defaults to ``spark.driver.host``), so never every interface unless the user set 0.0.0.0 there.
-    None: the collector's address itself."""
-    return _driver_conf(spark, "spark.driver.bindAddress") or _driver_conf(spark, "spark.driver.host")
-
-
-def _driver_conf(spark: Any, key: str) -> str | None:
-    try:
-        return spark.sparkContext.getConf().get(key, None)
-    except Exception:  # noqa: BLE001 - Spark Connect: the client is the driver-side end
-        return None

@@ -28,10 +28,10 @@ from collective.config import Config, default_host_key, format_host_port, parse_
 from collective.topology import topology_from_host_keys
 from spark_hvd.errors import RankFailure
 from spark_hvd.launch.driver_rendezvous import exchange_host_keys
-from spark_hvd.launch.rank_child import ChildOutcome, RankChild
-from spark_hvd.launch.rank_context import RankContext
-from spark_hvd.launch.rank_task import Sender, run_task
-from spark_hvd.launch.stage_outbox import StageOutbox
+from spark_hvd.launch.task.rank_child import ChildOutcome, RankChild
+from spark_hvd.launch.rank.rank_context import RankContext
+from spark_hvd.launch.task.rank_task import Sender, run_task
+from spark_hvd.launch.task.stage_outbox import StageOutbox
 from spark_hvd.launch.task_spec import TaskSpec
 
 # result: fn's pickled return value (null when the rank failed); outbox: StageOutbox bytes, or null

@@ -16,7 +16,7 @@ import cloudpickle
 import collective
 from collective.elastic import durable
 from spark_hvd.errors import CommitTooLargeError
-from spark_hvd.launch import rank_events
+from spark_hvd.launch.rank import rank_events
 from spark_hvd.launch.stored_commits import CommitSpill, stored_path
 
 # How long fn's end waits for the last commit to leave (a peer was lost: it is the one the next stage needs).

@@ -12,11 +12,11 @@ from typing import Callable, Mapping, Union
 from collective.config import inherited_environ
 from collective.launcher.processes import describe_exit
 from spark_hvd.errors import RankFailure
-from spark_hvd.launch.gpus import CUDA_VISIBLE_DEVICES, visible_devices
-from spark_hvd.launch.output_channel import OutputSender
-from spark_hvd.launch.rank_child import ChildOutcome, RankChild
-from spark_hvd.launch.spare_child import leave_spare, spare_key, take_spare
-from spark_hvd.launch.stage_outbox import StageOutbox
+from spark_hvd.launch.task.gpus import CUDA_VISIBLE_DEVICES, visible_devices
+from spark_hvd.launch.task.output_channel import OutputSender
+from spark_hvd.launch.task.rank_child import ChildOutcome, RankChild
+from spark_hvd.launch.task.spare_child import leave_spare, spare_key, take_spare
+from spark_hvd.launch.task.stage_outbox import StageOutbox
 from spark_hvd.launch.task_spec import TaskSpec
 
 # A task whose rank failed only in reaction to another's waits this long for the driver to end the job.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Iterator, Mapping
 
-from spark_hvd.launch.rank_task import prestart_zygote
+from spark_hvd.launch.task.rank_task import prestart_zygote
 
 # partition: the task's partition id; worker: this Python worker's pid; zygote: the pid of the zygote it keeps.
 WARM_UP_DDL = "partition INT, worker INT, zygote INT"

@@ -18,9 +18,9 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Mapping
 
-from spark_hvd.launch.gpus import CUDA_VISIBLE_DEVICES
-from spark_hvd.launch.rank_child import RankChild
-from spark_hvd.launch.zygote import Zygote
+from spark_hvd.launch.task.gpus import CUDA_VISIBLE_DEVICES
+from spark_hvd.launch.task.rank_child import RankChild
+from spark_hvd.launch.task.zygote import Zygote
 
 _lock = threading.Lock()
 _kept: tuple[Any, Zygote] | None = None

@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-from spark_hvd.errors import LaunchError
 
 
 def is_connect_session(spark: Any) -> bool:
@@ -26,17 +25,6 @@ def conf_value(spark: Any, key: str) -> str | None:
         return spark.conf.get(key, None)
     except Exception:  # noqa: BLE001 - a key the server refuses to show reads as unset
         return None
-
-
-def session_master(spark: Any) -> str:
-    """The master URL of the session's Spark driver (``local[2]``, ``spark://...``), whatever the session kind."""
-    if not is_connect_session(spark):
-        return spark.sparkContext.master
-    master = conf_value(spark, "spark.master")
-    if not master:
-        raise LaunchError("the Spark Connect server does not show spark.master, so spark_hvd cannot tell a "
-                          "local session from a cluster")
-    return master
 
 
 def default_parallelism(spark: Any) -> int:

@@ -1,4 +1,4 @@
-"""Rank child, zygote role: a spare that has imported its modules forks a fresh rank process per job.
+"""Zygote: a spare rank child that has imported its modules forks a fresh rank process per job.
 
 Importing torch with dynamo takes seconds; a spare started after one fit is often still importing when the
 next fit launches. A zygote imports once and then, per job, ``os.fork()``s a child that takes the path an

@@ -31,14 +31,14 @@ from spark_hvd.errors import (
     StartTimeoutError,
     spark_error_summary,
 )
-from spark_hvd.launch import run_arguments as checked
-from spark_hvd.launch.barrier_job import BarrierJob
-from spark_hvd.launch.connect_session import is_connect_session
-from spark_hvd.launch.elastic_rank import ElasticRankCall
-from spark_hvd.launch.launch_checks import ClusterShape, cluster_for_launch, describe_cluster, resolve_num_proc
-from spark_hvd.launch.output_collector import DRIVER_TAG, RankCommitted
-from spark_hvd.launch.active_session import active_session
-from spark_hvd.launch.runner import RanksLaunch, _driver_bind_host, _driver_host, run_ranks
+from spark_hvd.launch.driver import run_arguments as checked
+from spark_hvd.launch.driver.barrier_job import BarrierJob
+from spark_hvd.launch.driver.connect_session import is_connect_session
+from spark_hvd.launch.rank.elastic_rank import ElasticRankCall
+from spark_hvd.launch.driver.launch_checks import ClusterShape, describe_cluster, resolve_num_proc
+from spark_hvd.launch.driver.output_collector import DRIVER_TAG, RankCommitted
+from spark_hvd.launch.driver.run_options import RanksLaunch, RunOptions
+from spark_hvd.launch.driver.runner import run_ranks
 from spark_hvd.launch.stored_commits import MAX_REFERENCE_BYTES, CommitSpill, as_store, stored_path
 
 # Horovod's default elastic timeout: how long the driver waits for min ranks' worth of slots.
@@ -80,32 +80,16 @@ class _KeptCommit:
             self.spill.forget(replaced)
 
 
-def run_elastic(
-    fn: Callable[..., Any],
-    args: Sequence[Any] = (),
-    kwargs: Mapping[str, Any] | None = None,
-    num_proc: int | None = None,
-    min_np: int | None = None,
-    max_np: int | None = None,
-    start_timeout: float | None = None,
-    elastic_timeout: float | None = None,
-    reset_limit: int | None = None,
-    env: Mapping[str, str] | None = None,
-    stdout: IO | None = None,
-    stderr: IO | None = None,
-    verbose: int = 1,
-    nics: Collection[str] | None = None,
-    prefix_output_with_timestamp: bool = False,
-    *,
-    min_num_proc: int | None = None,
-    max_num_proc: int | None = None,
-    spark: Any = None,
-    max_commit_bytes: int = DEFAULT_MAX_COMMIT_BYTES,
-    commit_store: Any = None,
-    tail_lines: int = 20,
-    on_event: Callable[[int, dict[str, Any]], None] | None = None,
-    keep_warm: Sequence[str] = (),
-) -> list[Any]:
+def run_elastic(fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None,
+                num_proc: int | None = None, min_np: int | None = None, max_np: int | None = None,
+                start_timeout: float | None = None, elastic_timeout: float | None = None,
+                reset_limit: int | None = None, env: Mapping[str, str] | None = None, stdout: IO | None = None,
+                stderr: IO | None = None, verbose: int = 1, nics: Collection[str] | None = None,
+                prefix_output_with_timestamp: bool = False, *, min_num_proc: int | None = None,
+                max_num_proc: int | None = None, spark: Any = None, max_commit_bytes: int = DEFAULT_MAX_COMMIT_BYTES,
+                commit_store: Any = None, tail_lines: int = 20,
+                on_event: Callable[[int, dict[str, Any]], None] | None = None,
+                keep_warm: Sequence[str] = ()) -> list[Any]:
     """Runs the elastic function ``fn(*args, **kwargs)`` (it uses ``hvd.elastic.run`` and commits its state)
     on between ``min_num_proc`` and ``max_num_proc`` ranks, re-forming the job when ranks are lost or slots
     come back; returns the results of the ranks of the last stage, in rank order.
@@ -142,7 +126,6 @@ def run_elastic(
     for name, value in (("num_proc", num_proc), ("min_num_proc", min_num_proc), ("max_num_proc", max_num_proc)):
         if value is not None:
             checked.positive_int(name, value)
-    start_timeout = checked.start_timeout_s(start_timeout)
     elastic_timeout = _DEFAULT_ELASTIC_TIMEOUT_S if elastic_timeout is None else checked.positive_seconds(
         "elastic_timeout", elastic_timeout)
     _check_order(num_proc if min_num_proc is None else min_num_proc, num_proc,
@@ -152,31 +135,24 @@ def run_elastic(
         raise ValueError(f"reset_limit must be a non-negative int or None, got {reset_limit!r}")
     checked.positive_int("max_commit_bytes", max_commit_bytes)
     store = as_store(commit_store)
-    env = checked.rank_env(env)
-    verbose = checked.verbose(verbose)
-    nics = checked.nics(nics)
-    timestamps = checked.flag("prefix_output_with_timestamp", prefix_output_with_timestamp)
-    keep_warm = checked.module_names("keep_warm", keep_warm)
-    spark = spark if spark is not None else active_session("spark_hvd.run_elastic")
-    if is_connect_session(spark):
+    options = RunOptions.checked(
+        "spark_hvd.run_elastic", start_timeout=start_timeout, env=env, stdout=stdout, stderr=stderr,
+        verbose=verbose, nics=nics, prefix_output_with_timestamp=prefix_output_with_timestamp, spark=spark,
+        tail_lines=tail_lines, on_event=on_event, keep_warm=keep_warm)
+    if is_connect_session(options.spark):
         raise ElasticNotSupportedError(
             "spark_hvd.run_elastic needs a classic SparkSession: its ranks send their commits to the driver "
             "while the stage runs, and the executors cannot dial a Spark Connect client. Use spark_hvd.run, "
             "or run the driver on the cluster.")
     # The elastic driver grows the job as slots come: no wait for all of them here.
-    shape = cluster_for_launch(spark, num_proc or max_num_proc, start_timeout, wait_for_num_proc=False)
+    shape = options.cluster(num_proc or max_num_proc, wait_for_num_proc=False)
     if shape.dynamic_allocation:
         resolve_num_proc(1, shape)  # raises DynamicAllocationError, with what to do
-    bounds = _bounds(num_proc, min_num_proc, max_num_proc, shape)
-    err = LineSink(stderr if stderr is not None else sys.stderr)
     driver = _ElasticDriver(
-        spark=spark, fn=fn, args=tuple(args), kwargs=dict(kwargs or {}), bounds=bounds,
-        elastic_timeout=elastic_timeout, reset_limit=reset_limit, max_commit_bytes=max_commit_bytes,
-        spill=CommitSpill.for_run(store) if store is not None else None, err=err,
-        verbose=verbose,
-        launch_fields=dict(env=env, nics=nics, start_timeout=start_timeout, stdout=stdout, stderr=stderr,
-                           verbose=verbose, tail_lines=tail_lines, timestamps=timestamps, on_event=on_event,
-                           keep_warm=keep_warm))
+        options, fn=fn, args=tuple(args), kwargs=dict(kwargs or {}),
+        bounds=_bounds(num_proc, min_num_proc, max_num_proc, shape), elastic_timeout=elastic_timeout,
+        reset_limit=reset_limit, max_commit_bytes=max_commit_bytes,
+        spill=CommitSpill.for_run(store) if store is not None else None)
     return driver.run()
 
 
@@ -188,11 +164,11 @@ class _Bounds:
 
 
 class _ElasticDriver:
-    def __init__(self, *, spark: Any, fn: Callable[..., Any], args: tuple, kwargs: dict, bounds: _Bounds,
-                 elastic_timeout: float, reset_limit: int | None, max_commit_bytes: int, spill: CommitSpill | None,
-                 err: LineSink,
-                 verbose: int, launch_fields: dict[str, Any]) -> None:
-        self._spark = spark
+    def __init__(self, options: RunOptions, *, fn: Callable[..., Any], args: tuple, kwargs: dict,
+                 bounds: _Bounds, elastic_timeout: float, reset_limit: int | None, max_commit_bytes: int,
+                 spill: CommitSpill | None, err: LineSink | None = None) -> None:
+        self._options = options
+        self._spark = options.spark
         self._fn = fn
         self._args = args
         self._kwargs = kwargs
@@ -200,9 +176,7 @@ class _ElasticDriver:
         self._elastic_timeout = elastic_timeout
         self._reset_limit = reset_limit
         self._max_commit_bytes = max_commit_bytes
-        self._err = err
-        self._verbose = verbose
-        self._launch_fields = launch_fields
+        self._err = err if err is not None else LineSink(options.stderr if options.stderr is not None else sys.stderr)
         self._kept = _KeptCommit(spill)
         self._last_grow_check = 0.0
 
@@ -253,15 +227,12 @@ class _ElasticDriver:
     def _launch(self, stage: int, size: int) -> RanksLaunch:
         call = ElasticRankCall(self._fn, self._kept.blob, self._max_commit_bytes, self._kept.spill)
         payload = cloudpickle.dumps((call, self._args, self._kwargs))
-        return RanksLaunch(
-            num_proc=size, payload=payload, collector_host=_driver_host(self._spark),
-            collector_bind_host=_driver_bind_host(self._spark),
-            where="other jobs may be holding the slots counted", job_label=f"elastic stage {stage}",
-            keep_commit=lambda event: self._kept.keep(stage, event),
+        return self._options.launch(
+            num_proc=size, payload=payload, where="other jobs may be holding the slots counted",
+            job_label=f"elastic stage {stage}", keep_commit=lambda event: self._kept.keep(stage, event),
             after_commit=lambda: self._grow_if_slots(size),
             max_commit_bytes=self._max_commit_bytes if self._kept.spill is None else max(self._max_commit_bytes,
-                                                                                         MAX_REFERENCE_BYTES),
-            **self._launch_fields)
+                                                                                         MAX_REFERENCE_BYTES))
 
     def _grow_if_slots(self, size: int) -> None:
         """After a commit: ends the stage when the cluster now has slots for more ranks (checked at most once
@@ -289,7 +260,7 @@ class _ElasticDriver:
             time.sleep(_SLOT_POLL_S)  # polling the slot count (rate limit), not synchronisation
 
     def _say(self, text: str) -> None:
-        if self._verbose >= 1:
+        if self._options.verbose >= 1:
             self._err.write_line(f"{DRIVER_TAG} ".encode(), text.encode())
 
 

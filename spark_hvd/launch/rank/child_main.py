@@ -1,4 +1,4 @@
-"""Rank child: the process that runs fn, ``python -m spark_hvd.launch.child_main LAUNCH_FD RESULT_FD``.
+"""Rank child: the process that runs fn, ``python -m spark_hvd.launch.rank.child_main LAUNCH_FD RESULT_FD``.
 
 User code runs here rather than in Spark's Python worker, so a crash, ``os._exit`` or a leaked
 thread in ``fn`` cannot take the worker down. The task (our parent) sends two frames on LAUNCH_FD:
@@ -9,7 +9,7 @@ thread in ``fn`` cannot take the worker down. The task (our parent) sends two fr
    and waits (at most _SPARE_IDLE_S) for a task to adopt it: ``{"kind": "env", "env": {...}}`` (the
    task's environment, which becomes ours) and the payload; with ``"zygote": FD`` (a control socket) it
    forks instead, when that is safe, a fresh child per job, and each child goes on from the wait on its
-   own pipes (zygote_fork.py);
+   own pipes (zygote/fork.py);
 2. ``{"kind": "job", "context": {...}}`` + pickle(Config) once the ranks have met.
 
 While fn runs we may send ``{"kind": "event", "data": {...}}`` frames on RESULT_FD
@@ -38,9 +38,10 @@ import cloudpickle
 import collective
 from collective.failures.notes import as_noted_reaction
 from collective.failures.report import FailureReport
-from spark_hvd.launch import rank_events, zygote_fork
+from spark_hvd.launch.rank import rank_events
+from spark_hvd.launch.zygote import fork as zygote_fork
 from spark_hvd.launch.framing import read_frame, write_frame
-from spark_hvd.launch.rank_context import RankContext, set_rank_context
+from spark_hvd.launch.rank.rank_context import RankContext, set_rank_context
 
 # A spare nobody adopts within this long exits: its worker runs no more jobs of the kind it was made for.
 _SPARE_IDLE_S = 600.0
@@ -101,7 +102,7 @@ def main(argv: list[str]) -> int:
 
 
 def _fork_or_wait(launch: BinaryIO, results: BinaryIO, control_fd: int) -> tuple[BinaryIO, BinaryIO]:
-    """As a zygote (zygote_fork), returns only in a forked child, with that child's own launch and result
+    """As a zygote (zygote/fork.py), returns only in a forked child, with that child's own launch and result
     pipes; a process that cannot fork safely goes on as a plain spare, on its own pipes."""
     _flush_stdio()    # what the imports printed must not reach every forked child's output again
     forked = zygote_fork.serve(socket.socket(fileno=control_fd), _SPARE_IDLE_S)
