@@ -10,10 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from spark_hvd.recipe.epoch_events import EpochEvents
+from typing import Any
 
 
 @dataclass
@@ -74,8 +71,9 @@ class FrameworkHooks(ABC):
         """The optimizer becomes the framework's DistributedOptimizer."""
 
     @abstractmethod
-    def run_epochs(self, start: Position, events: EpochEvents) -> None:
-        """Train from ``start`` to the plan's last epoch, telling ``events`` of every step and epoch."""
+    def run_epochs(self, start: Position, events: Any) -> None:
+        """Train from ``start`` to the plan's last epoch, telling ``events`` (the recipe's EpochEvents,
+        epoch_events.py) of every step and epoch."""
 
     @abstractmethod
     def save(self, epoch: int, records: Records, lr_factor: float) -> None:

@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from typing import IO, Any, Callable, Collection, Mapping, Sequence
 
-from collective.run import LineSink
+from collective.launcher import LineSink
 from spark_hvd.launch.driver import run_arguments as checked
 from spark_hvd.launch.driver.active_session import active_session
 from spark_hvd.launch.driver.launch_checks import ClusterShape, cluster_for_launch
