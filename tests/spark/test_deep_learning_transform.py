@@ -123,7 +123,7 @@ def test_numeric_features_keep_horovods_transform_unless_asked(local_spark) -> N
         expected = net(torch.tensor([[1.0, 2.0], [3.0, -1.0]])).reshape(-1).tolist()
     np.testing.assert_allclose(plain, expected, rtol=1e-6)
     zeroed = [row["y__output"] for row in model.copy().setInferenceTransformationFn(True).transform(df).collect()]
-    np.testing.assert_allclose(zeroed, [float(net.bias)] * 2, rtol=1e-6)
+    np.testing.assert_allclose(zeroed, [float(net.bias.detach())] * 2, rtol=1e-6)
 
 
 def test_keras_fit_transform_save_load_on_image_files(images, store, tmp_path) -> None:
