@@ -151,8 +151,7 @@ def _check_encoded_inputs(inputs: Sequence[InputSpec], fields: dict[str, Any],
         return
     for spec in inputs:
         data_type = fields[spec.column].dataType
-        encoded = spec.kind in ENCODED_KINDS or data_type.typeName() in ("binary", "string") or is_image_type(data_type)
-        if encoded:
+        if spec.kind in ENCODED_KINDS or data_type.typeName() in ("binary", "string") or is_image_type(data_type):
             kind = spec.kind or data_type.simpleString()
             raise InputError(f"transform: feature column {spec.column!r} ({kind}) holds encoded values, which the "
                              "model cannot take as they are, and this model applies no transformation "
