@@ -22,8 +22,13 @@ def table_to_chunk(table: pa.Table, specs: list[ColumnSpec]) -> Chunk:
     chunk = {}
     for spec in specs:
         column = table.column(spec.name).combine_chunks()
-        chunk[spec.name] = _DECODERS.get(spec.kind, _numeric)(column, spec)
+        chunk[spec.name] = decode_column(column, spec)
     return chunk
+
+
+def decode_column(column: pa.Array, spec: ColumnSpec) -> np.ndarray:
+    """One Arrow column as table_to_chunk gives it (rank child, and the executors' transform tasks)."""
+    return _DECODERS.get(spec.kind, _numeric)(column, spec)
 
 
 def _numeric(column: pa.Array, spec: ColumnSpec) -> np.ndarray:

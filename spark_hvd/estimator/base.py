@@ -194,6 +194,9 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
             results = backend.run(self._rank_fn(plan), env=dict(self.getBackendEnv() or {}))
             output_cols = self.getOutputCols() or default_output_cols(plan.label_cols)
             model = self._create_model(plan, results[0], output_cols)
+            # transform() applies it where a feature column was encoded (model_base.py's rule).
+            model._set_fit_transformation(self.getTransformationFn(), self.getTransformationEditFields(),
+                                          self.getTransformationRemovedFields())
         except BaseException as error:
             if mlflow_log is not None:
                 mlflow_log.fail(error)

@@ -4,6 +4,13 @@ The framework supplies ``predict_factory``: a picklable zero-argument callable, 
 partition on the executor, that returns ``predict(features: list[np.ndarray]) -> list[np.ndarray]``
 (one array per output, rows first). Vector columns are turned into arrays by Spark first.
 
+With an ``InferenceTransformation`` (the fit's ``transformation_fn``, or the model's
+``inference_transformation_fn``), each chunk of ``batch_rows`` rows is decoded as the fit's feeds decode it
+(bytes, str, an image's (height, width, channels) uint8 pixels, a ragged row's own array, a nested array
+with its shape), the function runs on its rows (or once on the chunk, for a BatchTransformation), and
+the model gets the feature columns it returns. It runs in the partition's own Python worker: Spark runs
+one per task slot, so every core of the executor is already decoding (see docs/data.md).
+
 A prediction column is typed after its label column, as in Horovod: a vector label gives a
 DenseVector, an array label an array of doubles, and a scalar label with one output value per row
 a scalar of the label's own type (integer and boolean labels get the rounded output). A scalar
@@ -19,7 +26,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from spark_hvd.data.columns import column_ref
+from spark_hvd.data.columns import ENCODED_KINDS, ColumnSpec, column_ref
 from spark_hvd.errors import InputError
 
 _TEMP_PREFIX = "__shvd_input_"
@@ -30,6 +37,19 @@ class InputSpec:
     column: str
     dtype: str
     shape: tuple[int, ...]
+    kind: str = ""              # the column's kind at fit (columns.KINDS); "" unknown: numeric
+
+
+@dataclass(frozen=True)
+class InferenceTransformation:
+    """What transform() applies to the rows before predicting: ``fn`` (per row, or a BatchTransformation),
+    with the fit's edit and removed fields where it is the fit's function."""
+
+    fn: Callable[..., Any]
+    edit_fields: Any = None
+    removed_fields: Any = None
+    # Columns the rows carry beside the features where the DataFrame has them (a binaryFile DataFrame's path).
+    carried: tuple[str, ...] = ("path",)
 
 
 @dataclass(frozen=True)
@@ -68,7 +88,9 @@ class OutputSpec:
 
 def batched_transform(df: Any, inputs: Sequence[InputSpec], outputs: Sequence[OutputSpec],
                       predict_factory: Callable[[], Callable[[list[np.ndarray]], list[np.ndarray]]],
-                      batch_rows: int) -> Any:
+                      batch_rows: int, transformation: InferenceTransformation | None = None) -> Any:
+    """Driver: the DataFrame with one prediction column per output, computed by a ``mapInArrow`` pass;
+    ``transformation`` runs on each chunk's rows first (None: the feature columns go to the model as they are)."""
     from pyspark.ml.functions import array_to_vector, vector_to_array
     from pyspark.ml.linalg import VectorUDT
     from pyspark.sql import functions as F
@@ -82,6 +104,7 @@ def batched_transform(df: Any, inputs: Sequence[InputSpec], outputs: Sequence[Ou
     if clashing:
         raise InputError(f"transform: output column(s) {clashing} already exist in the DataFrame; "
                          "choose other names with setOutputCols")
+    _check_encoded_inputs(inputs, fields, transformation)
     prepared, read_as = df, []
     for i, spec in enumerate(inputs):
         if isinstance(fields[spec.column].dataType, VectorUDT):
@@ -93,7 +116,13 @@ def batched_transform(df: Any, inputs: Sequence[InputSpec], outputs: Sequence[Ou
     temps = [name for name in read_as if name.startswith(_TEMP_PREFIX)]
     out_fields = [StructField(spec.column, spec.spark_type()) for spec in outputs]
     schema = StructType(list(df.schema.fields) + out_fields)
-    predictor = _PartitionPredictor(list(inputs), read_as, list(outputs), temps, predict_factory, batch_rows)
+    carried = [] if transformation is None else [name for name in transformation.carried
+                                                  if name in fields and name not in read_as]
+    # Shipped as cloudpickle's bytes, as the fit ships it to the ranks (and the predictors their models): a
+    # function registered with cloudpickle.register_pickle_by_value for the fit travels the same way here.
+    blob = None if transformation is None else _pickled(transformation)
+    predictor = _PartitionPredictor(list(inputs), read_as, list(outputs), temps, predict_factory, batch_rows,
+                                    blob, carried)
     predicted = prepared.mapInArrow(predictor, schema)
     for spec in outputs:
         if spec.vector:
@@ -101,11 +130,52 @@ def batched_transform(df: Any, inputs: Sequence[InputSpec], outputs: Sequence[Ou
     return predicted
 
 
+def _pickled(transformation: InferenceTransformation) -> bytes:
+    import cloudpickle
+
+    try:
+        return cloudpickle.dumps(transformation)
+    except Exception as exc:
+        raise InputError(f"transform: the transformation {transformation.fn!r} cannot be pickled for the executors "
+                         f"({type(exc).__name__}: {exc}); make it a function of importable or picklable "
+                         "objects") from exc
+
+
+def _check_encoded_inputs(inputs: Sequence[InputSpec], fields: dict[str, Any],
+                          transformation: InferenceTransformation | None) -> None:
+    """Driver: InputError naming a feature column of encoded values (binary, string, image, ragged) that would
+    reach the model with no transformation to decode it."""
+    from spark_hvd.data.columns import is_image_type
+
+    if transformation is not None:
+        return
+    for spec in inputs:
+        data_type = fields[spec.column].dataType
+        if spec.kind in ENCODED_KINDS or data_type.typeName() in ("binary", "string") or is_image_type(data_type):
+            kind = spec.kind or data_type.simpleString()
+            raise InputError(f"transform: feature column {spec.column!r} ({kind}) holds encoded values, which the "
+                             "model cannot take as they are, and this model applies no transformation "
+                             "(inference_transformation_fn=False, or a model that was not fitted with a "
+                             "transformation_fn): give inference_transformation_fn a function that decodes each "
+                             "row (see docs/data.md)")
+
+
 class _PartitionPredictor:
+    """Executor: predicts one partition's Arrow batches, ``batch_rows`` rows per forward pass."""
+
     def __init__(self, inputs: list[InputSpec], read_as: list[str], outputs: list[OutputSpec], temps: list[str],
-                 predict_factory: Callable[[], Any], batch_rows: int) -> None:
+                 predict_factory: Callable[[], Any], batch_rows: int,
+                 transformation_blob: bytes | None = None, carried: Sequence[str] = ()) -> None:
         self.inputs, self.read_as, self.outputs, self.temps = inputs, read_as, outputs, temps
         self.predict_factory, self.batch_rows = predict_factory, batch_rows
+        self.transformation_blob, self.carried = transformation_blob, list(carried)
+        self.transformation: InferenceTransformation | None = None
+
+    def _features(self, batch: Any) -> list[np.ndarray]:
+        """The model's inputs for the rows of ``batch`` (an Arrow RecordBatch)."""
+        if self.transformation is None:
+            return [_column_array(batch.column(name), spec) for name, spec in zip(self.read_as, self.inputs)]
+        return _transformed_features(batch, self.read_as, self.inputs, self.carried, self.transformation)
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
@@ -114,9 +184,13 @@ class _PartitionPredictor:
         for batch in batches:
             if predict is None:
                 predict = self.predict_factory()
-            features = [_column_array(batch.column(name), spec) for name, spec in zip(self.read_as, self.inputs)]
+                if self.transformation_blob is not None:
+                    import cloudpickle
+
+                    self.transformation = cloudpickle.loads(self.transformation_blob)
             rows = batch.num_rows
-            chunks = [predict([f[start:start + self.batch_rows] for f in features])
+            # Sliced before decoding, so that at most batch_rows rows are decoded at once.
+            chunks = [predict(self._features(batch.slice(start, self.batch_rows)))
                       for start in range(0, rows, self.batch_rows)] if rows else []
             keep = [name for name in batch.schema.names if name not in self.temps]
             arrays = [batch.column(name) for name in keep]
@@ -127,13 +201,71 @@ class _PartitionPredictor:
             yield pa.RecordBatch.from_arrays(arrays, names=keep + [spec.column for spec in self.outputs])
 
 
+def _transformed_features(batch: Any, read_as: Sequence[str], inputs: Sequence[InputSpec], carried: Sequence[str],
+                          transformation: InferenceTransformation) -> list[np.ndarray]:
+    """Executor: the rows of ``batch`` decoded as the fit's feeds decode them, through the transformation; the
+    feature columns it returns. The user's error gets a note naming the row (and its path where there is one)."""
+    from spark_hvd.data.decode_pool import add_note
+    from spark_hvd.data.row_chunks import decode_column
+    from spark_hvd.data.transformation import apply_transformation, require_model_ready
+
+    rows: dict[str, np.ndarray] = {}
+    for name, spec in zip(read_as, inputs):
+        column = batch.column(name)
+        if spec.kind in ENCODED_KINDS:
+            if column.null_count:
+                raise InputError(f"transform: feature column {spec.column!r} has {column.null_count} null value(s)")
+            rows[spec.column] = decode_column(column, ColumnSpec(spec.column, spec.dtype, spec.shape, spec.kind))
+        else:
+            rows[spec.column] = _column_array(column, spec)
+    for name in carried:
+        rows[name] = decode_column(batch.column(name), ColumnSpec(name, "object", (), "string"))
+    names = [spec.column for spec in inputs]
+    fn = transformation.fn
+    counted = None if getattr(fn, "per_batch", False) else _RowCounter(fn)
+    try:
+        out = apply_transformation(rows, counted or fn, transformation.edit_fields, transformation.removed_fields)
+    except Exception as exc:
+        row = counted.row if counted is not None and 0 <= counted.row < batch.num_rows else None
+        where = f"row {row} of a chunk of {batch.num_rows}" if row is not None else f"a chunk of {batch.num_rows} rows"
+        paths = rows.get("path")
+        if paths is not None and len(paths):
+            where += f" (path {paths[row if row is not None else 0]})"
+        add_note(exc, f"spark_hvd: the transformation raised this in transform(), on {where}. At transform time "
+                      f"the rows hold the feature columns {names}{' and ' + str(list(carried)) if carried else ''} "
+                      "only, no label: make the function tolerate a missing label (row.get('label')), or give "
+                      "the model another with setInferenceTransformationFn (docs/data.md)")
+        raise
+    missing = [name for name in names if name not in out]
+    if missing:
+        raise InputError(f"transform: the transformation returned no feature column(s) {missing}; it returned "
+                         f"{sorted(out)}")
+    require_model_ready(out, names)
+    return [out[name] for name in names]
+
+
+class _RowCounter:
+    """A row transformation that counts its calls, so that an error can name its row."""
+
+    def __init__(self, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        self.fn, self.row = fn, -1
+
+    def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
+        self.row += 1
+        return self.fn(row)
+
+
 def _column_array(column: Any, spec: InputSpec) -> np.ndarray:
     import pyarrow as pa
 
     if column.null_count:
         raise InputError(f"transform: feature column {spec.column!r} has {column.null_count} null value(s)")
     if isinstance(column.type, (pa.ListType, pa.LargeListType, pa.FixedSizeListType)):
-        values = column.flatten().to_numpy(zero_copy_only=False)
+        values = column
+        # A nested array (array<array<...>>) is flattened to its numbers; the spec's shape puts them back.
+        while isinstance(values.type, (pa.ListType, pa.LargeListType, pa.FixedSizeListType)):
+            values = values.flatten()
+        values = values.to_numpy(zero_copy_only=False)
         width = int(np.prod(spec.shape)) if spec.shape else 1
         if values.size != len(column) * width:
             raise InputError(f"transform: feature column {spec.column!r} must hold {width} value(s) per row "

@@ -120,7 +120,16 @@ MODEL_PARAMS: list[ParamSpec] = [
     ParamSpec("output_cols", "prediction column names transform() adds", [], to_str_list),
     ParamSpec("run_id", "the training run this model came from", "", TypeConverters.toString),
     ParamSpec("transform_batch_size", "rows per forward pass in transform()", 1024, to_positive_int),
+    ParamSpec("inference_transformation_fn", "what transform() applies to the rows of the feature columns before "
+              "predicting: None (default) the estimator's transformation_fn (with its edit and removed fields) "
+              "where a feature column was encoded at fit (binary, string, image struct, arrays of varying "
+              "lengths), else nothing, as Horovod's transform; True the estimator's transformation_fn always; "
+              "False nothing; or a function of a row (or a BatchTransformation) used instead. The rows hold the "
+              "feature columns (and a binaryFile DataFrame's path), no label", None),
 ]
+
+# Model params that hold code: kept with the model's files (cloudpickle), not in its JSON metadata.
+MODEL_CODE_PARAMS = ("inference_transformation_fn",)
 
 
 def default_output_cols(label_cols: list[str]) -> list[str]:

@@ -180,7 +180,7 @@ class KerasEstimator(HorovodEstimator, KerasParams):
                                loading_objects(self.getCustomObjects(), self.getLoss(), self.getMetrics()))
         model._set_training_outcome(
             keras_history(result["history"]),
-            [InputSpec(c, columns[c].dtype, tuple(columns[c].shape)) for c in plan.feature_cols],
+            [InputSpec(c, columns[c].dtype, tuple(columns[c].shape), columns[c].kind) for c in plan.feature_cols],
             self._output_specs(plan, output_cols, self._sample[1].output_shapes), result["history"])
         model._reformations = list(result.get("reformations", []))
         return model

@@ -302,7 +302,7 @@ class TorchEstimator(HorovodEstimator):
                            run_id=plan.run_id, model=module, input_shapes=self.getInputShapes())
         model._set_training_outcome(
             result["history"],
-            [InputSpec(c, columns[c].dtype, tuple(columns[c].shape)) for c in plan.feature_cols],
+            [InputSpec(c, columns[c].dtype, tuple(columns[c].shape), columns[c].kind) for c in plan.feature_cols],
             self._output_specs(plan, output_cols, self._output_shapes), result["epoch_metrics"])
         model._reformations = list(result.get("reformations", []))
         return model

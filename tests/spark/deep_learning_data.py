@@ -54,11 +54,19 @@ def binary_images(spark: Any, directory: str) -> Any:
 
 
 def decode_image(row: dict[str, Any]) -> dict[str, Any]:
-    """Horovod's documented way: the bytes decoded in transformation_fn, as (channels, height, width)."""
+    """Horovod's documented way: the bytes decoded in transformation_fn, as (channels, height, width). The label
+    passes through where the row has one: transform's rows hold the feature columns only."""
+    decoded = decode_image_hwc(row)
+    decoded["content"] = decoded["content"].transpose(2, 0, 1)
+    return decoded
+
+
+def decode_image_hwc(row: dict[str, Any]) -> dict[str, Any]:
+    """The bytes decoded as (height, width, channels) floats in [0, 1], as a Keras image model takes them."""
     from PIL import Image
 
     pixels = np.asarray(Image.open(io.BytesIO(row["content"])).convert("RGB"), dtype=np.float32) / 255.0
-    return {"content": pixels.transpose(2, 0, 1), "label": row["label"]}
+    return {"content": pixels, **({"label": row["label"]} if "label" in row else {})}
 
 
 def text_frame(spark: Any, repeats: int) -> Any:
