@@ -19,10 +19,13 @@ if TYPE_CHECKING:
 @dataclass
 class Records:
     """A fit's per-epoch records: ``history`` in the framework's (Horovod's) shape, ``epoch_metrics`` flat
-    (``{'epoch': e, 'loss': ..., 'val_loss': ...}``: progress, MLflow, the model's history)."""
+    (``{'epoch': e, 'loss': ..., 'val_loss': ...}``: progress, MLflow, the model's history), and
+    ``epoch_times``: where each epoch's training time went (epoch_times.py), kept apart from the metrics,
+    which a seeded fit reproduces exactly."""
 
     history: list[Any] = field(default_factory=list)
     epoch_metrics: list[dict[str, float]] = field(default_factory=list)
+    epoch_times: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -75,7 +78,14 @@ class FrameworkHooks(ABC):
 
     @abstractmethod
     def run_epochs(self, start: Position, events: EpochEvents) -> None:
-        """Train from ``start`` to the plan's last epoch, telling ``events`` of every step and epoch."""
+        """Train from ``start`` to the plan's last epoch, telling ``events`` of every step and epoch, and
+        where the loop waits for input (``events.epoch_begins``, ``events.input_batches`` or
+        ``events.input_waited``: epoch_clock.py)."""
+
+    def communication_wait_s(self) -> float:
+        """The seconds the framework's DistributedOptimizer(s) have waited for gradient allreduces so far
+        (their ``communication_wait_s``); 0 where there is none yet."""
+        return 0.0
 
     @abstractmethod
     def save(self, epoch: int, records: Records, lr_factor: float) -> None:
