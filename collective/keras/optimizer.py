@@ -55,6 +55,12 @@ class _Distributed:
     _collective_settings: Settings
 
     @property
+    def communication_wait_s(self) -> float:
+        """Rank: seconds this optimizer's steps spent waiting for the gradients' allreduces (the
+        communication that backward did not hide) since it was made; read it twice for an interval."""
+        return self._collective_settings.reducer.wait_clock.seconds
+
+    @property
     def _agg_helper(self) -> _AggregationView | None:
         """Horovod's handle on local aggregation: None unless ``backward_passes_per_step`` > 1."""
         if self._collective_settings.backward_passes_per_step == 1:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import tensorflow as tf
@@ -14,6 +14,7 @@ from collective.tensorflow.bridge import as_tensor, not_converted, op_name
 from collective.tensorflow.compression import Compression, Compressor
 from collective.tensorflow.ops import allreduce
 from collective.tensorflow.overlap import allreduce_overlapped
+from collective.wait_clock import WaitClock
 
 
 def check_groups(num_groups: int, groups: Any) -> None:
@@ -41,6 +42,8 @@ class GradientReducer:
     sparse_as_dense: bool = False
     gradient_predivide_factor: float = 1.0
     process_set: ProcessSet = global_process_set
+    # The time its steps waited for the dense gradients' allreduces (what backward did not hide).
+    wait_clock: WaitClock = field(default_factory=WaitClock, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.process_set, ProcessSet):
@@ -91,7 +94,8 @@ class GradientReducer:
         op, prescale, postscale = self._scaling()
         compressed, contexts = zip(*[self.compression.compress(out[i]) for i in dense_index])
         names = [f"{base}.{i}" for i in dense_index]
-        reduced = allreduce_overlapped(compressed, names, op, prescale, postscale, self.process_set)
+        reduced = allreduce_overlapped(compressed, names, op, prescale, postscale, self.process_set,
+                                       wait_clock=self.wait_clock)
         for i, tensor, ctx in zip(dense_index, reduced, contexts):
             out[i] = self.compression.decompress(tensor, ctx)
         return out

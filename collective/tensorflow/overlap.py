@@ -32,6 +32,7 @@ from collective.reduce_ops import ReduceOp
 from collective.runtime import current, is_initialized
 from collective.tensorflow import engine_calls
 from collective.tensorflow.bridge import in_session_graph, run
+from collective.wait_clock import WaitClock
 
 # Large enough that a model pays a few bridge crossings a step, small enough that the buckets of the
 # last layers leave early; the MLP of bench/keras_step.py (10.5 MB) goes in three.
@@ -93,8 +94,10 @@ def buckets(tensors: Sequence[tf.Tensor], bucket_bytes: int) -> list[list[int]]:
 
 
 def allreduce_overlapped(tensors: Sequence[tf.Tensor], names: Sequence[str], op: ReduceOp, prescale: float,
-                         postscale: float, process_set: ProcessSet) -> list[tf.Tensor]:
-    """Every tensor reduced across the set's ranks, submitted bucket by bucket (see the module)."""
+                         postscale: float, process_set: ProcessSet,
+                         wait_clock: WaitClock | None = None) -> list[tf.Tensor]:
+    """Every tensor reduced across the set's ranks, submitted bucket by bucket (see the module);
+    ``wait_clock`` counts the time each step's wait for them takes."""
     # A Session runs a TF1 graph's ops in no fixed order (session_ops.py), and a bucket's submit could
     # then start after the step's wait op: one op there submits every gradient and waits.
     plan = buckets(tensors, 0 if in_session_graph() else _bucket_bytes())
@@ -115,7 +118,11 @@ def allreduce_overlapped(tensors: Sequence[tf.Tensor], names: Sequence[str], op:
         earlier = len(tickets)
 
         def submit_last_and_wait(*inputs: np.ndarray) -> list[np.ndarray]:
-            return _wait(*inputs[:earlier], submit_last(*inputs[earlier:]))
+            ticket = submit_last(*inputs[earlier:])
+            if wait_clock is None:
+                return _wait(*inputs[:earlier], ticket)
+            with wait_clock.timing():
+                return _wait(*inputs[:earlier], ticket)
         order = [i for bucket in plan for i in bucket]
         reduced = run(submit_last_and_wait, tickets + [tensors[i] for i in last], [tensors[i].dtype for i in order],
                       [tensors[i].shape for i in order])

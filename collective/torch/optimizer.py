@@ -15,6 +15,7 @@ from collective.reduce_ops import Average, ReduceOp, resolve_op
 from collective.process_sets import ProcessSet, global_process_set, runtime_for
 from collective.torch.compression import Compression, Compressor
 from collective.torch.gradient_sync import GradientSync
+from collective.wait_clock import WaitClock
 
 _STEP_AFTER_SYNCHRONIZE = (
     "optimizer.step() called without optimizer.skip_synchronize() context after optimizer.synchronize(). "
@@ -89,6 +90,7 @@ class _DistributedOptimizer:
         self.process_set = process_set
         self._synchronized = False
         self._should_synchronize = True
+        self._wait_clock = WaitClock()
         # As in Horovod, a rank outside the set trains on its own gradients: no hooks, nothing to wait for.
         self._included = process_set.process_set_id is None or bool(process_set.included())
         # With one rank there is nothing to overlap; synchronize() alone does the (trivial) allreduces.
@@ -106,11 +108,18 @@ class _DistributedOptimizer:
     def set_backward_passes_per_step(self, passes: int) -> None:
         self._gradient_sync.set_backward_passes_per_step(passes)
 
+    @property
+    def communication_wait_s(self) -> float:
+        """Rank: seconds spent in ``synchronize`` (waiting for the gradients' allreduces, the communication
+        that backward did not hide) since this optimizer was made; read it twice for an interval."""
+        return self._wait_clock.seconds
+
     def synchronize(self) -> None:
         """Waits for every gradient's allreduce; afterwards ``p.grad`` holds the average (on a rank outside
         the optimizer's process set, its own gradient)."""
         if self._included:
-            self._gradient_sync.synchronize()
+            with self._wait_clock.timing():
+                self._gradient_sync.synchronize()
         self._synchronized = True
 
     @contextmanager

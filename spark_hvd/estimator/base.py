@@ -205,6 +205,7 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
             progress.close()
             _drop_run_unless_saved(self.getStore(), plan.run_id)
         model._fit_timings = _timings(began, prepared, progress, time.monotonic())
+        model._epoch_times = list(results[0].get("epoch_times", [])) if isinstance(results[0], dict) else []
         if mlflow_log is not None:
             mlflow_log.log_model(model)
         return model

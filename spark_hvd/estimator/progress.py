@@ -3,7 +3,9 @@ progress bar over epochs and steps with the loss rank 0 streams (``spark_hvd.emi
 epoch with its metrics, and a closing line whose rate counts training only (not the ranks winding down).
 
 Rank 0 sends ``{"type": "start", "first_epoch"}``, ``{"type": "step", "epoch", "step", "loss"}`` now and
-then, and ``{"type": "epoch", "epoch", "metrics"}`` after each epoch's validation.
+then, and ``{"type": "epoch", "epoch", "metrics", "times"}`` after each epoch's validation, where ``times``
+is where the epoch's training time went, over every rank (spark_hvd/recipe/epoch_times.py); a line under
+the epoch's shows it as shares, e.g. ``  input 12%, compute 70%, comm 18% (slowest: rank 1)``.
 
 Where it draws: in a terminal, a text bar sized to the terminal (readable at 80 columns); in Jupyter, a
 widget bar when ipywidgets is installed, else no bar at all (the epoch lines only), so a notebook never shows
@@ -17,6 +19,7 @@ import sys
 import time
 from typing import IO, Any, Callable, Mapping
 
+from spark_hvd.recipe.epoch_times import shares
 from spark_hvd.recipe.rank_progress import EVENT_EPOCH, EVENT_START, EVENT_STEP  # noqa: F401 - also the driver's names
 _PREFIX = "spark-hvd: "
 # Erase the terminal line the cursor is on (whatever Spark's console bar left there) before writing.
@@ -117,6 +120,7 @@ class FitProgress:
         self.epochs = epochs
         self.steps_per_epoch = steps_per_epoch
         self.history: list[dict[str, float]] = []
+        self.epoch_times: list[dict[str, Any]] = []   # rank 0's epoch events' time splits, as they came
         self._on_epoch = on_epoch
         self._enabled = enabled
         self._display = display if display is not None else (
@@ -150,8 +154,11 @@ class FitProgress:
         elif kind == EVENT_EPOCH:
             metrics = {str(k): float(v) for k, v in dict(data.get("metrics", {})).items()}
             self.history.append({"epoch": int(data["epoch"]), **metrics})
+            times = data.get("times")
+            if isinstance(times, Mapping):
+                self.epoch_times.append(dict(times))
             self.finished_at = time.monotonic()
-            self._epoch_done(int(data["epoch"]), metrics)
+            self._epoch_done(int(data["epoch"]), metrics, times if isinstance(times, Mapping) else None)
 
     def close(self) -> None:
         if self._display is not None:
@@ -178,7 +185,7 @@ class FitProgress:
                 bar.set_postfix_str(f"loss={float(loss):.4g}", refresh=False)
         self._done_steps = max(self._done_steps, target)
 
-    def _epoch_done(self, epoch: int, metrics: dict[str, float]) -> None:
+    def _epoch_done(self, epoch: int, metrics: dict[str, float], times: Mapping[str, Any] | None = None) -> None:
         # Step events are throttled, so a fast epoch may send none: the bar's loss would be the last one
         # sent (the first step's, in a short fit). The epoch's own loss replaces it.
         self._step(epoch, self.steps_per_epoch, metrics.get("loss"))
@@ -188,6 +195,9 @@ class FitProgress:
         if self._enabled:
             values = ", ".join(f"{k}={v:.4g}" for k, v in metrics.items())
             self._display.line(f"epoch {epoch + 1}/{self.epochs}: {values} ({_seconds(took)})")
+            split = _time_split(times)
+            if split:
+                self._display.line(split)
             if epoch + 1 >= self.epochs:
                 self._finish()
         if self._on_epoch is not None:
@@ -206,6 +216,17 @@ class FitProgress:
 
     def _description(self, epoch: int) -> str:
         return f"epoch {min(epoch + 1, self.epochs)}/{self.epochs}"
+
+
+def _time_split(times: Mapping[str, Any] | None) -> str:
+    """Driver: the line under an epoch's, "  input 12%, compute 70%, comm 18% (slowest: rank 1)" (ASCII, so
+    any console encodes it), or "" without times."""
+    split = shares(dict(times)) if times is not None else None
+    if split is None:
+        return ""
+    slowest = times.get("slowest_rank")
+    named = f" (slowest: rank {int(slowest)})" if slowest is not None and int(times.get("ranks", 2)) > 1 else ""
+    return "  input {:.0%}, compute {:.0%}, comm {:.0%}{}".format(*split, named)
 
 
 def _seconds(value: float) -> str:

@@ -8,6 +8,8 @@ callbacks and the checkpoint_callback, so that a checkpoint holds what they save
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from typing import Any
 
 import keras
@@ -22,13 +24,24 @@ class EpochReporter(keras.callbacks.Callback):
         self.events, self.start = events, start
         self.loss_guard = LossGuard(rank, stop_on_nonfinite_loss)
         self._epoch, self._offset = start.epoch, 0
+        # When each training batch was ready (feed.py), in the order the steps take them; set per model.fit.
+        self.ready_times: deque[float] = deque()
+        self._step_began = 0.0
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         # A fit resuming mid-epoch numbers its batches from 0: the steps before the resume count too.
         self._epoch = epoch
         self._offset = self.start.step if epoch == self.start.epoch else 0
+        self.events.epoch_begins(epoch)
+
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        self._step_began = time.perf_counter()
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        # The step took its batch from tf.data's prefetch buffer: it waited for input only if it began before
+        # the batch was ready.
+        if self.ready_times:
+            self.events.input_waited(self.ready_times.popleft() - self._step_began)
         loss = (logs or {}).get("loss")
         loss = None if loss is None else float(loss)
         self.loss_guard.check(loss, self._epoch, batch)

@@ -9,6 +9,8 @@ reaches into the next pass.
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -27,10 +29,15 @@ class FeedSpec:
 
 
 class Feed:
-    def __init__(self, feed: Any, spec: FeedSpec, first_epoch: int, skip: int = 0) -> None:
+    def __init__(self, feed: Any, spec: FeedSpec, first_epoch: int, skip: int = 0,
+                 ready_times: deque[float] | None = None) -> None:
         """``feed``: the split's RankFeed (transformed batches, its steps an epoch); ``skip``: batches of the
-        first pass left out (an elastic fit resuming mid-epoch); later passes are whole epochs."""
+        first pass left out (an elastic fit resuming mid-epoch); later passes are whole epochs.
+        ``ready_times``: where the time each batch is ready (``perf_counter``) is appended, in order; tf.data
+        prefetches in its own thread, so the training step that takes the batch waited only if it began
+        before then (epoch_reporter.py)."""
         self.feed, self.spec = feed, spec
+        self.ready_times = ready_times
         self._skip = skip
         self.error: BaseException | None = None   # the user's own error, clearer than tf.data's wrapping
         self._stopped = False
@@ -74,14 +81,20 @@ class Feed:
         if self._pending is not None:
             first, stream = self._pending
             self._pending = None
-            yield first
+            yield self._ready(first)
         else:
             stream = self._stream(0)
         while not self._stopped:
             try:
-                yield self._next(stream)
+                batch = self._next(stream)
             except StopIteration:
                 return
+            yield self._ready(batch)
+
+    def _ready(self, batch: tuple[Any, ...]) -> tuple[Any, ...]:
+        if self.ready_times is not None:
+            self.ready_times.append(time.perf_counter())
+        return batch
 
     def _next(self, stream: Iterator[dict[str, np.ndarray]]) -> tuple[Any, ...]:
         try:

@@ -9,6 +9,7 @@ import cloudpickle
 import numpy as np
 from pyspark import keyword_only
 
+from spark_hvd.estimator.epoch_times_getter import EpochTimesGetter
 from spark_hvd.estimator.model_base import HorovodModel
 from spark_hvd.estimator.param_table import ParamSpec, declare_params, set_defaults
 
@@ -23,7 +24,7 @@ KERAS_MODEL_PARAMS: list[ParamSpec] = [
 ]
 
 
-class KerasModel(HorovodModel):
+class KerasModel(EpochTimesGetter, HorovodModel):
     """``transform(df)`` adds one prediction column per label (``<label>__output`` unless ``output_cols``
     says otherwise), typed after the label column (see batch_transform); each feature column is reshaped to
     its model input's shape, as in training. ``getModel()`` is the trained ``keras.Model`` (compiled, with

@@ -117,12 +117,16 @@ class KerasHooks(FrameworkHooks):
             set_learning_rate(self.optimizer, learning_rate(self.optimizer) * factor)
 
     def run_epochs(self, start: Position, events: Any) -> None:
+        from collections import deque
+
+        from spark_hvd.keras.epoch_reporter import EpochReporter
         from spark_hvd.keras.feed import Feed, FeedSpec
         from spark_hvd.keras.fit_errors import clearer_fit_errors
 
         plan, objects = self.plan, self.objects
         rank, size = self.hvd.rank(), self.hvd.size()
         callbacks = self._callbacks(start, events, rank)
+        reporter = next(c for c in callbacks if isinstance(c, EpochReporter))
         feed_spec = FeedSpec(plan.feature_cols, plan.label_cols, plan.sample_weight_col, self.spec.shapes,
                              objects.prefetch)
         transformation = objects.transformation[0] if objects.transformation is not None else None
@@ -133,7 +137,9 @@ class KerasHooks(FrameworkHooks):
                 # An epoch resumed mid-way fits its steps left alone; whole epochs fit in one model.fit (a fit
                 # per epoch restarts Keras's loop and the input pipeline each time: about 0.15 s an epoch).
                 epoch, done = position.epoch, position.step
-                feeds = {"train": Feed(rank_feeds["train"], feed_spec, epoch, skip=done)}
+                reporter.ready_times = deque()   # a new pipeline: its batches' ready times start afresh
+                feeds = {"train": Feed(rank_feeds["train"], feed_spec, epoch, skip=done,
+                                       ready_times=reporter.ready_times)}
                 if "val" in rank_feeds:
                     feeds["val"] = Feed(rank_feeds["val"], feed_spec, epoch)
                 with clearer_fit_errors(feeds.values()):
@@ -148,6 +154,9 @@ class KerasHooks(FrameworkHooks):
         finally:
             for feed in rank_feeds.values():
                 feed.close()
+
+    def communication_wait_s(self) -> float:
+        return float(getattr(self.optimizer, "communication_wait_s", 0.0))
 
     def _callbacks(self, start: Position, events: Any, rank: int) -> list[Any]:
         from spark_hvd.keras.carried_metrics import CarriedMetrics

@@ -13,6 +13,7 @@ process as it is.
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import torch
@@ -51,6 +52,11 @@ class _Recording(Callback):
         self.events, self.lr_factor = events, lr_factor
         self.logged: dict[str, float] = {}
         self.stopped = False
+        # Input wait: Lightning's loop fetches a batch (and moves it to the device) between one batch's end
+        # and the next one's start, whatever the data module; a validation between them is left out.
+        self._fetch_from: float | None = None
+        self._validation_from: float | None = None
+        self._validated = 0.0
 
     @property
     def state_key(self) -> str:
@@ -71,10 +77,29 @@ class _Recording(Callback):
         self.logged = dict(state_dict.get("logged", {}))
         self.stopped = bool(state_dict.get("stopped", False))
 
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        self.events.epoch_begins(trainer.current_epoch)
+        self._fetch_from, self._validated = time.perf_counter(), 0.0
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        if self._fetch_from is not None:
+            self.events.input_waited(time.perf_counter() - self._fetch_from - self._validated)
+            self.events.outside_training(self._validated)
+        self._fetch_from, self._validated = None, 0.0
+
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        self._validation_from = time.perf_counter()
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        if self._validation_from is not None:
+            self._validated += time.perf_counter() - self._validation_from
+        self._validation_from = None
+
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         loss = step_loss(outputs)
         # Lightning numbers a resumed epoch's batches from where it left off.
         self.events.step_done(trainer.current_epoch, batch_idx + 1, None if loss is None else float(loss.detach()))
+        self._fetch_from, self._validated = time.perf_counter(), 0.0
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         epoch = trainer.current_epoch

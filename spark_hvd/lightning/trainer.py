@@ -119,6 +119,10 @@ class LightningHooks(FrameworkHooks):
     def scale_learning_rate(self, factor: float) -> None:
         pass    # CollectiveStrategy scales by the events' lr_factor; a commit keeps the rates unscaled
 
+    def communication_wait_s(self) -> float:
+        optimizers = self.trainer.strategy.optimizers if self.trainer is not None else []
+        return float(sum(getattr(optimizer, "communication_wait_s", 0.0) for optimizer in optimizers))
+
     def run_epochs(self, start: Position, events: Any) -> None:
         hvd = self.hvd
         ckpt_path = self._formation_checkpoint(events.state) if events.elastic else self.start_ckpt

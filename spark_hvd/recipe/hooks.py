@@ -16,10 +16,13 @@ from typing import Any
 @dataclass
 class Records:
     """A fit's per-epoch records: ``history`` in the framework's (Horovod's) shape, ``epoch_metrics`` flat
-    (``{'epoch': e, 'loss': ..., 'val_loss': ...}``: progress, MLflow, the model's history)."""
+    (``{'epoch': e, 'loss': ..., 'val_loss': ...}``: progress, MLflow, the model's history), and
+    ``epoch_times``: where each epoch's training time went (epoch_times.py), kept apart from the metrics,
+    which a seeded fit reproduces exactly."""
 
     history: list[Any] = field(default_factory=list)
     epoch_metrics: list[dict[str, float]] = field(default_factory=list)
+    epoch_times: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -73,7 +76,14 @@ class FrameworkHooks(ABC):
     @abstractmethod
     def run_epochs(self, start: Position, events: Any) -> None:
         """Train from ``start`` to the plan's last epoch, telling ``events`` (the recipe's EpochEvents,
-        epoch_events.py) of every step and epoch."""
+        epoch_events.py) of every step and epoch, and
+        where the loop waits for input (``events.epoch_begins``, ``events.input_batches`` or
+        ``events.input_waited``: epoch_clock.py)."""
+
+    def communication_wait_s(self) -> float:
+        """The seconds the framework's DistributedOptimizer(s) have waited for gradient allreduces so far
+        (their ``communication_wait_s``); 0 where there is none yet."""
+        return 0.0
 
     @abstractmethod
     def save(self, epoch: int, records: Records, lr_factor: float) -> None:
@@ -82,7 +92,7 @@ class FrameworkHooks(ABC):
 
     def elastic_state(self, records: Records, attrs: dict[str, Any]) -> Any:
         """An elastic fit's ``hvd.elastic`` state: the framework's model and optimizer state, the records
-        (as ``history`` and ``epoch_metrics``) and ``attrs`` (the position, formation_state.py)."""
+        (as ``history`` and ``epoch_metrics``) and ``attrs`` (the position, formation.py)."""
         raise NotImplementedError(f"{type(self).__name__} has no elastic training")
 
     def fill_commit(self, state: Any) -> None:

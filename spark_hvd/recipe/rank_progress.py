@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from spark_hvd.launch.rank.rank_events import emit_event
 
@@ -30,6 +31,10 @@ class RankProgress:
             self._last = now
             emit_event({"type": EVENT_STEP, "epoch": epoch, "step": step, "loss": loss})
 
-    def epoch(self, epoch: int, metrics: dict[str, float]) -> None:
+    def epoch(self, epoch: int, metrics: dict[str, float], times: dict[str, Any] | None = None) -> None:
+        """Rank child: ``epoch`` is done, with its flat ``metrics`` and where its time went (epoch_times.py)."""
         if self._reporting:
-            emit_event({"type": EVENT_EPOCH, "epoch": epoch, "metrics": metrics})
+            event: dict[str, Any] = {"type": EVENT_EPOCH, "epoch": epoch, "metrics": metrics}
+            if times is not None:
+                event["times"] = times
+            emit_event(event)

@@ -7,8 +7,9 @@
 5. rank 0's parameters and optimizer state are broadcast;
 6. the optimizer is wrapped in the framework's DistributedOptimizer;
 7. the epochs run, the framework's loop telling ``EpochEvents`` of each step and epoch;
-8. after each epoch, the checkpoint (rank 0 writes it) and, in an elastic fit, a commit;
-9. rank 0 returns what the driver builds the model from.
+8. after each epoch, the ranks' time split is gathered (epoch_times.py), the checkpoint written (rank 0
+   writes it) and, in an elastic fit, a commit made;
+9. rank 0 returns what the driver builds the model from, with the epochs' time split.
 
 An elastic fit (``plan.elastic``) runs step 7 under ``hvd.elastic.run``: the same epochs, with commits, and
 on a re-formation entered again from the last commit at the new size (formation.py).
@@ -19,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from spark_hvd.recipe.epoch_events import EpochEvents
+from spark_hvd.recipe.epoch_times import GATHER_NAME
 from spark_hvd.recipe.formation import enter_formation, initial_state_attrs
 from spark_hvd.recipe.hooks import FrameworkHooks, Position, Records, Resume
 from spark_hvd.recipe.plan import FitPlan
@@ -58,14 +60,14 @@ def run_rank(hooks: FrameworkHooks, plan: FitPlan) -> dict[str, Any] | None:
         progress.start(resume.first_epoch)
         extra: dict[str, Any] = {}
         if plan.elastic is None:
-            events = EpochEvents(hooks, plan, progress, size, resume.records, factor)
+            events = EpochEvents(hooks, plan, progress, size, resume.records, factor, gather=_gather(hvd))
             hooks.run_epochs(Position(resume.first_epoch), events)
             records = events.records
         else:
             records, factor, extra["reformations"] = _run_elastic(hooks, plan, hvd, resume, progress)
         if hvd.rank() != 0:
             return None
-        return {**hooks.result(records, factor), **extra}
+        return {**hooks.result(records, factor), "epoch_times": list(records.epoch_times), **extra}
     finally:
         hooks.close()
 
@@ -75,13 +77,24 @@ def _run_elastic(hooks: FrameworkHooks, plan: FitPlan, hvd: Any, resume: Resume,
     """Step 7 under ``hvd.elastic.run``: (the records, the learning rate factor at the end, the re-formations)."""
     elastic = plan.elastic
     linear = plan.learning_rate_scaling == "linear"
-    state = hooks.elastic_state(resume.records, initial_state_attrs(elastic, hvd.size(), resume.first_epoch, linear))
+    attrs = initial_state_attrs(elastic, hvd.size(), resume.first_epoch, linear)
+    # Committed and restored with the rest of the records.
+    attrs["epoch_times"] = list(resume.records.epoch_times)
+    state = hooks.elastic_state(resume.records, attrs)
 
     @hvd.elastic.run
     def train(state: Any) -> None:
         enter_formation(state, hvd.size(), elastic, hooks.scale_learning_rate, linear)
-        events = EpochEvents(hooks, plan, progress, hvd.size(), Records(), state.lr_size, state=state)
+        events = EpochEvents(hooks, plan, progress, hvd.size(), Records(), state.lr_size, state=state,
+                             gather=_gather(hvd))
         hooks.run_epochs(Position(state.epoch, state.step), events)
 
     train(state)
-    return Records(state.history, state.epoch_metrics), state.lr_size, state.reformations
+    return Records(state.history, state.epoch_metrics, state.epoch_times), state.lr_size, state.reformations
+
+
+def _gather(hvd: Any) -> Any:
+    """Every rank's object of the current formation, in rank order (the framework's allgather_object)."""
+    def gather(obj: Any) -> list[Any]:
+        return hvd.allgather_object(obj, name=GATHER_NAME)
+    return gather

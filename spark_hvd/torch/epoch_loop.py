@@ -69,8 +69,10 @@ class EpochLoop:
 
         self.model.train()
         self.totals = totals = _Totals(len(self.metrics))
+        events.epoch_begins(epoch)
         self.optimizer.zero_grad()
-        for step, batch in enumerate(feed.epoch(epoch, skip=first_step), start=first_step):
+        # The time spent in the feed's iterator is the epoch's input wait (recipe/epoch_clock.py).
+        for step, batch in enumerate(events.input_batches(feed.epoch(epoch, skip=first_step)), start=first_step):
             features, labels, weights = self._tensors(batch)
             outputs, labels, loss = self._step(step, features, labels, weights)
             loss_value = float(loss.detach())

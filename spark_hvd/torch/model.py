@@ -9,6 +9,7 @@ import cloudpickle
 import numpy as np
 from pyspark import keyword_only
 
+from spark_hvd.estimator.epoch_times_getter import EpochTimesGetter
 from spark_hvd.estimator.model_base import HorovodModel
 from spark_hvd.torch.state_bytes import from_torch_bytes, load_state_bytes, state_dict_bytes, torch_bytes
 
@@ -18,7 +19,7 @@ _OPTIMIZER_FILE = "optimizer.pkl"     # the optimizer (cloudpickled with its mod
 _EXTRAS_FILE = "extras.pkl"           # loss, loss_constructors, input_shapes
 
 
-class TorchModel(HorovodModel):
+class TorchModel(EpochTimesGetter, HorovodModel):
     """``transform(df)`` adds one prediction column per label (``<label>__output`` unless ``output_cols``
     says otherwise), typed after the label column (see batch_transform). ``getModel()`` is the trained
     ``torch.nn.Module``, ``getOptimizer()`` its optimizer with the final state (learning rate unscaled),

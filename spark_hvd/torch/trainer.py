@@ -114,6 +114,9 @@ class TorchHooks(FrameworkHooks):
         self.loop = EpochLoop(plan, self.model, self.optimizer, compute_loss, objects, self.device, hvd,
                               metric_groups(objects.metrics, plan.label_cols))
 
+    def communication_wait_s(self) -> float:
+        return float(getattr(self.optimizer, "communication_wait_s", 0.0))
+
     def run_epochs(self, start: Position, events: Any) -> None:
         feeds = self.plan.feeds(self.hvd.rank(), self.hvd.size(), self.objects.transformation_fn)
         try:

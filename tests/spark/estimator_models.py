@@ -38,6 +38,15 @@ class Slope(nn.Module):
         return x * self.w
 
 
+def slow_row(row: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A transformation_fn that sleeps 3 ms a row (96 ms a batch of 32): input wait far beyond a small model's
+    step, in the training loop when the fit has no decode workers."""
+    import time
+
+    time.sleep(0.003)
+    return row
+
+
 class FailOnce:
     """A transformation_fn (called once per row, as Horovod's) that raises on one rank after
     ``after_calls`` rows, once: the marker file it leaves makes the next fit pass. Each rank process

@@ -54,6 +54,12 @@ def test_fit_transform_save_load_round_trip(local_spark, store, tmp_path) -> Non
         threads = {entry["intra_op_threads"] for entry in keras_models.read_epoch_logs(str(logs), rank)}
         assert threads == {max(1, (os.cpu_count() or 1) // 2)}, f"rank {rank}"
     assert history["loss"][-1] < history["loss"][0]
+    # Where each epoch's time went: apart from Keras's history, whose keys stay Keras's own.
+    times = model.getEpochTimes()
+    assert [entry["epoch"] for entry in times] == [0, 1, 2]
+    assert all(entry["ranks"] == 2 and entry["slowest_rank"] in (0, 1) and
+               min(entry["input_s"], entry["compute_s"], entry["communication_s"]) >= 0 for entry in times)
+    assert not [key for key in history if key.startswith(("time", "input"))]
     assert history["val_class_accuracy"][-1] > 0.9
 
     test = with_ids(blobs(local_spark, 200, seed=0, partitions=3))

@@ -64,6 +64,11 @@ def test_fit_validates_logs_across_ranks_transforms_saves_and_loads(local_spark,
     assert float(history["rank_here"]) == 0.0                    # rank 0's own value
     epochs = model.getEpochMetrics()
     assert [e["epoch"] for e in epochs] == [0, 1, 2]
+    # Where each epoch's time went, apart from the logged metrics.
+    times = model.getEpochTimes()
+    assert [entry["epoch"] for entry in times] == [0, 1, 2]
+    assert all(entry["ranks"] == 2 and entry["slowest_rank"] in (0, 1) and
+               min(entry["input_s"], entry["compute_s"], entry["communication_s"]) >= 0 for entry in times)
     assert epochs[-1]["val_loss"] < epochs[0]["val_loss"]
     # The default logger's files (TensorBoard's, Horovod's default: requirements-dev.txt installs tensorboard)
     # were copied under the Store.

@@ -51,6 +51,10 @@ def test_a_terminal_shows_phases_a_readable_bar_and_epoch_lines(spark_environmen
     for epoch in (1, 2, 3):
         assert any(re.match(rf"epoch {epoch}/3: loss=[\d.e-]+, accuracy=.*val_loss=.*\(\d+\.\d s\)$", line)
                    for line in ours), (epoch, screen)
+    # Under each epoch's line, where its training time went (2 ranks: the slowest named).
+    splits = [line for line in lines
+              if re.match(r"  input \d+%, compute \d+%, comm \d+% \(slowest: rank [01]\)$", line)]
+    assert len(splits) == 3, screen
     # The bar as it was left: whole at 80 columns, with a bar of real width.
     bars = [line for line in lines if re.match(r"epoch 3/3 100%\|", line)]
     assert bars, screen

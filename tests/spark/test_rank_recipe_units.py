@@ -23,13 +23,14 @@ class _Plan:
 
 class _Progress:
     def __init__(self) -> None:
-        self.steps, self.epochs = [], []
+        self.steps, self.epochs, self.times = [], [], []
 
     def step(self, epoch: int, step: int, loss: float | None) -> None:
         self.steps.append((epoch, step))
 
-    def epoch(self, epoch: int, metrics: dict) -> None:
+    def epoch(self, epoch: int, metrics: dict, times: dict | None = None) -> None:
         self.epochs.append(epoch)
+        self.times.append(times)
 
 
 class _State:

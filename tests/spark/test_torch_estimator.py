@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from estimator_data import assert_fit_fails_before_launch, blobs, in_two_partitions, predictions, with_ids
-from estimator_models import FailOnce, Slope, accuracy, class_loss, classifier
+from estimator_models import FailOnce, Slope, accuracy, class_loss, classifier, slow_row
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -197,3 +197,21 @@ def test_the_model_reaches_the_ranks_in_the_run_payload_itself(store) -> None:
     assert isinstance(objects.model, nn.Module) and objects.model is not estimator.getModel()
     optimizer_params = {id(p) for group in objects.optimizer.param_groups for p in group["params"]}
     assert optimizer_params == {id(p) for p in objects.model.parameters()}
+
+
+def test_each_epoch_says_where_its_time_went_and_a_slow_transformation_is_input_wait(local_spark, store) -> None:
+    """The split is structural (never negative, every epoch, two ranks, a valid slowest rank) and apart from
+    the epoch metrics; with transformation_fn sleeping in the loop, input is the largest share by far."""
+    model = make_estimator(store, epochs=2, transformation_fn=slow_row, train_reader_num_workers=0).fit(
+        blobs(local_spark, 256))
+    times = model.getEpochTimes()
+    assert [entry["epoch"] for entry in times] == [0, 1]
+    for entry in times:
+        assert entry["ranks"] == 2 and entry["slowest_rank"] in (0, 1)
+        shares = entry["input_s"], entry["compute_s"], entry["communication_s"]
+        assert min(shares) >= 0
+        assert entry["input_s"] == max(shares), entry
+    assert sum(sum((e["input_s"], e["compute_s"], e["communication_s"])) for e in times) \
+        <= model.getFitTimings()["total"]
+    assert not [key for key in model.getEpochMetrics()[0] if key.startswith("time")]
+    assert model.copy().getEpochTimes() == times
