@@ -198,7 +198,7 @@ def run_bare(steps: int) -> None:
 
     import collective
     from collective.reduce_ops import Average
-    from collective.tensorflow import engine_calls
+    from collective.tensorflow.graph import engine_calls
     collective.init()
     rng = np.random.default_rng(collective.rank())
     arrays = [rng.normal(size=shape).astype(np.float32) for shape in gradient_shapes()]
@@ -260,7 +260,7 @@ def run_profile(steps: int, rounds: int) -> None:
 
     import collective.keras as hvd
     from collective.reduce_ops import Average
-    from collective.tensorflow import engine_calls, overlap
+    from collective.tensorflow.graph import engine_calls, overlap
     hvd.init()
     spent = {"submit": 0.0, "wait": 0.0}
 

@@ -11,7 +11,7 @@ import numpy as np
 from collective.process_sets import rank_number
 from collective.reduce_ops import Average
 from collective.runtime import size
-from collective.tensorflow import engine_calls
+from collective.tensorflow.graph import engine_calls
 from collective.tensorflow.functions import broadcast_variables
 
 

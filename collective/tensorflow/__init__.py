@@ -7,11 +7,11 @@ and run it with ``python -m collective.run -np 2 train.py``. Ops work eagerly an
 
 The bridge. Tensors reach the engine as numpy arrays viewed through DLPack (no copy either way):
 directly when eager, and inside ``tf.function`` from a ``tf.py_function`` op, which TensorFlow runs
-in traced order (see ``collective.tensorflow.bridge``). It needs no TensorFlow headers and no custom
+in traced order (see ``collective.tensorflow.graph.bridge``). It needs no TensorFlow headers and no custom
 kernels, so one build serves every TensorFlow version. Its cost: the one copy an out-of-place
 allreduce or broadcast needs anyway, plus some tens of microseconds of Python per call
 (bench/RESULTS.md has the figures against collective.torch). Gradient reduction sends a step's
-gradients in a few buckets that overlap backward (``collective.tensorflow.overlap``), so that cost is
+gradients in a few buckets that overlap backward (``collective.tensorflow.graph.overlap``), so that cost is
 paid a few times a step, not once per gradient. CPU only; not inside XLA.
 """
 

@@ -18,7 +18,7 @@ from collective.tensorflow import lifecycle
 from collective.tensorflow.functions import broadcast_object, broadcast_variables
 
 # Inside a tf.function, the bridge re-raises a collective error as RuntimeError("<class name>: ..."), and
-# TensorFlow rebuilds it as an OpError from its message alone (collective/tensorflow/bridge.py).
+# TensorFlow rebuilds it as an OpError from its message alone (collective/tensorflow/graph/bridge.py).
 _GRAPH_PEER_LOSS = tuple(f"RuntimeError: {cls.__name__}: "
                          for cls in (PeerFailureError, CollectiveTimeoutError, RoundSupersededError))
 

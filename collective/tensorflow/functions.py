@@ -10,8 +10,8 @@ import tensorflow as tf
 
 from collective.process_sets import ProcessSet, global_process_set
 from collective.runtime import rank
-from collective.tensorflow import engine_calls
-from collective.tensorflow.bridge import not_converted, op_name
+from collective.tensorflow.graph import engine_calls
+from collective.tensorflow.graph.bridge import not_converted, op_name
 from collective.tensorflow.ops import check_root, broadcast_group
 
 

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from collective.process_sets import ProcessSet, global_process_set
 from collective.reduce_ops import Average, ReduceOp
-from collective.tensorflow.bridge import not_converted
+from collective.tensorflow.graph.bridge import not_converted
 from collective.tensorflow.compression import Compression, Compressor
 from collective.tensorflow.gradients import GradientReducer, check_groups, scale_local
 

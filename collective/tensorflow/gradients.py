@@ -10,11 +10,11 @@ import tensorflow as tf
 
 from collective.process_sets import ProcessSet, global_process_set, is_global
 from collective.reduce_ops import Average, ReduceOp, Sum, resolve_op
-from collective.tensorflow.bridge import as_tensor, not_converted, op_name
+from collective.tensorflow.graph.bridge import as_tensor, not_converted, op_name
 from collective.tensorflow.compression import Compression, Compressor
 from collective.tensorflow.ops import allreduce
-from collective.tensorflow.overlap import allreduce_overlapped
-from collective.wait_clock import WaitClock
+from collective.tensorflow.graph.overlap import allreduce_overlapped
+from collective.api.wait_clock import WaitClock
 
 
 def check_groups(num_groups: int, groups: Any) -> None:
@@ -32,7 +32,7 @@ def check_groups(num_groups: int, groups: Any) -> None:
 class GradientReducer:
     """Reduces a list of gradients (tensors, IndexedSlices or None) across ranks.
 
-    Dense gradients go to the engine in a few buckets that overlap backward (``collective.tensorflow.overlap``);
+    Dense gradients go to the engine in a few buckets that overlap backward (``collective.tensorflow.graph.overlap``);
     the engine fuses what arrives in one cycle. Sparse ones are gathered (or densified with ``sparse_as_dense``).
     """
 

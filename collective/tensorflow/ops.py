@@ -25,8 +25,8 @@ from collective.grouped import member_names
 from collective.process_sets import ProcessSet, global_process_set, is_global, rank_number, runtime_for
 from collective.reduce_ops import Average, ReduceOp, Sum, resolve_op as _resolve_op
 from collective.runtime import rank
-from collective.tensorflow import engine_calls
-from collective.tensorflow.bridge import (
+from collective.tensorflow.graph import engine_calls
+from collective.tensorflow.graph.bridge import (
     as_tensor,
     distinct_in_graph,
     label,

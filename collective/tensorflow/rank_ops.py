@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from collective.process_sets import ranks_of_set_id
 from collective.runtime import local_rank, local_size, rank
-from collective.tensorflow.bridge import not_converted, run
+from collective.tensorflow.graph.bridge import not_converted, run
 
 
 def _read_at_run_time(read: Callable[[], int], name: str | None) -> tf.Tensor:

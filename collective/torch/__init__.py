@@ -3,7 +3,7 @@
     import collective.torch as hvd   # was: import horovod.torch as hvd
 
 and run it with ``python -m collective.run -np 2 train.py`` (or under mpirun). CPU tensors go through the
-background engine; CUDA tensors through NCCL (collective/torch/cuda_ops.py).
+background engine; CUDA tensors through NCCL (collective/torch/routes/cuda_ops.py).
 """
 
 from collective.torch.mpi_ops import *  # noqa: F401,F403

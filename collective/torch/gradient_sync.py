@@ -16,7 +16,7 @@ import torch
 from collective.reduce_ops import Average, ReduceOp
 from collective.torch.compression import Compressor
 from collective.process_sets import ProcessSet, global_process_set
-from collective.torch.handles import Work
+from collective.torch.routes.handles import Work
 from collective.torch.ops import allreduce_async_, submit_grouped_allreduce_, synchronize
 from collective.torch.sparse import sparse_allreduce_async
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import collective
 from collective.api.framework_init import init
-from collective.torch.cuda_context import release_cuda_context
-from collective.torch.handles import forget_all
+from collective.torch.routes.cuda_context import release_cuda_context
+from collective.torch.routes.handles import forget_all
 
 
 def shutdown() -> None:

@@ -3,7 +3,7 @@
 This module reads Horovod's arguments (``average=``, names, a global ``root_rank``) and picks the route
 that moves the tensors: ``engine_ops`` for host tensors, ``cuda_ops`` (NCCL on the current stream) for
 CUDA tensors, or ``staged`` (through host memory onto the engine) for CUDA tensors that NCCL cannot
-serve. Every route returns the same handle type (``collective.torch.handles.Work``), so ``poll``,
+serve. Every route returns the same handle type (``collective.torch.routes.handles.Work``), so ``poll``,
 ``synchronize`` and the optimizer never ask which route ran.
 """
 
@@ -18,8 +18,8 @@ import torch
 from collective.grouped import member_names
 from collective.reduce_ops import Average, ReduceOp, resolve_op as _resolve_op
 from collective.process_sets import ProcessSet, global_process_set, global_rank_of, runtime_for
-from collective.torch import cuda_ops, engine_ops, staged
-from collective.torch.handles import Work, chained_work, poll, synchronize
+from collective.torch.routes import cuda_ops, engine_ops, staged
+from collective.torch.routes.handles import Work, chained_work, poll, synchronize
 from collective.torch.tensors import check_tensor, contiguous_clone
 
 __all__ = [

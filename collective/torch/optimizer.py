@@ -15,7 +15,7 @@ from collective.reduce_ops import Average, ReduceOp, resolve_op
 from collective.process_sets import ProcessSet, global_process_set, runtime_for
 from collective.torch.compression import Compression, Compressor
 from collective.torch.gradient_sync import GradientSync
-from collective.wait_clock import WaitClock
+from collective.api.wait_clock import WaitClock
 
 _STEP_AFTER_SYNCHRONIZE = (
     "optimizer.step() called without optimizer.skip_synchronize() context after optimizer.synchronize(). "

@@ -8,7 +8,7 @@ import torch
 from collective.errors import InvalidArgumentError
 from collective.reduce_ops import Average, ReduceOp, Sum
 from collective.process_sets import ProcessSet, global_process_set, runtime_for
-from collective.torch.handles import Work, chained_work
+from collective.torch.routes.handles import Work, chained_work
 from collective.torch.ops import allgather_async, resolve_op
 from collective.torch.tensors import label
 

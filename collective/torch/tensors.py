@@ -47,7 +47,7 @@ def check_tensor(tensor: Any, name: str | None) -> DType:
 
 
 def check_device(device: torch.device, name: str | None) -> None:
-    # CUDA tensors are routed to collective/torch/cuda_ops.py before they reach the engine.
+    # CUDA tensors are routed to collective/torch/routes/cuda_ops.py before they reach the engine.
     if device.type not in ("cpu", "cuda"):
         raise InvalidArgumentError(f"tensor {label(name)} is on {device}; only CPU and CUDA tensors are supported")
 

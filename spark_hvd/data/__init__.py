@@ -13,9 +13,9 @@ from spark_hvd.data.input_checks import check_input, check_schema
 from spark_hvd.data.lockstep import steps_per_epoch
 from spark_hvd.data.materialize import materialization_key, materialize, materialize_checked
 from spark_hvd.data.materialized import DataFile, Materialized
-from spark_hvd.data.readers import make_reader
-from spark_hvd.data.shard_reader import ShardReader
-from spark_hvd.data.transformation import BatchTransformation
+from spark_hvd.data.read.readers import make_reader
+from spark_hvd.data.read.shard_reader import ShardReader
+from spark_hvd.data.feed.transformation import BatchTransformation
 
 __all__ = [
     "BatchTransformation", "ColumnSpec", "DataFile", "Materialized", "ShardReader", "check_input", "check_schema", "make_reader",

@@ -172,8 +172,8 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
                          elastic=self._elastic_bounds(), commit_store=self.getStore())
 
     def _fit_on_materialized(self, data: Any, backend: Any, began: float, status: FitStatus) -> Any:
-        from spark_hvd.data.readers import check_reader_columns
-        from spark_hvd.data.transformation import require_transformation_for
+        from spark_hvd.data.read.readers import check_reader_columns
+        from spark_hvd.data.feed.transformation import require_transformation_for
         from spark_hvd.estimator.sample import read_sample
 
         if data.train_rows == 0:

@@ -205,9 +205,9 @@ def _transformed_features(batch: Any, read_as: Sequence[str], inputs: Sequence[I
                           transformation: InferenceTransformation) -> list[np.ndarray]:
     """Executor: the rows of ``batch`` decoded as the fit's feeds decode them, through the transformation; the
     feature columns it returns. The user's error gets a note naming the row (and its path where there is one)."""
-    from spark_hvd.data.decode_pool import add_note
-    from spark_hvd.data.row_chunks import decode_column
-    from spark_hvd.data.transformation import apply_transformation, require_model_ready
+    from spark_hvd.data.feed.decode_pool import add_note
+    from spark_hvd.data.read.row_chunks import decode_column
+    from spark_hvd.data.feed.transformation import RowCounter, apply_transformation, require_model_ready
 
     rows: dict[str, np.ndarray] = {}
     for name, spec in zip(read_as, inputs):
@@ -222,7 +222,7 @@ def _transformed_features(batch: Any, read_as: Sequence[str], inputs: Sequence[I
         rows[name] = decode_column(batch.column(name), ColumnSpec(name, "object", (), "string"))
     names = [spec.column for spec in inputs]
     fn = transformation.fn
-    counted = None if getattr(fn, "per_batch", False) else _RowCounter(fn)
+    counted = None if getattr(fn, "per_batch", False) else RowCounter(fn)
     try:
         out = apply_transformation(rows, counted or fn, transformation.edit_fields, transformation.removed_fields)
     except Exception as exc:
@@ -244,15 +244,6 @@ def _transformed_features(batch: Any, read_as: Sequence[str], inputs: Sequence[I
     return [out[name] for name in names]
 
 
-class _RowCounter:
-    """A row transformation that counts its calls, so that an error can name its row."""
-
-    def __init__(self, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
-        self.fn, self.row = fn, -1
-
-    def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
-        self.row += 1
-        return self.fn(row)
 
 
 def _column_array(column: Any, spec: InputSpec) -> np.ndarray:

@@ -228,3 +228,24 @@ class _HorovodModelReader(MLReader):
 
 
 declare_params(HorovodModel, MODEL_PARAMS)
+
+
+class EpochTimesGetter:
+    """``model.getEpochTimes()``, mixed into the fitted models (before HorovodModel); the fit sets
+    ``_epoch_times``. Kept apart from ``getHistory()`` (Horovod's shape) and ``getEpochMetrics()`` (which a
+    seeded fit reproduces exactly, while times never repeat); like ``getFitTimings()``, it describes the fit:
+    a loaded model has none."""
+
+    _epoch_times: list[dict[str, Any]]
+
+    def getEpochTimes(self) -> list[dict[str, Any]]:
+        """Driver: per epoch the fit trained, ``{"epoch", "input_s", "compute_s", "communication_s",
+        "slowest_rank", "ranks"}``: the seconds each rank spent waiting for input, computing (forward,
+        backward, the update) and waiting for gradient communication that compute did not hide, averaged
+        over the ranks, and the rank whose input and compute took longest (docs/estimators.md says what to
+        do when one share dominates). Empty for a loaded model."""
+        return [dict(entry) for entry in getattr(self, "_epoch_times", [])]
+
+    def _copy_internals_to(self, other: Any) -> None:
+        super()._copy_internals_to(other)  # type: ignore[misc]
+        other._epoch_times = self.getEpochTimes()

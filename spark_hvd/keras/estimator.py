@@ -134,7 +134,7 @@ class KerasEstimator(HorovodEstimator, KerasParams):
         return None if fn is None else (fn, self.getTransformationEditFields(), self.getTransformationRemovedFields())
 
     def _check_sample(self, sample: dict[str, Any]) -> None:
-        from spark_hvd.data.transformation import apply_transformation, require_model_ready
+        from spark_hvd.data.feed.transformation import apply_transformation, require_model_ready
         from spark_hvd.keras.saving import model_to_bytes
         from spark_hvd.keras.sample_check import CompileArgs, check_sample
 

@@ -9,8 +9,7 @@ import cloudpickle
 import numpy as np
 from pyspark import keyword_only
 
-from spark_hvd.estimator.epoch_times_getter import EpochTimesGetter
-from spark_hvd.estimator.model_base import HorovodModel
+from spark_hvd.estimator.model_base import EpochTimesGetter, HorovodModel
 from spark_hvd.estimator.param_table import ParamSpec, declare_params, set_defaults
 
 _MODEL_FILE = "model.keras"                 # the native Keras format: architecture, weights, optimizer

@@ -70,9 +70,9 @@ class KerasHooks(FrameworkHooks):
 
     def init(self) -> Any:
         import collective.keras as hvd
-        from spark_hvd.keras.compiled_model import compiled_model, configure_tensorflow
+        from spark_hvd.keras.rank.compiled_model import compiled_model, configure_tensorflow
         from spark_hvd.keras.learning_rate import learning_rate
-        from spark_hvd.keras.rank_callbacks import CheckpointFile
+        from spark_hvd.keras.rank.rank_callbacks import CheckpointFile
 
         self.hvd = hvd
         hvd.init()
@@ -119,9 +119,9 @@ class KerasHooks(FrameworkHooks):
     def run_epochs(self, start: Position, events: Any) -> None:
         from collections import deque
 
-        from spark_hvd.keras.epoch_reporter import EpochReporter
-        from spark_hvd.keras.feed import Feed, FeedSpec
-        from spark_hvd.keras.fit_errors import clearer_fit_errors
+        from spark_hvd.keras.rank.epoch_reporter import EpochReporter
+        from spark_hvd.keras.rank.feed import Feed, FeedSpec
+        from spark_hvd.keras.rank.fit_errors import clearer_fit_errors
 
         plan, objects = self.plan, self.objects
         rank, size = self.hvd.rank(), self.hvd.size()
@@ -159,10 +159,10 @@ class KerasHooks(FrameworkHooks):
         return float(getattr(self.optimizer, "communication_wait_s", 0.0))
 
     def _callbacks(self, start: Position, events: Any, rank: int) -> list[Any]:
-        from spark_hvd.keras.carried_metrics import CarriedMetrics
-        from spark_hvd.keras.epoch_reporter import EpochReporter
+        from spark_hvd.keras.rank.carried_metrics import CarriedMetrics
+        from spark_hvd.keras.rank.epoch_reporter import EpochReporter
         from spark_hvd.keras.learning_rate import start_schedules_at
-        from spark_hvd.keras.rank_callbacks import rank_callbacks
+        from spark_hvd.keras.rank.rank_callbacks import rank_callbacks
 
         user_callbacks = list(self.objects.callbacks)
         start_schedules_at(user_callbacks, self.base_rate * events.lr_factor)

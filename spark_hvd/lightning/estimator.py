@@ -222,7 +222,7 @@ class TorchEstimator(HorovodEstimator):
     def _check_sample(self, sample: dict[str, Any]) -> None:
         import torch
 
-        from spark_hvd.data.transformation import apply_transformation
+        from spark_hvd.data.feed.transformation import apply_transformation
         from spark_hvd.lightning.batch_tensors import forward_inputs
         from spark_hvd.torch.batch_tensors import as_outputs, model_dtype
         from spark_hvd.torch.input_shapes import batch_free

@@ -6,7 +6,7 @@ step. In it the rank spends time:
 - waiting for input: its loop blocked on the next batch (the framework reports it, ``input_waited`` or
   ``batches``);
 - in communication not hidden behind compute: its DistributedOptimizer's step waiting for the gradients'
-  allreduces (read from the optimizer's ``communication_wait_s`` counter, collective/wait_clock.py);
+  allreduces (read from the optimizer's ``communication_wait_s`` counter, collective/api/wait_clock.py);
 - in compute: the rest (forward, backward, the optimizer's update, metrics, moving batches to the device).
 
 So the three shares are never negative and add up to the training time, which is at most the epoch's wall

@@ -111,7 +111,7 @@ class FitPlan:
         ranks, each batch after ``transformation_fn`` (with the plan's edit and removed fields), run by the
         split's decode workers: ``workers[split]`` where given, else the plan's ``*_reader_num_workers``
         (None: ``reader_workers``'s default, from ``ranks_on_host``, by default collective's local size)."""
-        from spark_hvd.data.rank_feed import RankFeed, Transformation
+        from spark_hvd.data.feed.rank_feed import RankFeed, Transformation
 
         transformation = (Transformation(transformation_fn, self.transformation_edit_fields,
                                          self.transformation_removed_fields) if transformation_fn else None)
@@ -127,7 +127,7 @@ class FitPlan:
     def reader_workers(self, split: str, has_transformation: bool, ranks_on_host: int | None = None) -> int:
         """The decode workers of ``split``'s feed: the plan's count where set, else a default from the
         rank's share of its host's cores (0 without a transformation, at most 4)."""
-        from spark_hvd.data.decode_pool import default_reader_workers
+        from spark_hvd.data.feed.decode_pool import default_reader_workers
 
         count = self.train_reader_num_workers if split == "train" else self.val_reader_num_workers
         if count is not None:

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from spark_hvd.errors import InputError
-from spark_hvd.data.transformation import apply_transformation, require_model_ready
+from spark_hvd.data.feed.transformation import apply_transformation, require_model_ready
 
 
 def model_dtype(model: torch.nn.Module) -> torch.dtype:

@@ -9,8 +9,7 @@ import cloudpickle
 import numpy as np
 from pyspark import keyword_only
 
-from spark_hvd.estimator.epoch_times_getter import EpochTimesGetter
-from spark_hvd.estimator.model_base import HorovodModel
+from spark_hvd.estimator.model_base import EpochTimesGetter, HorovodModel
 from spark_hvd.torch.state_bytes import from_torch_bytes, load_state_bytes, state_dict_bytes, torch_bytes
 
 _MODULE_FILE = "module.pkl"           # the architecture (cloudpickled torch.nn.Module)

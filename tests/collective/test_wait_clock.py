@@ -1,4 +1,4 @@
-"""collective.wait_clock.WaitClock: the wait-time counter the distributed optimizers expose."""
+"""collective.api.wait_clock.WaitClock: the wait-time counter the distributed optimizers expose."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from collective.wait_clock import WaitClock
+from collective.api.wait_clock import WaitClock
 
 
 def test_it_sums_the_blocks_it_times_and_what_is_added_from_any_thread() -> None:

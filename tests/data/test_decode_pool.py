@@ -15,9 +15,9 @@ import pytest
 
 from split_helpers import write_split
 from spark_hvd.data import make_reader
-from spark_hvd.data.decode_pool import DecodeWorkerDied, DecodeWorkerError, default_reader_workers
-from spark_hvd.data.rank_feed import RankFeed, Transformation
-from spark_hvd.data.transformation import BatchTransformation
+from spark_hvd.data.feed.decode_pool import DecodeWorkerDied, DecodeWorkerError, default_reader_workers
+from spark_hvd.data.feed.rank_feed import RankFeed, Transformation
+from spark_hvd.data.feed.transformation import BatchTransformation
 from spark_hvd.recipe.plan import FitPlan
 
 pytestmark = pytest.mark.timeout(120)

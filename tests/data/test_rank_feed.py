@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spark_hvd.data.rank_feed import RankFeed, Transformation
+from spark_hvd.data.feed.rank_feed import RankFeed, Transformation
 from spark_hvd.errors import InputError
 
 

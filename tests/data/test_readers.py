@@ -10,7 +10,7 @@ import pytest
 
 from split_helpers import one_pass, write_split
 from spark_hvd.data import make_reader, steps_per_epoch
-from spark_hvd.data.arrow_reader import plan_pieces, shard_range
+from spark_hvd.data.read.arrow_reader import plan_pieces, shard_range
 from spark_hvd.errors import ShardReadError
 
 

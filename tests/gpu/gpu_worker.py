@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 
 import collective.torch as hvd
-from collective.torch.cuda_context import cuda_context
+from collective.torch.routes.cuda_context import cuda_context
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64]
 

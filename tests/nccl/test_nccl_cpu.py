@@ -120,7 +120,7 @@ def test_integer_scaling_on_the_device_path_truncates_like_the_native_kernels() 
     import numpy as np
     import torch
 
-    from collective.torch.cuda_ops import _scale
+    from collective.torch.routes.cuda_ops import _scale
 
     values = np.array([-7, -5, -3, -1, 0, 1, 3, 5, 7, 100, -100, 127, -128], np.int8)
     for factor in (0.5, 1.5, 2.5, -0.5, 3.0):

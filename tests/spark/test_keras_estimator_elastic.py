@@ -57,7 +57,7 @@ def test_elastic_params_save_and_load(tmp_path) -> None:
 def test_a_resumed_epochs_metrics_carry_the_committed_steps_sums() -> None:
     from types import SimpleNamespace
 
-    from spark_hvd.keras.carried_metrics import CarriedMetrics
+    from spark_hvd.keras.rank.carried_metrics import CarriedMetrics
 
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(128, 4)).astype("float32"), rng.integers(0, 3, 128)

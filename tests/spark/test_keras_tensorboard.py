@@ -85,7 +85,7 @@ def test_rank_0_without_tensorboard_says_what_to_install(monkeypatch) -> None:
     import importlib.util
     from types import SimpleNamespace
 
-    from spark_hvd.keras import rank_callbacks as module
+    from spark_hvd.keras.rank import rank_callbacks as module
 
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",

@@ -96,8 +96,8 @@ def test_the_rank_side_of_a_fit_imports_no_pyspark() -> None:
     """What a rank imports to unpickle its plan and run the recipe never loads Spark's modules."""
     code = ("import sys, spark_hvd.recipe.rank_recipe, spark_hvd.recipe.plan, spark_hvd.recipe.rank_progress, "
             "spark_hvd.recipe.nonfinite, spark_hvd.torch.trainer, spark_hvd.torch.epoch_loop, "
-            "spark_hvd.torch.batch_tensors, spark_hvd.data.transformation, spark_hvd.data.readers, "
-            "spark_hvd.keras.trainer, spark_hvd.keras.feed, spark_hvd.lightning.trainer, "
+            "spark_hvd.torch.batch_tensors, spark_hvd.data.feed.transformation, spark_hvd.data.read.readers, "
+            "spark_hvd.keras.trainer, spark_hvd.keras.rank.feed, spark_hvd.lightning.trainer, "
             "spark_hvd.lightning.data_module, spark_hvd.lightning.strategy; "
             "print([m for m in sys.modules if m.startswith('pyspark')])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)

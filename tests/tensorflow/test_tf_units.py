@@ -12,7 +12,7 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import collective.tensorflow as hvd  # noqa: E402
-from collective.tensorflow.bridge import as_tensor, op_name  # noqa: E402
+from collective.tensorflow.graph.bridge import as_tensor, op_name  # noqa: E402
 from collective.tensorflow.errors import as_tf_error  # noqa: E402
 
 
@@ -119,7 +119,7 @@ def test_graph_ops_fail_with_horovods_tf_error_class(graph: str, ours: type, the
     """A collective that fails inside a graph raises the tf.errors class Horovod raises there, with the
     collective error's class and text in the message; a message too long for the path that carries a
     FailedPrecondition is cut, not turned into another class."""
-    from collective.tensorflow.bridge import run
+    from collective.tensorflow.graph.bridge import run
 
     def failing(array: np.ndarray) -> list[np.ndarray]:
         raise ours(text)
@@ -141,7 +141,7 @@ def test_graph_ops_fail_with_horovods_tf_error_class(graph: str, ours: type, the
 def test_gradient_buckets_start_from_the_last_variable() -> None:
     """Buckets follow backward's order (last variable first) and close once they hold BUCKET_BYTES; a
     gradient of unknown size closes its bucket."""
-    from collective.tensorflow.overlap import BUCKET_BYTES, buckets
+    from collective.tensorflow.graph.overlap import BUCKET_BYTES, buckets
 
     quarter = BUCKET_BYTES // 16  # float32 elements in a quarter bucket
     tensors = [tf.zeros(quarter * 4), tf.zeros(3), tf.zeros(quarter * 2), tf.zeros(quarter * 2), tf.zeros(5)]
@@ -160,7 +160,7 @@ def test_gradient_buckets_start_from_the_last_variable() -> None:
 def test_gradient_buckets_overlap_backward_only_where_a_core_is_spare() -> None:
     """By default, buckets where the host has more cores than ranks (the engine reduces on a spare core
     while backward computes), one bucket where every core has a rank; a configured size always wins."""
-    from collective.tensorflow.overlap import BUCKET_BYTES, bucket_bytes_for
+    from collective.tensorflow.graph.overlap import BUCKET_BYTES, bucket_bytes_for
 
     assert bucket_bytes_for(None, cores=16, local_ranks=2) == BUCKET_BYTES
     assert bucket_bytes_for(None, cores=2, local_ranks=2) == 0

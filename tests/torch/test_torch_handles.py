@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import collective.torch as hvd
-from collective.torch import handles, staged
-from collective.torch.handles import Work, chained_work, engine_work, event_work
+from collective.torch.routes import handles, staged
+from collective.torch.routes.handles import Work, chained_work, engine_work, event_work
 
 
 class _Event:

@@ -1,4 +1,4 @@
-"""The overlapped gradient allreduce's bookkeeping (collective/tensorflow/overlap.py) on real ranks:
+"""The overlapped gradient allreduce's bookkeeping (collective/tensorflow/graph/overlap.py) on real ranks:
 reused buffers never change a result the caller still holds, and a step that fails between its submits
 and its wait leaves nothing behind once later steps succeed."""
 
@@ -12,7 +12,7 @@ import tensorflow as tf
 import collective.tensorflow as hvd
 from collective._native import CollectiveKind
 from collective.runtime import start_engine
-from collective.tensorflow import overlap
+from collective.tensorflow.graph import overlap
 from common import Cases
 from tf_checks import in_mode
 

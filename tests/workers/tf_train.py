@@ -17,7 +17,7 @@ import tensorflow as tf
 import collective.keras as hvd
 import collective.tensorflow as hvd_tf
 from collective.keras.optimizer import is_distributed
-from collective.tensorflow import overlap
+from collective.tensorflow.graph import overlap
 
 FEATURES, BATCH, STEPS, EPOCHS = 4, 8, 4, 2
 TOL = 1e-10

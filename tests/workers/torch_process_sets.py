@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 import collective.torch as hvd
-from collective.torch import cuda_context, staged
+from collective.torch.routes import cuda_context, staged
 from common import Cases, report
 
 torch.set_num_threads(1)

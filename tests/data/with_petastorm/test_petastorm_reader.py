@@ -18,7 +18,7 @@ from pyspark.ml.linalg import Vectors, VectorUDT  # noqa: E402
 from pyspark.sql import types as T  # noqa: E402
 
 from spark_hvd.data import check_input, make_reader, materialize, steps_per_epoch  # noqa: E402
-from spark_hvd.data.petastorm_reader import petastorm_shard_rows  # noqa: E402
+from spark_hvd.data.read.petastorm_reader import petastorm_shard_rows  # noqa: E402
 from spark_hvd.errors import ShardReadError  # noqa: E402
 from spark_hvd.store import Store  # noqa: E402
 from split_helpers import one_pass  # noqa: E402

@@ -18,7 +18,7 @@ from collective.grouped import Member, submit_group
 from collective.process_sets import ProcessSet, runtime_for, set_rank_of
 from collective.reduce_ops import ReduceOp
 from collective.runtime import start_engine
-from collective.torch.handles import Work, engine_work
+from collective.torch.routes.handles import Work, engine_work
 from collective.torch.tensors import check_tensor, contiguous_input, from_flat, split_list
 
 

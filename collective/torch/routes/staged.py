@@ -15,8 +15,8 @@ import torch
 
 from collective.process_sets import ProcessSet
 from collective.reduce_ops import ReduceOp
-from collective.torch import engine_ops
-from collective.torch.handles import Work, chained_work
+from collective.torch.routes import engine_ops
+from collective.torch.routes.handles import Work, chained_work
 
 
 def _through_host(tensors: Sequence[torch.Tensor], start: Callable[[list[torch.Tensor]], Work],

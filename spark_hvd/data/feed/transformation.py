@@ -155,3 +155,14 @@ def require_transformation_for(specs: Sequence[Any], transformation_fn: Any) -> 
         raise _input_error(f"column(s) {listed} hold encoded values, which cannot be fed to a model as they are; "
                          "give a transformation_fn that decodes each row into numbers of one shape (see the "
                          "data page of the docs)")
+
+
+class RowCounter:
+    """A row transformation that counts its calls, so that an error can name its row."""
+
+    def __init__(self, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        self.fn, self.row = fn, -1
+
+    def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
+        self.row += 1
+        return self.fn(row)

@@ -5,7 +5,7 @@ the work and ``synchronize`` waits on it, as Horovod's GPU handles do. NCCL call
 caller's order, so (like torch.distributed) every rank must make its CUDA collectives in the same order;
 the DistributedOptimizer's hooks do. Grouped allreduces (the optimizer's) are packed into one fusion
 buffer on the device per dtype and reduced with one NCCL call. ``route`` says whether a tensor takes this
-route or is staged through host memory (``collective.torch.staged``): the NCCL communicator spans the
+route or is staged through host memory (``collective.torch.routes.staged``): the NCCL communicator spans the
 whole job, so a process set's collectives, and ranks that share a GPU, are staged.
 """
 
@@ -22,8 +22,8 @@ from collective.errors import InvalidArgumentError
 from collective.nccl import Route, route_tensor
 from collective.process_sets import ProcessSet, is_global, rank_number
 from collective.reduce_ops import ReduceOp, scale_factors
-from collective.torch.cuda_context import CudaContext, cuda_context
-from collective.torch.handles import Work, event_work
+from collective.torch.routes.cuda_context import CudaContext, cuda_context
+from collective.torch.routes.handles import Work, event_work
 from collective.torch.tensors import check_tensor, checked_call, label
 
 

@@ -42,8 +42,8 @@ from tensorflow.python.ops.control_flow_v2_func_graphs import ControlFlowFuncGra
 from collective._native import DType
 from collective.dtypes import SUPPORTED
 from collective.errors import CollectiveError
-from collective.tensorflow.engine_calls import TENSOR_ALIGNMENT
-from collective.tensorflow import session_ops
+from collective.tensorflow.graph.engine_calls import TENSOR_ALIGNMENT
+from collective.tensorflow.graph import session_ops
 from collective.tensorflow.errors import as_tf_error, invalid_argument, tf_error_class
 
 # TensorFlow names every native DType as the native table does.

@@ -8,7 +8,7 @@ from typing import Iterator
 import numpy as np
 
 from spark_hvd.data.columns import ColumnSpec
-from spark_hvd.data.row_chunks import Chunk, RowQueue, chunk_rows, shuffled
+from spark_hvd.data.read.row_chunks import Chunk, RowQueue, chunk_rows, shuffled
 from spark_hvd.errors import ShardReadError
 
 

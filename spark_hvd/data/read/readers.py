@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from spark_hvd.data.arrow_reader import ArrowShardReader
+from spark_hvd.data.read.arrow_reader import ArrowShardReader
 from spark_hvd.data.columns import ColumnSpec
 from spark_hvd.data.materialized import Materialized
-from spark_hvd.data.petastorm_reader import PetastormShardReader
-from spark_hvd.data.shard_reader import ShardReader
+from spark_hvd.data.read.petastorm_reader import PetastormShardReader
+from spark_hvd.data.read.shard_reader import ShardReader
 from spark_hvd.errors import InputError
 
 READERS = ("arrow", "petastorm")

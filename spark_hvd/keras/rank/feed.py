@@ -109,7 +109,7 @@ class Feed:
     def _arrays(self, batch: dict[str, np.ndarray]) -> tuple[Any, ...]:
         import keras
 
-        from spark_hvd.data.transformation import require_model_ready
+        from spark_hvd.data.feed.transformation import require_model_ready
 
         spec = self.spec
         require_model_ready(batch, [*spec.feature_cols, *spec.label_cols, *filter(None, [spec.sample_weight_col])])

@@ -17,8 +17,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from spark_hvd.data.decode_pool import DEFAULT_BATCHES_PER_WORKER, BatchPlace, DecodePool, add_note
-from spark_hvd.data.transformation import apply_transformation
+from spark_hvd.data.feed.decode_pool import DEFAULT_BATCHES_PER_WORKER, BatchPlace, DecodePool, add_note
+from spark_hvd.data.feed.transformation import RowCounter, apply_transformation
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class RankFeed:
                 yield batch
                 continue
             rows, t = _rows(batch), self.transformation
-            counted = None if getattr(t.fn, "per_batch", False) else _RowCounter(t.fn)
+            counted = None if getattr(t.fn, "per_batch", False) else RowCounter(t.fn)
             try:
                 transformed = apply_transformation(batch, counted or t.fn, t.edit_fields, t.removed_fields)
             except Exception as exc:
@@ -110,14 +110,3 @@ def _path(batch: dict[str, Any], row: int | None) -> str | None:
     """The row's value of a ``path`` column (Spark's binaryFile source has one); its first row's without a row."""
     paths = batch.get("path")
     return None if paths is None or not len(paths) else str(paths[row if row is not None else 0])
-
-
-class _RowCounter:
-    """A row transformation that counts its calls, so that an error can name its row."""
-
-    def __init__(self, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
-        self.fn, self.row = fn, -1
-
-    def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
-        self.row += 1
-        return self.fn(row)

@@ -30,9 +30,9 @@ import tensorflow as tf
 from collective.process_sets import ProcessSet
 from collective.reduce_ops import ReduceOp
 from collective.runtime import current, is_initialized
-from collective.tensorflow import engine_calls
-from collective.tensorflow.bridge import in_session_graph, run
-from collective.wait_clock import WaitClock
+from collective.tensorflow.graph import engine_calls
+from collective.tensorflow.graph.bridge import in_session_graph, run
+from collective.api.wait_clock import WaitClock
 
 # Large enough that a model pays a few bridge crossings a step, small enough that the buckets of the
 # last layers leave early; the MLP of bench/keras_step.py (10.5 MB) goes in three.

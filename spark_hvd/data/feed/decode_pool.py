@@ -35,8 +35,8 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from spark_hvd.data import decode_worker
-from spark_hvd.data.decode_worker import read_message, write_message
+from spark_hvd.data.feed import decode_worker
+from spark_hvd.data.feed.decode_worker import read_message, write_message
 
 DEFAULT_BATCHES_PER_WORKER = 2
 MAX_DEFAULT_WORKERS = 4

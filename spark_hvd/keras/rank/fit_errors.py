@@ -29,7 +29,7 @@ def clearer_fit_errors(feeds: Iterable[Any]) -> Iterator[None]:
 
 def _as_peer_failure(error: BaseException) -> BaseException | None:
     """model.fit runs the allreduce inside tf.function, where a collective error reaches Python as a
-    tf.errors.OpError whose message names the collective error's class (collective.tensorflow.bridge).
+    tf.errors.OpError whose message names the collective error's class (collective.tensorflow.graph.bridge).
     A peer's failure must stay recognisable as one, or the driver would blame this rank for it."""
     import collective
 

@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow.dataset as ds
 
 from spark_hvd.data.materialized import Materialized
-from spark_hvd.data.row_chunks import Chunk, table_to_chunk
-from spark_hvd.data.shard_reader import ShardReader
+from spark_hvd.data.read.row_chunks import Chunk, table_to_chunk
+from spark_hvd.data.read.shard_reader import ShardReader
 
 
 @dataclass(frozen=True)

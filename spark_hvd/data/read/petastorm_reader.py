@@ -12,8 +12,8 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from spark_hvd.data.materialized import Materialized
-from spark_hvd.data.row_chunks import Chunk
-from spark_hvd.data.shard_reader import ShardReader
+from spark_hvd.data.read.row_chunks import Chunk
+from spark_hvd.data.read.shard_reader import ShardReader
 from spark_hvd.errors import InputError
 
 
