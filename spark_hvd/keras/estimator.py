@@ -15,7 +15,7 @@ from spark_hvd.estimator.param_table import set_defaults
 from spark_hvd.keras.model import KerasModel
 from spark_hvd.keras.params import KERAS_PARAMS, KERAS_REPLACEMENTS, KerasParams
 from spark_hvd.keras.trainer import KerasHooks, KerasObjects, KerasRankSpec
-from spark_hvd.recipe.rank_recipe import RecipeRankFn
+from spark_hvd.recipe.rank_recipe import RANK_MODULES, RecipeRankFn
 
 
 class KerasEstimator(HorovodEstimator, KerasParams):
@@ -55,7 +55,7 @@ class KerasEstimator(HorovodEstimator, KerasParams):
     # Keywords of the other estimators get Keras's answer rather than a guess at a similar name.
     param_replacements = KERAS_REPLACEMENTS
 
-    warm_modules = ("tensorflow", "keras", "collective.keras", "spark_hvd.keras.trainer")
+    warm_modules = ("tensorflow", "keras", "collective.keras", "spark_hvd.keras.trainer", *RANK_MODULES)
     elastic_supported = True
 
     @keyword_only

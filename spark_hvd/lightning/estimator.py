@@ -19,7 +19,7 @@ from spark_hvd.estimator.batch_transform import InputSpec
 from spark_hvd.estimator.param_table import ParamSpec, declare_params, set_defaults, to_positive_int
 from spark_hvd.lightning.model import TorchModel
 from spark_hvd.lightning.trainer import LightningHooks, LightningObjects, LightningRankSpec
-from spark_hvd.recipe.rank_recipe import RecipeRankFn
+from spark_hvd.recipe.rank_recipe import RANK_MODULES, RecipeRankFn
 from spark_hvd.torch.estimator import TORCH_PARAMS
 
 # Horovod's examples compare pytorch_lightning.__version__ with this before they train.
@@ -87,7 +87,8 @@ class TorchEstimator(HorovodEstimator):
     elastic_supported = True
 
     # torch._dynamo: see TorchEstimator.warm_modules.
-    warm_modules = ("torch", "torch._dynamo", "pytorch_lightning", "collective.torch", "spark_hvd.lightning.trainer")
+    warm_modules = ("torch", "torch._dynamo", "pytorch_lightning", "collective.torch", "spark_hvd.lightning.trainer",
+                    *RANK_MODULES)
 
     @keyword_only
     def __init__(self, *, num_proc: int | None = None, model: Any = None, backend: Any = None, store: Any = None,

@@ -26,6 +26,12 @@ from spark_hvd.recipe.hooks import FrameworkHooks, Position, Records, Resume
 from spark_hvd.recipe.plan import FitPlan
 
 
+# What every framework's rank imports to run the recipe and read its shard: an estimator's spare rank process
+# (spark_hvd.run's keep_warm) imports them with the framework, so that the launch does not wait for pyarrow.
+RANK_MODULES = ("spark_hvd.recipe.rank_recipe", "spark_hvd.recipe.rank_progress", "spark_hvd.data.feed.rank_feed",
+                "spark_hvd.data.read.readers")
+
+
 class RecipeRankFn:
     """The picklable function ``spark_hvd.run`` runs on every rank: the recipe over ``hooks_type(spec)``, where
     ``spec`` (a framework's rank spec) carries the plan and the framework's objects."""

@@ -12,7 +12,7 @@ from spark_hvd.estimator.base import FitPlan, HorovodEstimator
 from spark_hvd.estimator.batch_transform import InputSpec
 from spark_hvd.estimator.param_table import ParamSpec, declare_params, set_defaults
 from spark_hvd.torch.model import TorchModel
-from spark_hvd.recipe.rank_recipe import RecipeRankFn
+from spark_hvd.recipe.rank_recipe import RANK_MODULES, RecipeRankFn
 from spark_hvd.torch.trainer import TorchHooks, TorchObjects, TorchRankSpec
 
 TORCH_PARAMS: list[ParamSpec] = [
@@ -47,7 +47,7 @@ class TorchEstimator(HorovodEstimator):
 
     # torch._dynamo: torch.optim imports it at an optimizer's first step (about as long as importing torch
     # itself), which would otherwise fall inside the fit's first broadcast (broadcast_optimizer_state).
-    warm_modules = ("torch", "torch._dynamo", "collective.torch", "spark_hvd.torch.trainer")
+    warm_modules = ("torch", "torch._dynamo", "collective.torch", "spark_hvd.torch.trainer", *RANK_MODULES)
     elastic_supported = True
 
     @keyword_only
