@@ -84,9 +84,8 @@ class ColumnCounter:
             stats[lo], stats[hi] = _lower(stats[lo], bounds["min"]), _upper(stats[hi], bounds["max"])
             if level and bounds["min"] is not None and f"ragged{level}:{name}" not in stats:
                 self._note_ragged(name, level, lengths, rows, rows_before)
-            parents = pc.list_parent_indices(values)
-            rows = parents if rows is None else pc.take(rows, parents)
-            values = pc.list_flatten(values)
+            if level + 1 < depth:
+                values, rows = _one_level_down(values, rows)
 
     def _note_ragged(self, name: str, level: int, lengths: pa.Array, rows: pa.Array, rows_before: int) -> None:
         key = f"{level}:{name}"
@@ -99,6 +98,12 @@ class ColumnCounter:
         at = pc.index(differs, True).as_py()
         self.stats[f"ragged{key}"] = {"partition": self._partition, "row": rows_before + rows[at].as_py(),
                                       "expected": expected, "got": lengths[at].as_py()}
+
+
+def _one_level_down(values: pa.Array, rows: pa.Array | None) -> tuple[pa.Array, pa.Array]:
+    """The lists' elements, and the row each belongs to (``rows``: the row of each list; None: a list a row)."""
+    parents = pc.list_parent_indices(values)
+    return pc.list_flatten(values), parents if rows is None else pc.take(rows, parents)
 
 
 def _level_key(bound: str, level: int, name: str) -> str:
@@ -132,9 +137,7 @@ def _one_array(column: Any) -> pa.Array:
 def _non_finite_rows(column: pa.Array, depth: int) -> int:
     values, rows = column, None
     for _ in range(depth):
-        parents = pc.list_parent_indices(values)
-        rows = parents if rows is None else pc.take(rows, parents)
-        values = pc.list_flatten(values)
+        values, rows = _one_level_down(values, rows)
     if len(values) == 0:
         return 0
     # Null values are not counted here (the null count names them); is_nan of a null is null.
