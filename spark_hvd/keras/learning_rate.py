@@ -1,5 +1,6 @@
-"""Horovod's learning-rate rule on the ranks (runs in the rank child): the ranks train with the
-optimizer's rate times num_proc (``learning_rate_scaling='linear'``; ``'none'``: as given), Horovod's
+"""Horovod's learning-rate rule for Keras on the ranks (runs in the rank child): the ranks train with the
+optimizer's rate times the recipe's factor (``learning_rate_factor``: num_proc under
+``learning_rate_scaling='linear'``, else 1), Horovod's
 ``LearningRateScheduleCallback``s start from that scaled rate, and what leaves the ranks (checkpoints,
 the returned model) holds the rate divided again, so a later fit on another number of ranks scales
 the user's own rate."""
@@ -9,10 +10,6 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 import keras
-
-
-def scale_factor(policy: str, size: int) -> int:
-    return size if policy == "linear" else 1
 
 
 def learning_rate(optimizer: Any) -> float:
