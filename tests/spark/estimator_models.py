@@ -85,3 +85,16 @@ class RecordProcess:
             with open(os.path.join(self.directory, f"rank{collective.rank()}.json"), "w") as f:
                 json.dump({"pid": os.getpid(), "parent": parent, "started_by": kind}, f)
         return row
+
+
+class XorNet(nn.Module):
+    """Horovod's XOR test model: its forward takes whatever shape input_shapes gives the batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin1 = nn.Linear(2, 8)
+        self.lin2 = nn.Linear(8, 1)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.lin2(torch.tanh(self.lin1(features.float()))))

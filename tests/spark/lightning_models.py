@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from estimator_models import XorNet
+
 
 class Classifier(pl.LightningModule):
     """A small MLP over ``batch['features']`` for integer ``batch['label']`` classes. Logs ``train_loss`` every
@@ -225,17 +227,8 @@ class ElasticVictim(pl.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
-class Xor(pl.LightningModule):
+class Xor(XorNet, pl.LightningModule):
     """Horovod's Lightning XOR test module: forward takes the features as transform reshapes them."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.lin1 = nn.Linear(2, 8)
-        self.lin2 = nn.Linear(8, 1)
-
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
-        return torch.sigmoid(self.lin2(torch.tanh(self.lin1(features.float()))))
 
     def configure_optimizers(self):
         return torch.optim.Adam(self.parameters(), lr=0.02)
@@ -249,17 +242,8 @@ class Xor(pl.LightningModule):
         self.log("val_loss", F.binary_cross_entropy(self(batch["features"]), batch["y"].float().reshape(-1, 1)))
 
 
-class LegacyXor(nn.Module):
+class LegacyXor(XorNet):
     """Horovod's LegacyXOR: a plain torch module for the Lightning estimator's legacy path."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.lin1 = nn.Linear(2, 8)
-        self.lin2 = nn.Linear(8, 1)
-
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
-        return torch.sigmoid(self.lin2(torch.tanh(self.lin1(features.float()))))
 
 
 class LegacyConvNet(nn.Module):

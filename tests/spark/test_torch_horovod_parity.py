@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from estimator_data import with_ids, xor_frame
-from estimator_models import Slope
+from estimator_models import Slope, XorNet
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]
 
@@ -122,23 +122,10 @@ def test_input_shapes_label_shapes_and_prediction_types(local_spark, store) -> N
     assert wrapped.getHistory() == fitted.getHistory()
 
 
-class Xor(nn.Module):
-    """Horovod's XOR test model: its forward takes whatever shape input_shapes gives the batch."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.lin1 = nn.Linear(2, 8)
-        self.lin2 = nn.Linear(8, 1)
-
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
-        return torch.sigmoid(self.lin2(torch.tanh(self.lin1(features.float()))))
-
-
 def xor_estimator(store, **overrides):
     from spark_hvd.torch import TorchEstimator
 
-    model = Xor()
+    model = XorNet()
     settings = dict(num_proc=2, model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
                     loss=nn.functional.binary_cross_entropy, input_shapes=[[2]], feature_cols=["features"],
                     label_cols=["y"], batch_size=1, epochs=1, sample_weight_col="weight", store=store, verbose=0)

@@ -32,10 +32,15 @@ print(json.dumps(sorted(set(sys.modules) - before)))
 """
 
 
-def test_the_first_optimizer_step_imports_nothing_heavy_after_the_warm_modules() -> None:
-    done = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=200)
+def _imported_by(probe: str) -> list[str]:
+    """The modules ``probe`` lists as imported after the warm modules, run in a fresh interpreter."""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=200)
     assert done.returncode == 0, done.stderr
-    imported = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_first_optimizer_step_imports_nothing_heavy_after_the_warm_modules() -> None:
+    imported = _imported_by(_PROBE)
     # Without torch._dynamo among the warm modules the step imports over 800 modules (dynamo, sympy, ...).
     assert not [name for name in imported if name.startswith(("torch._dynamo", "sympy"))], imported
     assert len(imported) < 20, imported
@@ -59,8 +64,6 @@ print(json.dumps(sorted(set(sys.modules) - before)))
 
 def test_the_ranks_recipe_and_feed_are_among_the_warm_modules() -> None:
     """Reading the shard needs pyarrow: imported at launch, it delayed every fit's first step by ~0.3 s."""
-    done = subprocess.run([sys.executable, "-c", _RANK_PROBE], capture_output=True, text=True, timeout=200)
-    assert done.returncode == 0, done.stderr
-    imported = json.loads(done.stdout.strip().splitlines()[-1])
+    imported = _imported_by(_RANK_PROBE)
     assert not [name for name in imported if name.startswith(("pyarrow", "pandas"))], imported
     assert len(imported) < 20, imported

@@ -20,8 +20,8 @@ from collective.bootstrap.listener import (
     HandshakeRefused,
     Listener,
 )
-from collective.launcher.output_prefix import rank_line_prefix
 from collective.launcher import LineSink
+from collective.launcher.output_prefix import rank_line_prefix
 from spark_hvd.errors import RankFailure
 from spark_hvd.launch.framing import FrameError, read_frame
 from spark_hvd.launch.task.output_channel import (
