@@ -4,7 +4,7 @@ how their tensors are cast."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 
 class Compressor:
@@ -54,3 +54,27 @@ class CastCompressor(Compressor):
     @classmethod
     def decompress(cls, tensor: Any, ctx: Any) -> Any:
         return tensor if ctx is None else cls.cast(tensor, ctx)
+
+
+class CompressionChoices:
+    """The choices for ``compression=``, named as in Horovod (``bf16`` is an addition): a framework's
+    ``Compression`` adds its own ``fp16`` and ``bf16`` compressors to ``none``."""
+
+    none = NoneCompressor
+
+
+def framework_compression(module: str, is_floating: Callable[[Any], bool], cast: Callable[[Any, Any], Any],
+                          float16: Any, bfloat16: Any) -> type[CompressionChoices]:
+    """A framework's ``Compression``: ``none``, ``fp16`` and ``bf16``, whose compressors say with
+    ``is_floating(dtype)`` which tensors they narrow and cast them with ``cast(tensor, dtype)``. ``module``
+    names where the framework's classes are importable from (pickling finds them there)."""
+    rule = {"is_floating": staticmethod(is_floating), "cast": staticmethod(cast), "__module__": module}
+    fp16 = type("FP16Compressor", (CastCompressor,), {
+        **rule, "wire_dtype": float16,
+        "__doc__": "Halves the bytes on the wire; values beyond float16's range (65504) overflow, so "
+                   "``gradient_predivide_factor`` or loss scaling may be needed."})
+    bf16 = type("BF16Compressor", (CastCompressor,), {
+        **rule, "wire_dtype": bfloat16,
+        "__doc__": "Halves the bytes on the wire with float32's range but only 8 bits of mantissa."})
+    return type("Compression", (CompressionChoices,), {"fp16": fp16, "bf16": bf16, "__module__": module,
+                                                       "__doc__": "Horovod's ``hvd.Compression``."})

@@ -31,6 +31,21 @@ class Closing:
         self.close()
 
 
+class FixedMembership:
+    """Mixin: a member of a group whose ``rank`` and ``size`` are fixed when it is made (``_rank``, ``_size``)."""
+
+    _rank: int
+    _size: int
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+
 class Bootstrap(Closing, abc.ABC):
     """Out-of-band channel used once per mesh build to swap addresses and metadata.
 

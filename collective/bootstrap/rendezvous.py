@@ -31,7 +31,7 @@ import struct
 import threading
 import time
 
-from collective.bootstrap.base import Bootstrap, Closing
+from collective.bootstrap.base import Bootstrap, Closing, FixedMembership
 from collective.bootstrap.listener import (
     ADMIT,
     DEFAULT_HANDSHAKE_TIMEOUT_S,
@@ -490,7 +490,7 @@ class RendezvousClient(Closing):
         return status, reply
 
 
-class RendezvousBootstrap(Bootstrap):
+class RendezvousBootstrap(FixedMembership, Bootstrap):
     """Bootstrap over a RendezvousClient: each rank publishes a key, then reads everyone's."""
 
     def __init__(
@@ -513,14 +513,6 @@ class RendezvousBootstrap(Bootstrap):
         # Keys are namespaced by how many times this rank has bootstrapped in this scope, so a
         # job that re-initialises against the same server never reads a previous round's keys.
         self._generation = client.add(f"{scope}/generation/{rank}", 1)
-
-    @property
-    def rank(self) -> int:
-        return self._rank
-
-    @property
-    def size(self) -> int:
-        return self._size
 
     def allgather(self, payload: bytes, timeout_s: float) -> list[bytes]:
         seq = self._seq

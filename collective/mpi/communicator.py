@@ -14,6 +14,7 @@ from typing import Any, NoReturn, Sequence
 import numpy as np
 
 from collective._native import CollectiveKind, DType, ReduceOp
+from collective.bootstrap.base import FixedMembership
 from collective.errors import MismatchError
 from collective.mpi import transfers
 from collective.mpi.buffers import tensor_array
@@ -24,7 +25,7 @@ from collective.reduce_ops import scale_factors
 _PLAN_CAPACITY = 4096  # distinct calls remembered; past it the memory starts over
 
 
-class MpiCommunicator:
+class MpiCommunicator(FixedMembership):
     """Wraps a duplicate of ``comm`` (so its messages never meet the user's own MPI traffic), and holds
     a second one for the engine: duplicating is collective, so it happens here, in init, on every rank,
     and starting the engine later needs no communication."""
@@ -43,14 +44,6 @@ class MpiCommunicator:
         self._verdict = np.empty(4, np.int64)  # scratch for the agreement Allreduce (used under the lock)
         # Call fields -> (Call, its agreement words as bytes and as an array, MPI op of a plain allreduce).
         self._plans: dict[tuple, tuple[Call, np.ndarray, bytes, Any]] = {}
-
-    @property
-    def rank(self) -> int:
-        return self._rank
-
-    @property
-    def size(self) -> int:
-        return self._size
 
     @property
     def engine_comm(self) -> Any:

@@ -1,13 +1,8 @@
-"""``horovod.tensorflow.mpi_ops``, the module of Horovod's ops that some scripts and tests import names from
-(``from horovod.tensorflow.mpi_ops import Sum``, ``hvd.mpi_ops._basics``): the package's names, and ``_basics``.
+"""``horovod.tensorflow.mpi_ops``: the ops module that scripts and tests import Horovod's names from
+(``from horovod.tensorflow.mpi_ops import Sum``, ``hvd.mpi_ops._basics``); the package re-exports it."""
 
-The names are gathered here and the package re-exports them, as in Horovod, whose package imports its
-ops from ``mpi_ops``."""
-
-from collective.api.names import *  # noqa: F401,F403  (errors, reduce ops, process sets, topology, build queries)
-from collective.api.names import __all__ as _shared_names
-from collective.elastic.errors import HostsUpdatedInterrupt
-from collective.errors import CollectiveError
+from collective.api.framework_names import *  # noqa: F401,F403  (errors, reduce ops, topology, ...)
+from collective.api.framework_names import __all__ as _shared_names
 from collective.process_sets import HorovodBasics
 from collective.tensorflow.compression import Compression
 from collective.tensorflow.functions import (
@@ -37,12 +32,9 @@ from collective.tensorflow.rank_ops import local_rank_op, local_size_op, process
 from collective.tensorflow.sync_batch_norm import SyncBatchNormalization
 from collective.tensorflow.session_hooks import BroadcastGlobalVariablesHook
 
-# Scripts that catch Horovod's error type keep working.
-HorovodInternalError = CollectiveError
-
 __all__ = [
     "BroadcastGlobalVariablesHook", "Compression", "DistributedGradientTape", "DistributedOptimizer",
-    "HorovodInternalError", "HostsUpdatedInterrupt", "PartialDistributedGradientTape", "SyncBatchNormalization",
+    "PartialDistributedGradientTape", "SyncBatchNormalization",
     "allgather", "allgather_object", "allreduce", "alltoall", "barrier", "broadcast", "broadcast_",
     "broadcast_global_variables", "broadcast_object", "broadcast_object_fn", "broadcast_variables",
     "grouped_allgather", "grouped_allreduce", "grouped_reducescatter", "init", "join", "local_rank_op",

@@ -3,39 +3,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
-from collective.api.compression import CastCompressor, Compressor, NoneCompressor  # noqa: F401  (Horovod's names here)
+# Compressor and NoneCompressor: Horovod's names, importable from here too.
+from collective.api.compression import Compressor, NoneCompressor, framework_compression  # noqa: F401
 
-
-class _TorchCast(CastCompressor):
-    @staticmethod
-    def is_floating(dtype: torch.dtype) -> bool:
-        return dtype.is_floating_point
-
-    @staticmethod
-    def cast(tensor: torch.Tensor, dtype: Any) -> torch.Tensor:
-        return tensor.to(dtype)
-
-
-class FP16Compressor(_TorchCast):
-    """Halves the bytes on the wire; gradients beyond float16's range (65504) overflow, so
-    ``gradient_predivide_factor`` or loss scaling may be needed."""
-
-    wire_dtype = torch.float16
-
-
-class BF16Compressor(_TorchCast):
-    """Halves the bytes on the wire with float32's range but only 8 bits of mantissa."""
-
-    wire_dtype = torch.bfloat16
-
-
-class Compression:
-    """The choices for ``compression=``, named as in Horovod (``bf16`` is an addition)."""
-
-    none = NoneCompressor
-    fp16 = FP16Compressor
-    bf16 = BF16Compressor
+Compression = framework_compression(__name__, lambda dtype: dtype.is_floating_point,
+                                    lambda tensor, dtype: tensor.to(dtype), torch.float16, torch.bfloat16)
+FP16Compressor, BF16Compressor = Compression.fp16, Compression.bf16

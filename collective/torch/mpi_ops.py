@@ -4,10 +4,8 @@
 The names are gathered here and the package re-exports them, as in Horovod, whose package imports its
 ops from ``mpi_ops``."""
 
-from collective.api.names import *  # noqa: F401,F403  (errors, reduce ops, process sets, topology, build queries)
-from collective.api.names import __all__ as _shared_names
-from collective.elastic.errors import HostsUpdatedInterrupt
-from collective.errors import CollectiveError
+from collective.api.framework_names import *  # noqa: F401,F403  (errors, reduce ops, topology, ...)
+from collective.api.framework_names import __all__ as _shared_names
 from collective.process_sets import HorovodBasics
 from collective.torch.autograd import (
     allgather,
@@ -51,11 +49,8 @@ from collective.torch.optimizer import DistributedOptimizer
 from collective.torch.sparse import sparse_allreduce_async
 from collective.torch.sync_batch_norm import SyncBatchNorm
 
-# Scripts that catch Horovod's error type keep working.
-HorovodInternalError = CollectiveError
-
 __all__ = [
-    "Compression", "DistributedOptimizer", "HorovodInternalError", "HostsUpdatedInterrupt", "SyncBatchNorm",
+    "Compression", "DistributedOptimizer", "SyncBatchNorm",
     "allgather", "allgather_async", "allgather_object", "allreduce", "allreduce_", "allreduce_async",
     "allreduce_async_", "alltoall", "alltoall_async", "barrier", "broadcast", "broadcast_", "broadcast_async",
     "broadcast_async_", "broadcast_object", "broadcast_optimizer_state", "broadcast_parameters",

@@ -20,12 +20,7 @@ constexpr int kLongestIdleDoublings = 4;
 constexpr size_t kMaxNegotiationBytes = size_t(1) << 30;
 
 HandleOutcome failure(ErrorKind kind, int rank, const std::string& message) {
-  HandleOutcome out;
-  out.failed = true;
-  out.error_kind = kind;
-  out.error_rank = rank;
-  out.error = message;
-  return out;
+  return HandleOutcome{/*failed=*/true, kind, rank, message};
 }
 
 }  // namespace
