@@ -40,15 +40,19 @@ class RankFailure:
     exit_code: int | None = None      # the child's exit status (negative: killed by that signal)
     peer_failure: bool = False        # a consequence of another rank failing, not a root cause
     blamed_rank: int | None = None    # the peer it was waiting on when it noticed (peer failures)
+    retryable: bool = True            # False: fn's error says a retry cannot help (FailureReport.retryable)
+    exception: bytes | None = None    # fn's exception, pickled by the rank, when it was small enough
 
     @classmethod
     def from_report(cls, rank: int, report: FailureReport, exit_code: int | None = None) -> "RankFailure":
         return cls(rank=rank, summary=report.summary, traceback=report.traceback, exit_code=exit_code,
-                   peer_failure=report.peer_failure, blamed_rank=report.blamed_rank)
+                   peer_failure=report.peer_failure, blamed_rank=report.blamed_rank, retryable=report.retryable,
+                   exception=report.exception)
 
     # The one conversion to and from the frames that carry a failure (child to task, task to driver).
     def to_wire(self) -> dict[str, Any]:
-        report = FailureReport(self.summary, self.traceback, self.peer_failure, self.blamed_rank)
+        report = FailureReport(self.summary, self.traceback, self.peer_failure, self.blamed_rank,
+                               retryable=self.retryable, exception=self.exception)
         return {**report.to_wire(), "exit_code": self.exit_code}
 
     @classmethod
@@ -119,9 +123,13 @@ def _clip(text: str, limit: int) -> str:
 class InputError(ValueError):
     """The DataFrame or the columns given to fit() cannot train the model (checked before any launch)."""
 
+    retryable = False   # the same data or state fails a retry the same way (run_elastic fails at once)
+
 
 class ShardReadError(RuntimeError):
     """A rank's reader returned fewer rows than its shard holds (e.g. Petastorm's silent empty epochs)."""
+
+    retryable = False   # the same data or state fails a retry the same way (run_elastic fails at once)
 
 
 class ElasticNotSupportedError(NotImplementedError):
@@ -130,6 +138,8 @@ class ElasticNotSupportedError(NotImplementedError):
 
 class CommitTooLargeError(ValueError):
     """spark_hvd.run_elastic: a committed state is larger than the driver keeps in memory (``max_commit_bytes``)."""
+
+    retryable = False   # the same data or state fails a retry the same way (run_elastic fails at once)
 
 
 class ResetLimitError(RuntimeError):
@@ -142,3 +152,5 @@ class IgnoredArgumentWarning(UserWarning):
 
 class NonFiniteLossError(FloatingPointError):
     """A rank's training loss became NaN or infinite (raised on that rank; stop_on_nonfinite_loss=False warns)."""
+
+    retryable = False   # the same data or state fails a retry the same way (run_elastic fails at once)

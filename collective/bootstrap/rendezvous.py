@@ -214,6 +214,12 @@ class RendezvousServer(Closing):
     def start(self) -> None:
         self._listener.start()
 
+    def fence(self) -> None:
+        """Ends every wait, now and later: GETs answer as timed out at once, so that no job forms here any
+        more (its launcher gave it up); the server answers until stop(), so a late rank fails at once rather
+        than retrying to connect."""
+        self._store.close()
+
     def stop(self, timeout_s: float = 5.0) -> None:
         """Closes the listener and every connection; blocked GETs are answered with an error."""
         if self._stopping.is_set():

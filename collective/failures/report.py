@@ -13,6 +13,7 @@ This module must stay importable without the C++ extension (the launchers read r
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import sys
@@ -45,6 +46,10 @@ class FailureReport:
     peer_failure: bool = False       # a reaction to another rank's failure, not a root cause
     blamed_rank: int | None = None   # the peer it was waiting on when it noticed, when known
     stage: str | None = None         # what the rank was doing, when not the user's code
+    # False when a retry cannot help (bad input, a non-finite loss): the error's class says so with a
+    # ``retryable = False`` attribute. An elastic driver re-forms after the others (spark_hvd.run_elastic).
+    retryable: bool = True
+    exception: bytes | None = None   # the exception itself, pickled by the rank when it could be (small ones)
 
     @classmethod
     def from_exception(cls, error: BaseException, own_rank: int | None, stage: str | None = None,
@@ -56,11 +61,13 @@ class FailureReport:
             summary = summary[:_SUMMARY_LIMIT] + "..."
         blamed = blamed_peer(error, own_rank)
         return cls(summary=summary, traceback=traceback if traceback is not None else _format(error),
-                   peer_failure=blamed is not None or is_peer_failure(error), blamed_rank=blamed, stage=stage)
+                   peer_failure=blamed is not None or is_peer_failure(error), blamed_rank=blamed, stage=stage,
+                   retryable=bool(getattr(error, "retryable", True)))
 
     def to_wire(self) -> dict[str, Any]:
         return {"summary": self.summary, "traceback": self.traceback, "peer_failure": self.peer_failure,
-                "blamed_rank": self.blamed_rank, "stage": self.stage}
+                "blamed_rank": self.blamed_rank, "stage": self.stage, "retryable": self.retryable,
+                "exception": None if self.exception is None else base64.b64encode(self.exception).decode("ascii")}
 
     @classmethod
     def from_wire(cls, fields: Mapping[str, Any]) -> "FailureReport":
@@ -72,7 +79,17 @@ class FailureReport:
                    traceback=traceback if isinstance(traceback, str) and traceback else None,
                    peer_failure=bool(fields.get("peer_failure")),
                    blamed_rank=blamed if isinstance(blamed, int) and not isinstance(blamed, bool) else None,
-                   stage=stage if isinstance(stage, str) else None)
+                   stage=stage if isinstance(stage, str) else None,
+                   retryable=fields.get("retryable") is not False, exception=_decoded(fields.get("exception")))
+
+
+def _decoded(text: Any) -> bytes | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return base64.b64decode(text, validate=True)
+    except ValueError:
+        return None
 
 
 def is_peer_failure(error: BaseException) -> bool:

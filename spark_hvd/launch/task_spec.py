@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from collective.config import Config
 
@@ -27,6 +28,9 @@ class TaskSpec:
     # "host:port" of the run's rendezvous store on the driver (driver_rendezvous.py), where the ranks meet;
     # None: they meet through BarrierTaskContext.allGather and rank 0 serves the store.
     rendezvous_address: str | None = None
+    # Called with the rank in the task before it reports to the driver that it started; None in every real run.
+    # Tests hold a rank here past the start timeout (tests/spark/test_elastic_fencing.py).
+    before_start: Callable[[int], None] | None = None
 
     def __repr__(self) -> str:
         # Never print the secret (Spark logs closures' reprs in some error paths).

@@ -1,5 +1,5 @@
 """spark_hvd.run_elastic on a local[2] session: a rank killed mid-run is replaced by a new stage that resumes
-from the last commit; an exception of fn's own is not retried; reset_limit and bad bounds fail by name."""
+from the last commit; reset_limit and bad bounds fail by name (fn's own exceptions: test_run_elastic_retries.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import sys
 import pytest
 
 import spark_hvd
+from spark_hvd.errors import CommitTooLargeError
 from elastic_functions import assert_reference_weights, torch_elastic_train
 
 pytestmark = [pytest.mark.usefixtures("elastic_functions_by_value"), pytest.mark.spark, pytest.mark.timeout(180)]
@@ -31,16 +32,6 @@ def test_a_killed_rank_relaunches_the_stage_from_the_last_commit(local_spark, tm
     for result in results:
         assert result["sizes"] == [2] * 9
         assert_reference_weights(result)
-
-
-def test_an_exception_of_fns_own_is_not_retried_and_names_the_rank(local_spark, tmp_path) -> None:
-    err = io.StringIO()
-    with pytest.raises(spark_hvd.RunError) as raised:
-        spark_hvd.run_elastic(torch_elastic_train, args=(6, 3, str(tmp_path)), kwargs={"fail_rank": 1},
-                              num_proc=2, stdout=io.StringIO(), stderr=err, spark=local_spark)
-    assert raised.value.rank == 1
-    assert "ValueError: bad batch at step 2" in str(raised.value)
-    assert "elastic stage 2" not in err.getvalue()
 
 
 def test_reset_limit_zero_fails_at_the_first_lost_rank(local_spark, tmp_path) -> None:
@@ -96,9 +87,11 @@ def test_commits_over_the_memory_limit_go_through_the_store_and_are_deleted_at_t
 
 
 def test_a_commit_over_the_limit_without_a_store_names_commit_store(local_spark, tmp_path) -> None:
-    with pytest.raises(spark_hvd.RunError, match=r"over max_commit_bytes=1 .*pass commit_store="):
+    with pytest.raises(CommitTooLargeError, match=r"over max_commit_bytes=1 .*pass commit_store=") as raised:
         spark_hvd.run_elastic(torch_elastic_train, args=(6, 3, str(tmp_path)), num_proc=2, max_commit_bytes=1,
                               stdout=io.StringIO(), stderr=io.StringIO(), spark=local_spark)
+    # Not retried: the next stage would commit the same state.
+    assert "not retried: its class says a retry cannot help" in "\n".join(raised.value.__notes__)
 
 
 def test_a_spark_connect_session_is_refused_with_the_reason() -> None:

@@ -50,12 +50,26 @@ class BarrierJob:
         self._events = events
         self.group_id = f"spark_hvd.run-{uuid.uuid4().hex}"
         self._thread = threading.Thread(target=self._run, name="spark-hvd-job", daemon=True)
+        # The run's rendezvous store, while it serves; once the stage is given up, none is served again.
+        self._rendezvous_lock = threading.Lock()
+        self._rendezvous: Any = None
+        self._given_up = False
 
     def start(self) -> None:
         self._thread.start()
 
     def cancel(self) -> None:
-        """Cancels the stage; Spark then kills the tasks' Python workers, and their children die too."""
+        """Cancels the stage; Spark then kills the tasks' Python workers, and their children die too.
+
+        First the stage is fenced: the rendezvous store it meets at ends every wait, so a rank that starts late
+        (after a start timeout) can no longer form a job with its peers and run fn while the driver moves on."""
+        with self._rendezvous_lock:
+            self._given_up = True
+            if self._rendezvous is not None:
+                self._rendezvous.fence()
+        self._cancel_spark_job()
+
+    def _cancel_spark_job(self) -> None:
         try:
             self._spark.sparkContext.cancelJobGroup(self.group_id)
         except Exception:  # noqa: BLE001 - Spark Connect: cancel by tag instead
@@ -66,17 +80,13 @@ class BarrierJob:
         return not self._thread.is_alive()
 
     def _run(self) -> None:
-        server = None
         try:
             self._tag_jobs_of_this_thread()
             spec = self._spec
             # With nics the store must listen on those interfaces, which the driver's host may lack: rank 0
             # serves it there, as before.
             if spec.collector_address is not None and not spec.nics:
-                advertised = parse_host_port(spec.collector_address)[0]
-                server, address = start_driver_rendezvous(self._rendezvous_bind_host or advertised, advertised,
-                                                          spec.secret, spec.handshake_timeout_s)
-                spec = replace(spec, rendezvous_address=address)
+                spec = replace(spec, rendezvous_address=self._serve_rendezvous(spec))
             n = spec.num_proc
             frame = self._spark.range(0, n, 1, n).mapInArrow(BarrierTask(spec), RESULT_DDL, barrier=True)
             if is_connect_session(self._spark):
@@ -94,8 +104,20 @@ class BarrierJob:
         except BaseException as e:  # noqa: BLE001 - every ending must reach the waiting caller
             self._events.put(JobFailed(e))
         finally:
+            with self._rendezvous_lock:
+                server, self._rendezvous = self._rendezvous, None
             if server is not None:
                 server.stop()
+
+    def _serve_rendezvous(self, spec: TaskSpec) -> str:
+        advertised = parse_host_port(spec.collector_address or "")[0]
+        server, address = start_driver_rendezvous(self._rendezvous_bind_host or advertised, advertised,
+                                                  spec.secret, spec.handshake_timeout_s)
+        with self._rendezvous_lock:
+            self._rendezvous = server
+            if self._given_up:
+                server.fence()
+        return address
 
     def _tag_jobs_of_this_thread(self) -> None:
         # Job groups are per thread (PySpark pins Python threads to JVM threads), so this does not

@@ -4,7 +4,9 @@ A barrier stage cannot lose a task and go on (Spark fails the whole stage), so t
 when one fails because a rank, an executor or a host was lost, the driver launches a new stage on the slots
 free now (between min and max ranks), and its ranks start from the last commit rank 0 sent to the driver.
 No custom driver RPC: commits travel on each rank's output connection (a ``commit`` frame), and the next
-stage gets the kept one inside its task payload. An exception of fn's own is not retried.
+stage gets the kept one inside its task payload. An exception of fn's own re-forms the job too, as in Horovod,
+unless a retry cannot help (fn_error_retry.py). A stage the driver gives up can no longer commit
+(runner.StageFence) nor form its ranks (BarrierJob.cancel), so fn never runs in two live formations.
 
 Rejoin: when the cluster has more slots than the stage uses (and max allows), the driver ends the stage
 right after the next commit arrives and launches a larger one from that commit; no step is lost beyond
@@ -35,6 +37,7 @@ from spark_hvd.launch.driver import run_arguments as checked
 from spark_hvd.launch.driver.barrier_job import BarrierJob
 from spark_hvd.launch.driver.connect_session import is_connect_session
 from spark_hvd.launch.rank.elastic_rank import ElasticRankCall
+from spark_hvd.launch.driver.fn_error_retry import FnErrorRetry
 from spark_hvd.launch.driver.launch_checks import ClusterShape, describe_cluster, resolve_num_proc
 from spark_hvd.launch.driver.output_collector import DRIVER_TAG, RankCommitted
 from spark_hvd.launch.driver.run_options import RanksLaunch, RunOptions
@@ -70,6 +73,11 @@ class _KeptCommit:
     stage: int = 0
     seq: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def position(self) -> tuple[int, int] | None:
+        """(stage, sequence number) of the newest commit kept; None before the first."""
+        with self.lock:
+            return None if self.blob is None else (self.stage, self.seq)
 
     def keep(self, stage: int, event: RankCommitted) -> None:
         if event.rank != 0:
@@ -116,10 +124,13 @@ def run_elastic(fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mappin
     tail_lines, on_event, keep_warm: as in ``spark_hvd.run``; ``keep_warm=["torch"]`` also makes a
         relaunched stage start sooner (its ranks' processes have imported torch already).
 
-    A rank that raises an exception of fn's own fails the job at once with RunError naming it, as in
-    ``spark_hvd.run``: retrying would raise it again. A lost rank (its process killed, its executor or host
-    lost) ends the stage; the next starts from the last commit that reached the driver. Three stages in a
-    row that Spark fails with no rank blamed and no commit made raise Spark's error (SparkJobError).
+    A lost rank (its process killed, its executor or host lost) ends the stage; the next starts from the
+    last commit that reached the driver. An exception raised by fn does the same, as in Horovod, up to
+    ``reset_limit`` re-formations, unless a retry cannot help: an error raised before the first commit
+    or again before a new one, or one whose class says so (bad input, a non-finite loss). Then, or when the
+    retries run out, fn's own exception is raised, with a note naming its rank, its traceback and the
+    resets tried (chained from the RunError). Three stages in a row that Spark fails with no rank blamed
+    and no commit made raise Spark's error (SparkJobError).
     """
     min_num_proc = _alias("min_num_proc", min_num_proc, "min_np", min_np)
     max_num_proc = _alias("max_num_proc", max_num_proc, "max_np", max_np)
@@ -178,6 +189,7 @@ class _ElasticDriver:
         self._max_commit_bytes = max_commit_bytes
         self._err = err if err is not None else LineSink(options.stderr if options.stderr is not None else sys.stderr)
         self._kept = _KeptCommit(spill)
+        self._retry = FnErrorRetry(self._kept, reset_limit)
         self._last_grow_check = 0.0
 
     def run(self) -> list[Any]:
@@ -204,10 +216,11 @@ class _ElasticDriver:
                 fruitless = 0
                 why = f"{grow.slots} slot(s) free, the stage used {size}: growing at that commit"
             except RunError as error:
-                if not _lost_member(error):
-                    raise  # fn's own exception: a retry would raise it again
                 fruitless = 0
-                why = f"lost rank {error.rank} ({error.failure.summary})"
+                if _lost_member(error):
+                    why = f"lost rank {error.rank} ({error.failure.summary})"
+                else:
+                    why = self._retry.after(error, stage)   # raises fn's error when a retry cannot help
             except (SparkJobError, StartTimeoutError) as error:
                 # No rank blamed (an executor lost before any report), or the slots counted were gone by the
                 # time the stage was scheduled: count again and relaunch, unless that keeps happening.

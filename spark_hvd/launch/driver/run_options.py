@@ -99,9 +99,9 @@ class RanksLaunch:
     timestamps: bool = False
     collector_bind_host: str | None = None  # where the collector listens; None: collector_host
     keep_warm: tuple[str, ...] = ()         # modules of a spare rank child left per worker (spare_child.py)
-    # run_elastic: keep_commit gets each commit rank 0 sends, as it arrives (in the collector's thread, also
-    # while a failed job winds down); after_commit is then called in the driver's thread, and what it raises
-    # ends the job. max_commit_bytes: the largest commit accepted.
+    # run_elastic: keep_commit gets each commit rank 0 sends, as it arrives (in the collector's thread), until
+    # the driver gives the stage up (runner.StageFence); after_commit is then called in the driver's thread,
+    # and what it raises ends the job. max_commit_bytes: the largest commit accepted.
     keep_commit: Callable[[RankCommitted], None] | None = None
     after_commit: Callable[[], None] | None = None
     max_commit_bytes: int = 0

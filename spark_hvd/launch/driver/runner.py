@@ -6,6 +6,7 @@ import os
 import queue
 import secrets
 import sys
+import threading
 import time
 import uuid
 from typing import IO, Any, Callable, Collection, Mapping, Sequence
@@ -152,12 +153,13 @@ def run_ranks(launch: RanksLaunch,
     out = LineSink(launch.stdout if launch.stdout is not None else sys.stdout)
     bind_host = launch.collector_bind_host or launch.collector_host
     on_event = events.put
+    fence = StageFence()
     if launch.keep_commit is not None:
         keep_commit = launch.keep_commit
 
         def on_event(event: Any) -> None:
             if isinstance(event, RankCommitted):
-                keep_commit(event)
+                fence.admit(lambda: keep_commit(event))
             events.put(event)
     collector = OutputCollector(secret, launch.num_proc, on_event, out, err, echo=launch.verbose >= 1,
                                 tail_lines=launch.tail_lines, timestamps=launch.timestamps,
@@ -171,7 +173,7 @@ def run_ranks(launch: RanksLaunch,
                         connect_timeout_s=knobs.connect_timeout_s, handshake_timeout_s=knobs.handshake_timeout_s,
                         keep_warm=launch.keep_warm)
         job = make_job(spec, events)
-        supervisor = _Supervisor(job, collector, events, launch, err)
+        supervisor = _Supervisor(job, collector, events, launch, err, fence)
         supervisor.progress(f"launching {launch.num_proc} rank(s) in {launch.job_label}")
         job.start()
         results = supervisor.wait()
@@ -180,12 +182,35 @@ def run_ranks(launch: RanksLaunch,
     return [_unpickle_result(rank, results[rank]) for rank in range(launch.num_proc)]
 
 
+class StageFence:
+    """What a stage may still change once the driver gives it up (a start timeout, a failed rank, a cancel):
+    nothing. Its late commits would otherwise become the next stage's starting point, so that work of a
+    formation the driver abandoned (and may relaunch) counted twice."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open = True
+
+    def close(self) -> None:
+        with self._lock:
+            self._open = False
+
+    def admit(self, change: Callable[[], None]) -> bool:
+        """Makes ``change`` while the stage is live (under the fence's lock, so that it never lands after
+        close() returned); returns whether it was made."""
+        with self._lock:
+            if self._open:
+                change()
+            return self._open
+
+
 class _Supervisor:
     """Waits for the job, and turns whatever ends it first into the result or one clear error."""
 
     def __init__(self, job: Any, collector: OutputCollector, events: "queue.SimpleQueue[Any]",
-                 launch: RanksLaunch, err: LineSink) -> None:
+                 launch: RanksLaunch, err: LineSink, fence: StageFence) -> None:
         self._job = job
+        self._fence = fence
         self._collector = collector
         self._events = events
         self._num_proc = launch.num_proc
@@ -285,7 +310,9 @@ class _Supervisor:
 
     def _cancel_and_wait(self) -> None:
         """Cancels the stage and waits for Spark to end it, collecting later failure reports and
-        delivering the events the ranks sent before they stopped."""
+        delivering the events the ranks sent before they stopped. Nothing the stage commits from now on is
+        kept: the driver has given it up, and the next stage starts from the last commit before this."""
+        self._fence.close()
         self._job.cancel()
         deadline = time.monotonic() + _CANCEL_DEADLINE_S
         while True:

@@ -20,6 +20,7 @@ return value), or ``{"ok": false, ...}`` with the fields of a FailureReport (col
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import gc
 import importlib
 import io
@@ -45,6 +46,9 @@ from spark_hvd.launch.rank.rank_context import RankContext, set_rank_context
 
 # A spare nobody adopts within this long exits: its worker runs no more jobs of the kind it was made for.
 _SPARE_IDLE_S = 600.0
+
+# fn's exception travels in its failure report (JSON, base64) only when smaller than this.
+_MAX_PICKLED_EXCEPTION_BYTES = 64 << 10
 
 
 def main(argv: list[str]) -> int:
@@ -89,6 +93,8 @@ def main(argv: list[str]) -> int:
         # fn may have caught a peer's failure and raised or exited otherwise: the peer stays the root cause.
         report = as_noted_reaction(FailureReport.from_exception(
             e, own_rank, None if stage == "fn" else stage, traceback=_traceback_text(e, skip_own_frame=stage == "fn")))
+        if stage == "fn":
+            report = dataclasses.replace(report, exception=_pickled_exception(e))
         write_frame(results, {"ok": False, **report.to_wire()})
         results.close()
         return 1
@@ -99,6 +105,16 @@ def main(argv: list[str]) -> int:
     write_frame(results, {"ok": True}, blob)
     results.close()
     _exit_without_teardown()
+
+
+def _pickled_exception(error: BaseException) -> bytes | None:
+    """fn's exception for the driver to raise as the user's own (run_elastic, when retries run out); None when
+    it does not pickle or is too large to travel in a failure report."""
+    try:
+        blob = cloudpickle.dumps(error)
+    except Exception:  # noqa: BLE001 - any exception may hold what pickling refuses; the report still goes
+        return None
+    return blob if len(blob) <= _MAX_PICKLED_EXCEPTION_BYTES else None
 
 
 def _fork_or_wait(launch: BinaryIO, results: BinaryIO, control_fd: int) -> tuple[BinaryIO, BinaryIO]:

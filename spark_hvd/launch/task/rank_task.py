@@ -45,6 +45,8 @@ def run_task(spec: TaskSpec, rank: int, prepare: Prepare, meet: Meet, task_kind:
         if child is not None:
             child.kill()
 
+    if spec.before_start is not None:
+        spec.before_start(rank)
     sender: Sender
     if spec.collector_address is None:
         if outbox is None:
