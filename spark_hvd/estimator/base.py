@@ -22,6 +22,11 @@ from pyspark.sql import DataFrame
 from spark_hvd.common.backend import Backend, FitLaunch, SparkBackend
 from spark_hvd.data.validation_split import normalized_validation
 from spark_hvd.errors import InputError
+from spark_hvd.estimator.classifier_outputs import (
+    CLASSIFIER_PARAM_NAMES,
+    CLASSIFIER_PARAMS,
+    resolved_classification,
+)
 from spark_hvd.estimator.elastic_plan import check_no_elastic_params, checked_elastic_bounds
 from spark_hvd.estimator.mlflow_logging import start_mlflow_fit_log
 from spark_hvd.estimator.param_table import declare_params, set_defaults
@@ -54,7 +59,7 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
 
     def __init__(self) -> None:
         super().__init__()
-        set_defaults(self, ESTIMATOR_PARAMS)
+        set_defaults(self, [*ESTIMATOR_PARAMS, *CLASSIFIER_PARAMS])
 
     def _set_init_params(self, kwargs: dict[str, Any]) -> None:
         """The constructor's keywords: each must name a Param (an unknown one fails, naming it)."""
@@ -197,6 +202,7 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
             # transform() applies it where a feature column was encoded (model_base.py's rule).
             model._set_fit_transformation(self.getTransformationFn(), self.getTransformationEditFields(),
                                           self.getTransformationRemovedFields())
+            model._set(**self._classifier_settings())
         except BaseException as error:
             if mlflow_log is not None:
                 mlflow_log.fail(error)
@@ -235,6 +241,18 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
             stop_on_nonfinite_loss=self.getStopOnNonfiniteLoss(), elastic=self._elastic_plan(num_proc, epoch_steps),
             train_reader_num_workers=self.getTrainReaderNumWorkers(),
             val_reader_num_workers=self.getValReaderNumWorkers())
+
+    def _scores_implied_by_loss(self) -> str | None:
+        """What the model's outputs are, as its loss implies (classifier_outputs.SCORE_KINDS); None: unknown.
+        A framework overrides it."""
+        return None
+
+    def _classifier_settings(self) -> dict[str, Any]:
+        """The classifier params the model gets, with classification='auto' resolved from the loss."""
+        settings = {name: self.getOrDefault(getattr(self, name)) for name in CLASSIFIER_PARAM_NAMES}
+        settings["classification"] = resolved_classification(settings["classification"],
+                                                             self._scores_implied_by_loss(), self.getLoss())
+        return settings
 
     def _elastic_plan(self, num_proc: int, epoch_steps: EpochSteps) -> ElasticPlan | None:
         if not self.getElastic():
@@ -303,6 +321,9 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         if label_shapes is not None and len(label_shapes) != len(label_cols):
             raise InputError(f"label_shapes has {len(label_shapes)} shape(s) for {len(label_cols)} label "
                              f"column(s) {label_cols}")
+        if self._classifier_settings()["classification"] is not None and len(label_cols) != 1:
+            raise InputError(f"classification adds Spark ML's classifier columns for one label column; "
+                             f"label_cols has {len(label_cols)}: {label_cols}")
         backend_env = self.getBackendEnv()
         if backend_env is not None and not (isinstance(backend_env, dict) and all(
                 isinstance(k, str) and isinstance(v, str) for k, v in backend_env.items())):
@@ -356,4 +377,4 @@ def _new_run_id() -> str:
     return f"run-{stamp}-{secrets.token_hex(3)}"
 
 
-declare_params(HorovodEstimator, ESTIMATOR_PARAMS)
+declare_params(HorovodEstimator, [*ESTIMATOR_PARAMS, *CLASSIFIER_PARAMS])

@@ -28,6 +28,7 @@ import numpy as np
 
 from spark_hvd.data.columns import ENCODED_KINDS, ColumnSpec, column_ref
 from spark_hvd.errors import InputError
+from spark_hvd.estimator.classifier_outputs import ClassifierOutputs
 
 _TEMP_PREFIX = "__shvd_input_"
 
@@ -88,13 +89,15 @@ class OutputSpec:
 
 def batched_transform(df: Any, inputs: Sequence[InputSpec], outputs: Sequence[OutputSpec],
                       predict_factory: Callable[[], Callable[[list[np.ndarray]], list[np.ndarray]]],
-                      batch_rows: int, transformation: InferenceTransformation | None = None) -> Any:
+                      batch_rows: int, transformation: InferenceTransformation | None = None,
+                      classifier: ClassifierOutputs | None = None) -> Any:
     """Driver: the DataFrame with one prediction column per output, computed by a ``mapInArrow`` pass;
-    ``transformation`` runs on each chunk's rows first (None: the feature columns go to the model as they are)."""
+    ``transformation`` runs on each chunk's rows first (None: the feature columns go to the model as they are).
+    ``classifier``: Spark ML's classifier columns too, from the same pass (classifier_outputs.py)."""
     from pyspark.ml.functions import array_to_vector, vector_to_array
     from pyspark.ml.linalg import VectorUDT
     from pyspark.sql import functions as F
-    from pyspark.sql.types import StructField, StructType
+    from pyspark.sql.types import ArrayType, DoubleType, StructField, StructType
 
     fields = {f.name: f for f in df.schema.fields}
     missing = [spec.column for spec in inputs if spec.column not in fields]
@@ -115,6 +118,8 @@ def batched_transform(df: Any, inputs: Sequence[InputSpec], outputs: Sequence[Ou
             read_as.append(spec.column)
     temps = [name for name in read_as if name.startswith(_TEMP_PREFIX)]
     out_fields = [StructField(spec.column, spec.spark_type()) for spec in outputs]
+    added = classifier.columns() if classifier is not None else []
+    out_fields += [StructField(name, ArrayType(DoubleType()) if vector else DoubleType()) for name, vector in added]
     schema = StructType(list(df.schema.fields) + out_fields)
     carried = [] if transformation is None else [name for name in transformation.carried
                                                   if name in fields and name not in read_as]
@@ -122,11 +127,11 @@ def batched_transform(df: Any, inputs: Sequence[InputSpec], outputs: Sequence[Ou
     # function registered with cloudpickle.register_pickle_by_value for the fit travels the same way here.
     blob = None if transformation is None else _pickled(transformation)
     predictor = _PartitionPredictor(list(inputs), read_as, list(outputs), temps, predict_factory, batch_rows,
-                                    blob, carried)
+                                    blob, carried, classifier)
     predicted = prepared.mapInArrow(predictor, schema)
-    for spec in outputs:
-        if spec.vector:
-            predicted = predicted.withColumn(spec.column, array_to_vector(F.col(column_ref(spec.column))))
+    vectors = [spec.column for spec in outputs if spec.vector] + [name for name, vector in added if vector]
+    for column in vectors:
+        predicted = predicted.withColumn(column, array_to_vector(F.col(column_ref(column))))
     return predicted
 
 
@@ -165,10 +170,12 @@ class _PartitionPredictor:
 
     def __init__(self, inputs: list[InputSpec], read_as: list[str], outputs: list[OutputSpec], temps: list[str],
                  predict_factory: Callable[[], Any], batch_rows: int,
-                 transformation_blob: bytes | None = None, carried: Sequence[str] = ()) -> None:
+                 transformation_blob: bytes | None = None, carried: Sequence[str] = (),
+                 classifier: ClassifierOutputs | None = None) -> None:
         self.inputs, self.read_as, self.outputs, self.temps = inputs, read_as, outputs, temps
         self.predict_factory, self.batch_rows = predict_factory, batch_rows
         self.transformation_blob, self.carried = transformation_blob, list(carried)
+        self.classifier = classifier
         self.transformation: InferenceTransformation | None = None
 
     def _features(self, batch: Any) -> list[np.ndarray]:
@@ -194,11 +201,16 @@ class _PartitionPredictor:
                       for start in range(0, rows, self.batch_rows)] if rows else []
             keep = [name for name in batch.schema.names if name not in self.temps]
             arrays = [batch.column(name) for name in keep]
-            for i, spec in enumerate(self.outputs):
-                values = (np.concatenate([np.asarray(c[i], dtype=np.float64).reshape(-1) for c in chunks])
-                          if chunks else np.empty(0))
-                arrays.append(_output_array(values, rows, spec))
-            yield pa.RecordBatch.from_arrays(arrays, names=keep + [spec.column for spec in self.outputs])
+            names = keep + [spec.column for spec in self.outputs]
+            outputs = [np.concatenate([np.asarray(c[i], dtype=np.float64).reshape(-1) for c in chunks])
+                       if chunks else np.empty(0) for i in range(len(self.outputs))]
+            arrays += [_output_array(values, rows, spec) for values, spec in zip(outputs, self.outputs)]
+            if self.classifier is not None:
+                values = outputs[self.classifier.output_index]
+                scores = values.reshape(rows, -1) if rows else np.empty((0, 1))
+                arrays += [_classifier_array(added) for added in self.classifier.values(scores)]
+                names += [name for name, _ in self.classifier.columns()]
+            yield pa.RecordBatch.from_arrays(arrays, names=names)
 
 
 def _transformed_features(batch: Any, read_as: Sequence[str], inputs: Sequence[InputSpec], carried: Sequence[str],
@@ -281,3 +293,14 @@ def _output_array(values: np.ndarray, rows: int, spec: OutputSpec) -> Any:
                          f"values per row; training gave shape {spec.shape}")
     offsets = pa.array(np.arange(0, rows * width + 1, width, dtype=np.int32))
     return pa.ListArray.from_arrays(offsets, pa.array(values, type=pa.float64()))
+
+
+def _classifier_array(values: np.ndarray) -> Any:
+    """A classifier column's Arrow values: doubles, or lists of doubles (turned into vectors afterwards)."""
+    import pyarrow as pa
+
+    if values.ndim == 1:
+        return pa.array(values, type=pa.float64())
+    rows, width = values.shape
+    offsets = pa.array(np.arange(0, rows * width + 1, width, dtype=np.int32))
+    return pa.ListArray.from_arrays(offsets, pa.array(values.reshape(-1), type=pa.float64()))

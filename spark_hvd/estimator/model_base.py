@@ -29,6 +29,7 @@ from pyspark.ml.util import DefaultParamsWriter, MLReadable, MLReader, MLWritabl
 from spark_hvd.data.columns import ENCODED_KINDS
 from spark_hvd.errors import InputError
 from spark_hvd.estimator.batch_transform import InferenceTransformation, InputSpec, OutputSpec, batched_transform
+from spark_hvd.estimator.classifier_outputs import CLASSIFIER_PARAMS, classifier_outputs
 from spark_hvd.estimator.param_table import declare_params, set_defaults
 from spark_hvd.estimator.params import MODEL_CODE_PARAMS, MODEL_PARAMS
 
@@ -45,7 +46,7 @@ class HorovodModel(Model, MLWritable, MLReadable):
 
     def __init__(self) -> None:
         super().__init__()
-        set_defaults(self, MODEL_PARAMS)
+        set_defaults(self, [*MODEL_PARAMS, *CLASSIFIER_PARAMS])
         self._history: Any = []                          # the framework's Horovod-shaped history
         self._epoch_metrics: list[dict[str, float]] = []  # flat: [{"epoch": 0, "loss": ..., "val_loss": ...}]
         self._input_specs: list[InputSpec] = []
@@ -123,8 +124,10 @@ class HorovodModel(Model, MLWritable, MLReadable):
         # The names may have been changed with setOutputCols since the fit.
         outputs = [OutputSpec(column, spec.shape, spec.label_kind, spec.label_dtype, self.scores_as_vectors)
                    for column, spec in zip(self.getOutputCols(), self._output_specs)]
+        taken = [*dataset.columns, *(spec.column for spec in outputs)]
+        classifier = classifier_outputs(self, self.getLabelColumns(), [spec.shape for spec in outputs], taken)
         return batched_transform(dataset, self._input_specs, outputs, self._predict_factory(),
-                                 self.getTransformBatchSize(), self._inference_transformation())
+                                 self.getTransformBatchSize(), self._inference_transformation(), classifier)
 
     # --- persistence ----------------------------------------------------------------------
     def _save_data(self, fs: Any, directory: str) -> None:
@@ -141,7 +144,7 @@ class HorovodModel(Model, MLWritable, MLReadable):
         return _HorovodModelReader(cls)
 
     def _json_params(self) -> dict[str, Any]:
-        return {spec.name: self.getOrDefault(getattr(self, spec.name)) for spec in MODEL_PARAMS
+        return {spec.name: self.getOrDefault(getattr(self, spec.name)) for spec in [*MODEL_PARAMS, *CLASSIFIER_PARAMS]
                 if spec.name not in MODEL_CODE_PARAMS}
 
     def _save_transformation(self, fs: Any, directory: str) -> None:
@@ -227,7 +230,7 @@ class _HorovodModelReader(MLReader):
         return model
 
 
-declare_params(HorovodModel, MODEL_PARAMS)
+declare_params(HorovodModel, [*MODEL_PARAMS, *CLASSIFIER_PARAMS])
 
 
 class EpochTimesGetter:

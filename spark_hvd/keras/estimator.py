@@ -76,7 +76,9 @@ class KerasEstimator(HorovodEstimator, KerasParams):
                  reader: str = "arrow", learning_rate_scaling: str = "linear", output_cols: Any = None,
                  start_timeout: float = 600.0, elastic: bool = False,
                  min_num_proc: int | None = None, max_num_proc: int | None = None,
-                 elastic_commit_steps: int | None = None, **unknown: Any) -> None:
+                 elastic_commit_steps: int | None = None, classification: str | None = None,
+                 rawPredictionCol: str | None = None, probabilityCol: str | None = None,  # noqa: N803 - Spark ML's
+                 predictionCol: str | None = None, **unknown: Any) -> None:  # noqa: N803 - Spark ML's names
         super().__init__()
         set_defaults(self, KERAS_PARAMS)
         self._set_init_params(self._input_kwargs)
@@ -95,6 +97,11 @@ class KerasEstimator(HorovodEstimator, KerasParams):
         if optimizer is None:
             optimizer = getattr(self.getModel(), "optimizer", None)
         return optimizer
+
+    def _scores_implied_by_loss(self) -> str | None:
+        from spark_hvd.keras.loss_scores import scores_implied_by
+
+        return scores_implied_by(self.getLoss())
 
     def _check_framework_params(self) -> None:
         import keras

@@ -113,7 +113,9 @@ class TorchEstimator(HorovodEstimator):
                  reader: str = "arrow", learning_rate_scaling: str = "linear", output_cols: Any = None,
                  start_timeout: float = 600.0, elastic: bool = False,
                  min_num_proc: int | None = None, max_num_proc: int | None = None,
-                 elastic_commit_steps: int | None = None, **unknown: Any) -> None:
+                 elastic_commit_steps: int | None = None, classification: str | None = None,
+                 rawPredictionCol: str | None = None, probabilityCol: str | None = None,  # noqa: N803 - Spark ML's
+                 predictionCol: str | None = None, **unknown: Any) -> None:  # noqa: N803 - Spark ML's names
         super().__init__()
         _check_lightning_version()
         set_defaults(self, LIGHTNING_PARAMS)
@@ -132,6 +134,12 @@ class TorchEstimator(HorovodEstimator):
 
     def setNumGPUs(self, value: Any) -> "TorchEstimator":
         return self.setNumGpus(value)
+
+    def _scores_implied_by_loss(self) -> str | None:
+        from spark_hvd.torch.loss_scores import scores_implied_by
+
+        # The legacy path's loss; a LightningModule's own loss is not visible here.
+        return scores_implied_by(self.getLoss())
 
     def _check_framework_params(self) -> None:
         import pytorch_lightning as pl

@@ -68,7 +68,9 @@ class TorchEstimator(HorovodEstimator):
                  backward_passes_per_step: int = 1, reader: str = "arrow", learning_rate_scaling: str = "linear",
                  output_cols: Any = None, start_timeout: float = 600.0, elastic: bool = False,
                  min_num_proc: int | None = None, max_num_proc: int | None = None,
-                 elastic_commit_steps: int | None = None, **unknown: Any) -> None:
+                 elastic_commit_steps: int | None = None, classification: str | None = None,
+                 rawPredictionCol: str | None = None, probabilityCol: str | None = None,  # noqa: N803 - Spark ML's
+                 predictionCol: str | None = None, **unknown: Any) -> None:  # noqa: N803 - Spark ML's names
         super().__init__()
         set_defaults(self, TORCH_PARAMS)
         self._set_init_params(self._input_kwargs)
@@ -79,6 +81,11 @@ class TorchEstimator(HorovodEstimator):
         """Sets any of the constructor's keyword parameters."""
         self._set_init_params(self._input_kwargs)
         return self
+
+    def _scores_implied_by_loss(self) -> str | None:
+        from spark_hvd.torch.loss_scores import scores_implied_by
+
+        return scores_implied_by(self.getLoss()) or scores_implied_by(self.getLossConstructors())
 
     def _check_framework_params(self) -> None:
         import torch
