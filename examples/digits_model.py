@@ -40,8 +40,8 @@ def class_loss(output: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
     return nn.functional.cross_entropy(output, label.long())
 
 
-def local_spark_session(app_name: str = "spark-hvd-demo") -> Any:
-    """An embedded local[2] Spark whose Python workers run this interpreter, on loopback."""
+def local_spark_session(app_name: str = "spark-hvd-demo", master: str = "local[2]") -> Any:
+    """An embedded Spark (local[2] by default) whose Python workers run this interpreter, on loopback."""
     import os
     import sys
 
@@ -49,7 +49,7 @@ def local_spark_session(app_name: str = "spark-hvd-demo") -> Any:
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    return (SparkSession.builder.master("local[2]").appName(app_name)
+    return (SparkSession.builder.master(master).appName(app_name)
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.shuffle.partitions", "2")
             .getOrCreate())

@@ -28,6 +28,7 @@ from spark_hvd.estimator.classifier_outputs import (
     resolved_classification,
 )
 from spark_hvd.estimator.elastic_plan import check_no_elastic_params, checked_elastic_bounds
+from spark_hvd.estimator.epoch_listeners import epoch_callback
 from spark_hvd.estimator.mlflow_logging import start_mlflow_fit_log
 from spark_hvd.estimator.param_table import declare_params, set_defaults
 from spark_hvd.estimator.params import ESTIMATOR_PARAMS, LR_SCALING_POLICIES, READERS, default_output_cols
@@ -192,7 +193,7 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         plan = self._plan(data, backend.num_processes())
         mlflow_log = start_mlflow_fit_log(self, plan.num_proc)   # None without an active MLflow run
         progress = FitProgress(plan.epochs, plan.train_steps, enabled=self.getVerbose() >= 1,
-                               on_epoch=None if mlflow_log is None else mlflow_log.log_epoch,
+                               on_epoch=epoch_callback(None if mlflow_log is None else mlflow_log.log_epoch),
                                status=status, num_proc=plan.num_proc)
         prepared = time.monotonic()
         try:
