@@ -151,6 +151,21 @@ class KerasEstimator(HorovodEstimator, KerasParams):
                         self.getCustomObjects()))
         self._sample = (model_bytes, result)
 
+    def _identity_parts(self) -> dict[str, Any]:
+        import keras
+
+        from spark_hvd.estimator.fit_identity import described
+
+        model, optimizer = self.getModel(), self._optimizer()
+        if not isinstance(optimizer, str):
+            optimizer = keras.optimizers.serialize(optimizer)
+            # Keras numbers the names of the optimizers a session builds (adam, adam_1, ...).
+            optimizer["config"].pop("name", None)
+        # Shapes and dtypes, not the weights' names: Keras numbers those too (dense, dense_1, ...), and a model
+        # built again in the same session to resume a failed fit must still be the same model.
+        return {"model": [described(type(model)), *([list(w.shape), str(w.dtype)] for w in model.weights)],
+                "optimizer": optimizer}
+
     def _rank_fn(self, plan: FitPlan) -> RecipeRankFn:
         import keras
 

@@ -275,6 +275,16 @@ class TorchEstimator(HorovodEstimator):
         finally:
             wrapper.model.train(was_training)
 
+    def _identity_parts(self) -> dict[str, Any]:
+        from spark_hvd.torch.identity import module_structure, optimizer_settings
+
+        model = self.getModel()
+        # A LightningModule's optimizer comes from its configure_optimizers, usually set by its hyperparameters.
+        optimizer = (optimizer_settings(self.getOptimizer()) if self._legacy()
+                     else dict(getattr(model, "hparams", None) or {}))
+        return {"model": module_structure(model), "optimizer": optimizer, "input_shapes": self.getInputShapes(),
+                "trainer_args": self.getTrainerArgs()}
+
     def _rank_fn(self, plan: FitPlan) -> RecipeRankFn:
         objects = LightningObjects(
             model=self._lightning_module(), callbacks=list(self.getCallbacks() or []), logger=self.getLogger(),

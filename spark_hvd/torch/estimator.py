@@ -216,6 +216,12 @@ class TorchEstimator(HorovodEstimator):
         fn = self.getTransformationFn()
         return None if fn is None else (fn, self.getTransformationEditFields(), self.getTransformationRemovedFields())
 
+    def _identity_parts(self) -> dict[str, Any]:
+        from spark_hvd.torch.identity import module_structure, optimizer_settings
+
+        return {"model": module_structure(self.getModel()), "optimizer": optimizer_settings(self.getOptimizer()),
+                "input_shapes": self.getInputShapes(), "loss_constructors": self.getLossConstructors()}
+
     def _rank_fn(self, plan: FitPlan) -> RecipeRankFn:
         objects = TorchObjects(
             model=self.getModel(), optimizer=self.getOptimizer(), loss=self.getLoss(),
