@@ -3,8 +3,8 @@
 Each epoch's model goes to its own ``epoch-NNNN.keras`` (the native format: weights and optimizer
 state, learning rate unscaled); the file the ``checkpoint_callback`` saved last, when it saved a new
 one, to ``callback-NNNN.keras`` (or ``.weights.h5``); then ``checkpoint.json`` (epoch, history, file
-names, the callback's best value, the fit it belongs to) is replaced atomically to point at them; then the files it no longer
-names are removed. A crash at any point leaves a pointer to complete files of the epoch it names.
+names, the callback's best value, the fit it belongs to) is replaced atomically to point at them; then
+the files it no longer names are removed. A crash at any point leaves a pointer to complete files of the epoch it names.
 """
 
 from __future__ import annotations

@@ -44,8 +44,9 @@ class KerasEstimator(HorovodEstimator, KerasParams):
     'linear'``, Horovod's rule; ``'none'`` keeps it), and start Horovod's ``LearningRateScheduleCallback``s
     from that rate; the checkpoints and the returned model hold the rate divided again. Checkpoints: rank 0
     saves the model in the native ``.keras`` format (weights and optimizer state) under the Store after
-    every epoch; fitting again with the same ``run_id`` resumes after the last completed epoch, with the
-    checkpoint_callback's best model and value. Custom layers, losses and metrics go in ``custom_objects``.
+    every epoch; fitting the same fit again with the same ``run_id`` (estimator/run_claim.py) resumes after
+    the last completed epoch, with the checkpoint_callback's best model and value. Custom layers, losses and
+    metrics go in ``custom_objects``.
     ``elastic=True`` (with ``min_num_proc``, ``max_num_proc``, ``elastic_commit_steps``) fits through
     ``spark_hvd.run_elastic``: a lost executor costs the steps since the last commit (docs/elastic.md).
     """

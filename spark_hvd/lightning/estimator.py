@@ -75,7 +75,8 @@ class TorchEstimator(HorovodEstimator):
     Learning rate: the ranks multiply every optimizer's (and scheduler's) rate by num_proc
     (``learning_rate_scaling='linear'``, Horovod's rule); ``'none'`` keeps it. Checkpoints: a resume
     checkpoint after every epoch, and the user's ``ModelCheckpoint`` files, go under the Store's
-    ``runs/<run_id>/checkpoints`` (rates unscaled); fitting again with the same ``run_id`` resumes.
+    ``runs/<run_id>/checkpoints`` (rates unscaled); fitting the same fit again with the same ``run_id``
+    resumes (estimator/run_claim.py).
     With a ``ModelCheckpoint`` among the callbacks the model returned holds its best checkpoint's
     weights, as in Horovod. ``getHistory()`` is the metrics the trainer logged last.
 
