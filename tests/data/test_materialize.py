@@ -164,6 +164,10 @@ def test_very_uneven_partitions_give_every_rank_rows(local_spark, tmp_path):
     assert set(np.concatenate(seen).tolist()) == set(range(1000))
     wider = materialize(uneven, store, specs, validation=None, seed=0, num_proc=4)
     assert not wider.reused and len(wider.row_groups("train")) >= 16
+    # A new version, published beside the first, whose files a fit may be reading still: they stay as they were.
+    assert wider.key == data.key and wider.version != data.version
+    assert sorted(read_all(data, "train")["id"].tolist()) == list(range(1000))
+    assert materialize(uneven, store, specs, validation=None, seed=0, num_proc=2) == wider
 
 
 def test_materialise_and_read_on_s3(df, s3_endpoint):
