@@ -7,8 +7,8 @@ the ranks start. A fit given ``run_id`` R:
 - resumes R when R's record is this fit, asked for as many epochs or more: Horovod's rule (a run_id resumes
   from its last checkpoint), kept for the fit that wrote it, and how a fit trains on for more epochs;
 - else trains under ``R.<its digest>``, from that run's last checkpoint when it is there (the same fit,
-  fitted before), else from the start, with a RunIdReuseWarning: R holds another fit's checkpoints, which
-  stay as they are. Tuning (param maps, folds) with a fixed run_id so trains every fit on its own;
+  fitted before), else from the start, with a RunIdReuseWarning: R belongs to another fit, and its run
+  stays as it is (also before its first checkpoint: that fit may be training in another driver). Tuning (param maps, folds) with a fixed run_id so trains every fit on its own;
 - a fit whose run another fit of this driver is training now trains from the start under ``R.<random>``,
   with the warning, so that no two fits ever write one run at once.
 
@@ -74,10 +74,9 @@ def _choose(store: Any, run_id: str, identity: FitIdentity) -> tuple[str, str | 
     if _training(store, own):
         own = _random_run(run_id)
     resumes = "resuming its last checkpoint there" if _resumable(store, own, identity) else "from the start"
-    return own, (f"run_id {run_id!r} holds the checkpoints of another fit ({why}), which stay as they are; this "
-                 f"fit trains under run_id {own!r} instead, {resumes}. Horovod would have resumed the other fit's "
-                 "checkpoint; give each fit its own run_id, or none (Spark ML's tuning fits an estimator many "
-                 "times)")
+    return own, (f"run_id {run_id!r} belongs to another fit ({why}), whose run stays as it is; this fit trains "
+                 f"under run_id {own!r} instead, {resumes}. Horovod would have resumed the other fit's checkpoint; "
+                 "give each fit its own run_id, or none (Spark ML's tuning fits an estimator many times)")
 
 
 def _resumable(store: Any, run_id: str, identity: FitIdentity) -> bool:

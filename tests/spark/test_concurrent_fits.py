@@ -87,7 +87,7 @@ def test_cross_validator_with_a_fixed_run_id_returns_the_model_it_returns_withou
     plain = tune(parallelism=2)
     fold_slopes = [slopes(fold) for fold in plain.subModels]
     assert len({w for fold in fold_slopes for w in fold}) == 4    # every fold and param map trained its own
-    with pytest.warns(RunIdReuseWarning, match="holds the checkpoints of another fit"):
+    with pytest.warns(RunIdReuseWarning, match="belongs to another fit"):
         fixed = tune(parallelism=1, run_id="horovod-example")
     assert fixed.avgMetrics == pytest.approx(plain.avgMetrics)
     assert [slopes(fold) for fold in fixed.subModels] == [pytest.approx(fold) for fold in fold_slopes]

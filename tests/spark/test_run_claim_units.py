@@ -84,7 +84,7 @@ def test_a_run_in_training_is_never_shared(store) -> None:
         same.release()
         assert same.run_id.startswith("r.") and same.run_id != "r"
         other = identity(batch_size=8)
-        with pytest.warns(RunIdReuseWarning, match="holds the checkpoints of another fit"):
+        with pytest.warns(RunIdReuseWarning, match="belongs to another fit"):
             second = claim_run(store, "r", other)
         second.release()
         assert second.run_id == f"r.{other.digest}"
