@@ -9,6 +9,7 @@
 """
 
 from spark_hvd.errors import (
+    CheckpointMismatchError,
     CommitTooLargeError,
     DynamicAllocationError,
     ElasticNotSupportedError,
@@ -18,6 +19,7 @@ from spark_hvd.errors import (
     RankFailure,
     ResetLimitError,
     RunError,
+    RunIdReuseWarning,
     SparkJobError,
     StartTimeoutError,
 )
@@ -61,8 +63,9 @@ def __getattr__(name: str):  # noqa: ANN202 - module-level lazy attribute (PEP 5
 
 
 __all__ = [*_LAZY,
-    "CommitTooLargeError", "DynamicAllocationError", "ElasticNotSupportedError", "ElasticTimeoutError",
-    "IgnoredArgumentWarning",
+    "CheckpointMismatchError", "CommitTooLargeError", "DynamicAllocationError", "ElasticNotSupportedError",
+    "ElasticTimeoutError", "IgnoredArgumentWarning",
     "LaunchError", "NotEnoughSlotsError", "RankContext", "RankFailure", "ResetLimitError", "RunError",
-    "SparkJobError", "StartTimeoutError", "TorchDistributor", "emit_event", "rank_context", "run", "run_elastic",
+    "RunIdReuseWarning", "SparkJobError", "StartTimeoutError", "TorchDistributor", "emit_event", "rank_context",
+    "run", "run_elastic",
 ]

@@ -150,6 +150,15 @@ class IgnoredArgumentWarning(UserWarning):
     """A Horovod argument that has no effect in spark-hvd, with what spark-hvd does instead."""
 
 
+class RunIdReuseWarning(UserWarning):
+    """A fit's run_id holds another fit's checkpoints (other data, model or training params), or is in use by a
+    fit running now: this fit trains under a run_id of its own, which the message names, instead of resuming."""
+
+
+class CheckpointMismatchError(RuntimeError):
+    """A run's checkpoint belongs to another fit than the one about to resume it (raised on rank 0)."""
+
+
 class NonFiniteLossError(FloatingPointError):
     """A rank's training loss became NaN or infinite (raised on that rank; stop_on_nonfinite_loss=False warns)."""
 

@@ -2,8 +2,14 @@
 
 fit() uses materialize_checked: the input checks count what they need in the same pass that writes.
 
-A materialisation is complete when its metadata file (row counts, column specs, files and row groups) exists;
-that file is written last, so a crashed or interrupted write is detected and redone from scratch.
+Concurrent fits of one DataFrame (tuning runs several at once; several drivers may share a Store) compute one
+key. So each write goes to a private version directory of its own (materialized.py), which nothing else reads
+or deletes, and is published by replacing the metadata file (row counts, column specs, the version, its files
+and row groups) whole: Store.write_bytes is a rename where the filesystem has an atomic one, one PUT on an object
+store. A version is never changed or deleted once published, since a fit may be reading it; a fit deletes only
+its own version, and only when it was never published (its rows were refused, its write failed, or a concurrent
+writer published a usable one first). A version that lost a race to publish, or whose writer crashed, stays
+behind until the user deletes ``intermediate_data`` while no fit runs.
 """
 
 from __future__ import annotations
@@ -13,12 +19,14 @@ import hashlib
 import json
 import math
 import posixpath
+import time
+import uuid
 from typing import Any
 
 from spark_hvd.data.column_stats import merge_stats
 from spark_hvd.data.columns import ColumnSpec
 from spark_hvd.data.input_checks import InputPlan, plan_for_specs, specs_from_stats, stats_columns
-from spark_hvd.data.materialized import METADATA_NAME, DataFile, Materialized
+from spark_hvd.data.materialized import METADATA_NAME, DataFile, Materialized, version_path
 from spark_hvd.data.partition_writer import MAX_ROW_GROUP_ROWS, REPORT_DDL, STATS_REPORT, WriteJob, write_partition
 from spark_hvd.data.rechunk import rechunk_split
 from spark_hvd.data.validation_split import normalized_validation
@@ -49,7 +57,7 @@ def materialize(df: Any, store: Store, columns: dict[str, ColumnSpec], validatio
         return found
     plan = plan_for_specs(df, columns, validation)
     result = _write(df, store, key, plan, seed, WriteJob(store, {}, group_rows, plan.names), columns)
-    return _complete(result, num_proc)
+    return _complete(result, num_proc, reuse)
 
 
 def materialize_checked(df: Any, store: Store, plan: InputPlan, seed: int, num_proc: int, *,
@@ -77,7 +85,7 @@ def materialize_checked(df: Any, store: Store, plan: InputPlan, seed: int, num_p
             specs_from_stats(plan, found.input_stats)
         return found
     job = WriteJob(store, {}, row_group_rows, plan.names, stats=plan.stats_job(), row_group_bytes=row_group_bytes)
-    return _complete(_write(df, store, key, plan, seed, job, None), num_proc)
+    return _complete(_write(df, store, key, plan, seed, job, None), num_proc, reuse)
 
 
 def _check_num_proc(num_proc: int) -> None:
@@ -89,14 +97,30 @@ def _reusable(store: Store, key: str, num_proc: int) -> Materialized | None:
     metadata_path = posixpath.join(store.get_intermediate_path(key), METADATA_NAME)
     if not store.exists(metadata_path):
         return None
-    found = Materialized.from_json(store, store.read_bytes(metadata_path))
-    # Written for fewer ranks (small data, few row groups): rewritten rather than patched in place.
+    try:
+        found = Materialized.from_json(store, store.read_bytes(metadata_path))
+    except (ValueError, KeyError):
+        return None            # an older format's: written again, and published over it
+    # Written for fewer ranks (small data, few row groups): a new version is written and published, since
+    # the published one may be in use.
     return None if _needs_rechunk(found, num_proc) else Materialized(**{**found.__dict__, "reused": True})
 
 
-def _complete(result: Materialized, num_proc: int) -> Materialized:
-    """Row groups enough for every rank, then the metadata file, written last: it marks the data complete."""
-    result = _with_enough_row_groups(result, num_proc)
+def _complete(result: Materialized, num_proc: int, reuse: bool) -> Materialized:
+    """Row groups enough for every rank (the version is still private: nobody reads it), then publish it.
+
+    A concurrent writer may have published a version this fit can use while this one was written: that one
+    is used, and this one, which nobody else has seen, deleted (with reuse=False, this one replaces it).
+    """
+    try:
+        result = _with_enough_row_groups(result, num_proc)
+        published = _reusable(result.store, result.key, num_proc) if reuse else None
+    except BaseException:
+        _delete_version(result.store, result.key, result.version)
+        raise
+    if published is not None:
+        _delete_version(result.store, result.key, result.version)
+        return published
     result.store.write_bytes(result.metadata_path(), result.to_json())
     return result
 
@@ -135,14 +159,14 @@ def _write(df: Any, store: Store, key: str, plan: InputPlan, seed: int, job: Wri
            columns: dict[str, ColumnSpec] | None) -> Materialized:
     """One Spark job writes the plan's columns as Parquet; with ``job.stats`` it also counts them, and the
     counts, checked, give the specs (``columns`` is None then; else the specs known before)."""
-    _delete_dataset(store, key)       # an earlier, incomplete attempt
-    split_paths = {"train": store.get_train_data_path(key)}
+    version = _new_version()
+    split_paths = {"train": version_path(store.get_train_data_path(key), version)}
     if plan.validation is not None:
-        split_paths["val"] = store.get_val_data_path(key)
+        split_paths["val"] = version_path(store.get_val_data_path(key), version)
     job = WriteJob(**{**job.__dict__, "split_paths": split_paths})
-    reports = df.select(*stats_columns(df, plan, seed)).mapInArrow(
-        functools.partial(write_partition, job), REPORT_DDL).collect()
     try:
+        reports = df.select(*stats_columns(df, plan, seed)).mapInArrow(
+            functools.partial(write_partition, job), REPORT_DDL).collect()
         stats = merge_stats([json.loads(r["stats"]) for r in reports if r["split"] == STATS_REPORT])
         columns = specs_from_stats(plan, stats) if columns is None else columns
         files = _reported_files(store, split_paths, reports)
@@ -151,13 +175,18 @@ def _write(df: Any, store: Store, key: str, plan: InputPlan, seed: int, job: Wri
             raise InputError(f"validation={plan.validation!r} left no training rows")
         if plan.validation is not None and val_rows == 0:
             raise InputError(f"validation={plan.validation!r} selected no validation rows out of {train_rows}")
-    except InputError:
-        _delete_dataset(store, key)    # unusable: none of it stays behind
+    except BaseException:
+        _delete_version(store, key, version)    # refused or failed: none of it stays behind
         raise
     return Materialized(key=key, train_path=split_paths["train"], val_path=split_paths.get("val"),
                         train_rows=train_rows, val_rows=val_rows, columns=dict(columns), store=store,
-                        train_files=files["train"], val_files=files["val"],
+                        train_files=files["train"], val_files=files["val"], version=version,
                         input_stats=stats if job.stats is not None else None)
+
+
+def _new_version() -> str:
+    """A name no other writer picks; it starts with the UTC time, so a person can tell old ones apart."""
+    return f"v{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:12]}"
 
 
 def _reported_files(store: Store, split_paths: dict[str, str], reports: list[Any]) -> dict[str, tuple[DataFile, ...]]:
@@ -193,7 +222,10 @@ def _with_enough_row_groups(data: Materialized, num_proc: int) -> Materialized:
     return Materialized(**{**data.__dict__, **changes}) if changes else data
 
 
-def _delete_dataset(store: Store, key: str) -> None:
+def _delete_version(store: Store, key: str, version: str) -> None:
+    """Delete this writer's own, unpublished version of each split."""
+    if not version:
+        return          # data written in the split paths themselves is no writer's own
     # The splits lie under the intermediate path unless the Store names their own (Horovod's train_path, val_path).
-    for path in (store.get_intermediate_path(key), store.get_train_data_path(key), store.get_val_data_path(key)):
-        store.delete(path)
+    for split_path in (store.get_train_data_path(key), store.get_val_data_path(key)):
+        store.delete(version_path(split_path, version))

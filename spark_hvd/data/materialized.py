@@ -1,4 +1,9 @@
-"""Materialized: where a DataFrame's Parquet copy lies, and what it holds (picklable, shipped to the ranks)."""
+"""Materialized: where a DataFrame's Parquet copy lies, and what it holds (picklable, shipped to the ranks).
+
+Each write goes to a private version directory inside each split's path
+(``intermediate_data/<key>/train/<version>``); the metadata file ``intermediate_data/<key>/_materialized.json``,
+replaced whole, publishes one version by naming it. A version is never changed once published.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ from spark_hvd.store import Store
 
 SPLITS = ("train", "val")
 METADATA_NAME = "_materialized.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -29,7 +34,8 @@ class DataFile:
 
 @dataclass(frozen=True)
 class Materialized:
-    """A completed materialisation under store.get_train_data_path(key) / get_val_data_path(key)."""
+    """A completed materialisation under store.get_train_data_path(key) / get_val_data_path(key), in the
+    ``version`` directory there ("": in those paths themselves)."""
 
     key: str
     train_path: str
@@ -40,6 +46,7 @@ class Materialized:
     store: Store
     train_files: tuple[DataFile, ...] = ()
     val_files: tuple[DataFile, ...] = ()
+    version: str = ""
     reused: bool = field(default=False, compare=False)
     # The counts the input checks ran on (column_stats), when they came with the write; None otherwise.
     input_stats: dict[str, Any] | None = field(default=None, compare=False)
@@ -70,7 +77,7 @@ class Materialized:
         splits = {split: {"rows": self.rows(split),
                           "files": [{"name": f.name, "row_groups": list(f.row_groups)} for f in self.files(split)]}
                   for split in SPLITS}
-        return json.dumps({"version": FORMAT_VERSION, "key": self.key,
+        return json.dumps({"version": FORMAT_VERSION, "key": self.key, "data_version": self.version,
                            "columns": [spec.to_json() for spec in self.columns.values()],
                            "splits": splits, "input_stats": self.input_stats}, indent=1).encode()
 
@@ -85,10 +92,17 @@ class Materialized:
                  for split in SPLITS}
         val_rows = int(splits["val"]["rows"])
         columns = {spec["name"]: ColumnSpec.from_json(spec) for spec in value["columns"]}
-        return cls(key=key, train_path=store.get_train_data_path(key),
-                   val_path=store.get_val_data_path(key) if val_rows else None,
+        version = value["data_version"]
+        return cls(key=key, train_path=version_path(store.get_train_data_path(key), version),
+                   val_path=version_path(store.get_val_data_path(key), version) if val_rows else None,
                    train_rows=int(splits["train"]["rows"]), val_rows=val_rows, columns=columns, store=store,
-                   train_files=files["train"], val_files=files["val"], input_stats=value.get("input_stats"))
+                   train_files=files["train"], val_files=files["val"], version=version,
+                   input_stats=value.get("input_stats"))
+
+
+def version_path(split_path: str, version: str) -> str:
+    """Where ``version`` of a split lies, inside the split's path from the Store."""
+    return posixpath.join(split_path, version) if version else split_path
 
 
 def _checked(split: str) -> str:

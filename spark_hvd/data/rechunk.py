@@ -17,7 +17,8 @@ def rechunk_split(store: Store, directory: str, files: tuple[DataFile, ...], row
     """Stream the split's files into one new file of row_group_rows-row groups, then drop the old files.
 
     Only called for splits with fewer row groups than ranks want, so it reads little; it streams one row
-    group at a time all the same.
+    group at a time all the same. Only called on a version not yet published (materialize.py), which no
+    other fit reads: a published one is never changed.
     """
     fs = store.filesystem()
     name = f"part-rechunked-{uuid.uuid4().hex[:12]}.parquet"

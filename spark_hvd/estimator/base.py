@@ -29,10 +29,12 @@ from spark_hvd.estimator.classifier_outputs import (
 )
 from spark_hvd.estimator.elastic_plan import check_no_elastic_params, checked_elastic_bounds
 from spark_hvd.estimator.epoch_listeners import epoch_callback
+from spark_hvd.estimator.fit_identity import TRAINING_PARAMS, FitIdentity, identity_of
 from spark_hvd.estimator.mlflow_logging import start_mlflow_fit_log
 from spark_hvd.estimator.param_table import declare_params, set_defaults
 from spark_hvd.estimator.params import ESTIMATOR_PARAMS, LR_SCALING_POLICIES, READERS, default_output_cols
 from spark_hvd.estimator.progress import FitProgress, FitStatus
+from spark_hvd.estimator.run_claim import claim_run
 from spark_hvd.estimator.unused_params import warn_unused_params
 from spark_hvd.recipe.plan import ElasticPlan, EpochSteps, FitPlan
 
@@ -190,7 +192,16 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         check_reader_columns(self.getReader(), list(data.columns.values()))
         require_transformation_for(list(data.columns.values()), self.getTransformationFn())
         self._check_sample(read_sample(data, rows=2))
-        plan = self._plan(data, backend.num_processes())
+        identity = self._fit_identity(data)
+        claim = claim_run(data.store, self.getRunId() or _new_run_id(), identity)
+        try:
+            return self._train(self._plan(data, backend.num_processes(), claim.run_id, identity.key), backend,
+                               began, status)
+        finally:
+            claim.release()
+
+    def _train(self, plan: FitPlan, backend: Any, began: float, status: FitStatus) -> Any:
+        """backend.run -> model, with live progress (and MLflow's log, when a run is active)."""
         mlflow_log = start_mlflow_fit_log(self, plan.num_proc)   # None without an active MLflow run
         progress = FitProgress(plan.epochs, plan.train_steps, enabled=self.getVerbose() >= 1,
                                on_epoch=epoch_callback(None if mlflow_log is None else mlflow_log.log_epoch),
@@ -210,14 +221,24 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
             raise
         finally:
             progress.close()
-            _drop_run_unless_saved(self.getStore(), plan.run_id)
+            _drop_run_unless_saved(plan.data.store, plan.run_id)
         model._fit_timings = _timings(began, prepared, progress, time.monotonic())
         model._epoch_times = list(results[0].get("epoch_times", [])) if isinstance(results[0], dict) else []
         if mlflow_log is not None:
             mlflow_log.log_model(model)
         return model
 
-    def _plan(self, data: Any, num_proc: int) -> FitPlan:
+    def _fit_identity(self, data: Any) -> FitIdentity:
+        """What makes this fit the one a checkpoint belongs to (fit_identity.py)."""
+        params = {name: self.getOrDefault(name) for name in TRAINING_PARAMS if self.hasParam(name)}
+        return identity_of(params, self._identity_parts(), data.key, self.getEpochs())
+
+    def _identity_parts(self) -> dict[str, Any]:
+        """The framework's part of the fit's identity: the model's structure, the optimizer, the framework's own
+        training settings (JSON values, or objects fit_identity.described can describe)."""
+        return {}
+
+    def _plan(self, data: Any, num_proc: int, run_id: str, fit_key: str | None = None) -> FitPlan:
         batch_size = self.getBatchSize()
         val_batch_size = self.getValBatchSize() or batch_size
         bpps = self.getBackwardPassesPerStep()
@@ -228,7 +249,7 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         shuffle_buffer = self.getShuffleBufferSize()
         label_shapes = self.getLabelShapes()
         return FitPlan(
-            data=data, run_id=self.getRunId() or _new_run_id(), feature_cols=self.getFeatureCols(),
+            data=data, run_id=run_id, fit_key=fit_key, feature_cols=self.getFeatureCols(),
             label_cols=self.getLabelCols(), sample_weight_col=self.getSampleWeightCol(), batch_size=batch_size,
             val_batch_size=val_batch_size, epochs=self.getEpochs(), train_steps=train_steps, val_steps=val_steps,
             shuffle=self.getShuffle() and shuffle_buffer != 0, shuffle_buffer_size=shuffle_buffer or None,
@@ -359,7 +380,8 @@ def _session_master(spark: Any) -> str | None:
 
 def _drop_run_unless_saved(store: Any, run_id: str) -> None:
     """Horovod's save_runs=False: the run's checkpoints and logs served the fit only (Horovod keeps them in a
-    temporary directory), so none stays in the Store, whether the fit ended well or not."""
+    temporary directory), so none stays in the Store, whether the fit ended well or not. The run is this fit's
+    alone (run_claim.py: no other fit trains in it meanwhile)."""
     if store is not None and not store.saving_runs():
         store.delete(store.get_run_path(run_id))
 

@@ -54,7 +54,9 @@ ESTIMATOR_PARAMS: list[ParamSpec] = [
               "default 0", None, to_optional(TypeConverters.toInt)),
     ParamSpec("store", "the spark_hvd.Store for data, checkpoints and logs; default a local temporary "
               "directory (local masters only)", None),
-    ParamSpec("run_id", "the run's name under the Store; fitting with an existing run_id resumes it", None,
+    ParamSpec("run_id", "the run's name under the Store; the same fit (data, model, training params) fitted "
+              "again with it resumes its last checkpoint, another fit trains under '<run_id>.<digest>' with a "
+              "RunIdReuseWarning", None,
               to_optional(TypeConverters.toString)),
     ParamSpec("backward_passes_per_step", "gradients accumulated locally before each allreduce", 1,
               to_positive_int),

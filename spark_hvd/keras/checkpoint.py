@@ -3,8 +3,8 @@
 Each epoch's model goes to its own ``epoch-NNNN.keras`` (the native format: weights and optimizer
 state, learning rate unscaled); the file the ``checkpoint_callback`` saved last, when it saved a new
 one, to ``callback-NNNN.keras`` (or ``.weights.h5``); then ``checkpoint.json`` (epoch, history, file
-names, the callback's best value) is replaced atomically to point at them; then the files it no longer
-names are removed. A crash at any point leaves a pointer to complete files of the epoch it names.
+names, the callback's best value, the fit it belongs to) is replaced atomically to point at them; then
+the files it no longer names are removed. A crash at any point leaves a pointer to complete files of the epoch it names.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any
+
+from spark_hvd.recipe.checkpoint_fit import FIT_KEY
 
 POINTER_FILE = "checkpoint.json"
 
@@ -30,6 +32,7 @@ class KerasCheckpoint:
     history: list[dict[str, float]]
     model: bytes                      # the .keras file
     callback: CallbackSave | None
+    fit: str | None = None            # the fit it belongs to (recipe/checkpoint_fit.py)
 
 
 def checkpoint_dir(store: Any, run_id: str) -> str:
@@ -37,7 +40,7 @@ def checkpoint_dir(store: Any, run_id: str) -> str:
 
 
 def save_checkpoint(store: Any, run_id: str, model_bytes: bytes, epoch: int, history: list[dict[str, float]],
-                    callback: CallbackSave | None = None) -> None:
+                    callback: CallbackSave | None = None, fit: str | None = None) -> None:
     directory = checkpoint_dir(store, run_id)
     previous = _read_pointer(store, run_id) or {}
     name = f"epoch-{epoch:04d}.keras"
@@ -49,7 +52,7 @@ def save_checkpoint(store: Any, run_id: str, model_bytes: bytes, epoch: int, his
             callback_file = f"callback-{epoch:04d}{callback.suffix}"
             store.write_bytes(f"{directory}/{callback_file}", callback.blob)
         callback_entry = {"file": callback_file, "best": callback.best, "suffix": callback.suffix}
-    pointer = {"epoch": epoch, "history": history, "model": name, "callback": callback_entry}
+    pointer = {"epoch": epoch, "history": history, "model": name, "callback": callback_entry, FIT_KEY: fit}
     store.write_bytes(f"{directory}/{POINTER_FILE}", json.dumps(pointer).encode())
     named = {name, (callback_entry or {}).get("file")}
     for stale in (previous.get("model"), (previous.get("callback") or {}).get("file")):
@@ -68,7 +71,7 @@ def load_checkpoint(store: Any, run_id: str) -> KerasCheckpoint | None:
         blob = store.read_bytes(f"{directory}/{entry['file']}") if entry.get("file") else None
         callback = CallbackSave(blob, entry.get("best"), entry["suffix"])
     return KerasCheckpoint(int(pointer["epoch"]), list(pointer["history"]),
-                           store.read_bytes(f"{directory}/{pointer['model']}"), callback)
+                           store.read_bytes(f"{directory}/{pointer['model']}"), callback, pointer.get(FIT_KEY))
 
 
 def _read_pointer(store: Any, run_id: str) -> dict[str, Any] | None:

@@ -44,8 +44,9 @@ class KerasEstimator(HorovodEstimator, KerasParams):
     'linear'``, Horovod's rule; ``'none'`` keeps it), and start Horovod's ``LearningRateScheduleCallback``s
     from that rate; the checkpoints and the returned model hold the rate divided again. Checkpoints: rank 0
     saves the model in the native ``.keras`` format (weights and optimizer state) under the Store after
-    every epoch; fitting again with the same ``run_id`` resumes after the last completed epoch, with the
-    checkpoint_callback's best model and value. Custom layers, losses and metrics go in ``custom_objects``.
+    every epoch; fitting the same fit again with the same ``run_id`` (estimator/run_claim.py) resumes after
+    the last completed epoch, with the checkpoint_callback's best model and value. Custom layers, losses and
+    metrics go in ``custom_objects``.
     ``elastic=True`` (with ``min_num_proc``, ``max_num_proc``, ``elastic_commit_steps``) fits through
     ``spark_hvd.run_elastic``: a lost executor costs the steps since the last commit (docs/elastic.md).
     """
@@ -157,6 +158,21 @@ class KerasEstimator(HorovodEstimator, KerasParams):
             CompileArgs(self.getLoss(), self.getLossWeights(), list(self.getMetrics() or []),
                         self.getCustomObjects()))
         self._sample = (model_bytes, result)
+
+    def _identity_parts(self) -> dict[str, Any]:
+        import keras
+
+        from spark_hvd.estimator.fit_identity import described
+
+        model, optimizer = self.getModel(), self._optimizer()
+        if not isinstance(optimizer, str):
+            optimizer = keras.optimizers.serialize(optimizer)
+            # Keras numbers the names of the optimizers a session builds (adam, adam_1, ...).
+            optimizer["config"].pop("name", None)
+        # Shapes and dtypes, not the weights' names: Keras numbers those too (dense, dense_1, ...), and a model
+        # built again in the same session to resume a failed fit must still be the same model.
+        return {"model": [described(type(model)), *([list(w.shape), str(w.dtype)] for w in model.weights)],
+                "optimizer": optimizer}
 
     def _rank_fn(self, plan: FitPlan) -> RecipeRankFn:
         import keras

@@ -91,10 +91,12 @@ class KerasHooks(FrameworkHooks):
         from spark_hvd.keras.checkpoint import load_checkpoint
         from spark_hvd.keras.learning_rate import learning_rate
         from spark_hvd.keras.saving import restore_state
+        from spark_hvd.recipe.checkpoint_fit import check_checkpoint_fit
 
         checkpoint = load_checkpoint(self.plan.data.store, self.plan.run_id)
         if checkpoint is None:
             return None
+        check_checkpoint_fit(self.plan, checkpoint.fit)
         restore_state(self.model, self.optimizer, checkpoint.model, self._loading_objects())
         if self.checkpoint_file is not None and checkpoint.callback is not None:
             self.checkpoint_file.restore(checkpoint.callback)
@@ -188,7 +190,7 @@ class KerasHooks(FrameworkHooks):
             return
         callback = self.checkpoint_file.changes() if self.checkpoint_file is not None else None
         save_checkpoint(self.plan.data.store, self.plan.run_id, unscaled_model_bytes(self.model, lr_factor), epoch,
-                        records.history, callback)
+                        records.history, callback, self.plan.fit_key)
 
     def elastic_state(self, records: Records, attrs: dict[str, Any]) -> Any:
         # A commit holds every optimizer variable: its slots must exist before the first one (or a relaunched

@@ -5,6 +5,7 @@ so every checkpoint is written where Lightning says, under this rank's local run
 bytes go to the Store at the same relative path (whole, never in place: Store.write_bytes). A checkpoint
 that is not on the local disk, because the fit that wrote it ran elsewhere, is read from the Store; the
 local directory's path depends only on the run_id, so the paths a resumed callback remembers still map.
+Each checkpoint records the fit it belongs to (recipe/checkpoint_fit.py).
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning_fabric.utilities.cloud_io import _load as pl_load
 from typing_extensions import override
 
+from spark_hvd.recipe.checkpoint_fit import FIT_KEY
+
 
 class StoreCheckpointIO(TorchCheckpointIO):
-    def __init__(self, store: Any, store_dir: str, local_dir: str) -> None:
+    def __init__(self, store: Any, store_dir: str, local_dir: str, fit: str | None = None) -> None:
         super().__init__()
         self.store, self.store_dir, self.local_dir = store, store_dir.rstrip("/"), os.path.abspath(local_dir)
+        self.fit = fit
 
     def store_path(self, path: Any) -> Optional[str]:
         """Where ``path`` (local, under local_dir) is kept in the Store; None for a path outside it."""
@@ -33,7 +37,7 @@ class StoreCheckpointIO(TorchCheckpointIO):
 
     @override
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Optional[Any] = None) -> None:
-        super().save_checkpoint(checkpoint, path, storage_options)
+        super().save_checkpoint({**checkpoint, FIT_KEY: self.fit}, path, storage_options)
         target = self.store_path(path)
         if target is not None:
             with open(path, "rb") as f:

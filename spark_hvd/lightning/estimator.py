@@ -75,7 +75,8 @@ class TorchEstimator(HorovodEstimator):
     Learning rate: the ranks multiply every optimizer's (and scheduler's) rate by num_proc
     (``learning_rate_scaling='linear'``, Horovod's rule); ``'none'`` keeps it. Checkpoints: a resume
     checkpoint after every epoch, and the user's ``ModelCheckpoint`` files, go under the Store's
-    ``runs/<run_id>/checkpoints`` (rates unscaled); fitting again with the same ``run_id`` resumes.
+    ``runs/<run_id>/checkpoints`` (rates unscaled); fitting the same fit again with the same ``run_id``
+    resumes (estimator/run_claim.py).
     With a ``ModelCheckpoint`` among the callbacks the model returned holds its best checkpoint's
     weights, as in Horovod. ``getHistory()`` is the metrics the trainer logged last.
 
@@ -282,6 +283,16 @@ class TorchEstimator(HorovodEstimator):
                              f"Lightning step gives them): {type(e).__name__}: {e}") from e
         finally:
             wrapper.model.train(was_training)
+
+    def _identity_parts(self) -> dict[str, Any]:
+        from spark_hvd.torch.identity import module_structure, optimizer_settings
+
+        model = self.getModel()
+        # A LightningModule's optimizer comes from its configure_optimizers, usually set by its hyperparameters.
+        optimizer = (optimizer_settings(self.getOptimizer()) if self._legacy()
+                     else dict(getattr(model, "hparams", None) or {}))
+        return {"model": module_structure(model), "optimizer": optimizer, "input_shapes": self.getInputShapes(),
+                "trainer_args": self.getTrainerArgs()}
 
     def _rank_fn(self, plan: FitPlan) -> RecipeRankFn:
         objects = LightningObjects(

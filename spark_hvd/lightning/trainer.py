@@ -92,7 +92,8 @@ class LightningHooks(FrameworkHooks):
         self.device = _agreed_device(self.spec.use_gpu, self.objects.num_gpus, hvd)
         store = plan.data.store
         self._local = RunDirectory(plan.run_id, hvd.rank()).create()
-        self.checkpoint_io = StoreCheckpointIO(store, store.get_checkpoint_path(plan.run_id), self._local.checkpoints)
+        self.checkpoint_io = StoreCheckpointIO(store, store.get_checkpoint_path(plan.run_id), self._local.checkpoints,
+                                               plan.fit_key)
         self.checkpointing = bool(self.objects.trainer_args.get("enable_checkpointing", True))
         self.resume_path = os.path.join(self._local.checkpoints, RESUME_FILE)
         self.module = self.objects.model
@@ -102,11 +103,13 @@ class LightningHooks(FrameworkHooks):
     def restore(self) -> Resume | None:
         """The run's resume checkpoint, if there is one: Trainer.fit restores it; here, what it holds."""
         from spark_hvd.lightning.rank_callbacks import RECORDER_STATE_KEY
+        from spark_hvd.recipe.checkpoint_fit import FIT_KEY, check_checkpoint_fit
 
         target = self.checkpoint_io.store_path(self.resume_path)
         if not self.checkpointing or not self.checkpoint_io.store.exists(target):
             return None
         checkpoint = self.checkpoint_io.load_checkpoint(self.resume_path)
+        check_checkpoint_fit(self.plan, checkpoint.get(FIT_KEY))
         state = checkpoint.get("callbacks", {}).get(RECORDER_STATE_KEY, {})
         metrics = [dict(entry) for entry in state.get("epoch_metrics", [])]
         return Resume(len(metrics), Records([dict(entry) for entry in metrics], metrics),

@@ -86,6 +86,9 @@ class FitPlan:
     # rank's cores (data/decode_pool.py default_reader_workers), 0 where there is no transformation_fn.
     train_reader_num_workers: int | None = None
     val_reader_num_workers: int | None = None
+    # The fit's identity (estimator/fit_identity.py): its checkpoints record it, and rank 0 resumes only a
+    # checkpoint that records the same (recipe/checkpoint_fit.py). None: not checked.
+    fit_key: str | None = None
 
     def steps_at(self, size: int) -> tuple[int, int]:
         """(training, validation) steps an epoch at ``size`` ranks: an elastic fit's change with its size."""

@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from spark_hvd.recipe.checkpoint_fit import FIT_KEY
 from spark_hvd.torch.state_bytes import from_torch_bytes, torch_bytes
 
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -16,12 +17,14 @@ def checkpoint_path(store: Any, run_id: str) -> str:
 
 
 def save_checkpoint(store: Any, run_id: str, model: torch.nn.Module, optimizer_state: dict[str, Any],
-                    epoch: int, history: list[dict[str, Any]], epoch_metrics: list[dict[str, float]]) -> None:
+                    epoch: int, history: list[dict[str, Any]], epoch_metrics: list[dict[str, float]],
+                    fit: str | None = None) -> None:
     """Written whole or not at all (Store.write_bytes), so a crash mid-write keeps the previous one.
-    Horovod's keys ('model', 'optimizer') plus the epoch and the histories, for resuming."""
+    Horovod's keys ('model', 'optimizer') plus the epoch and the histories, for resuming, and the fit it
+    belongs to (FIT_KEY)."""
     store.write_bytes(checkpoint_path(store, run_id), torch_bytes({
         "model": model.state_dict(), "optimizer": optimizer_state, "epoch": epoch, "history": history,
-        "epoch_metrics": epoch_metrics}))
+        "epoch_metrics": epoch_metrics, FIT_KEY: fit}))
 
 
 def load_checkpoint(store: Any, run_id: str) -> dict[str, Any] | None:

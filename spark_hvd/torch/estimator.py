@@ -40,7 +40,8 @@ class TorchEstimator(HorovodEstimator):
     Learning rate: the ranks multiply it by num_proc (``learning_rate_scaling='linear'``, Horovod's
     rule); ``'none'`` keeps it. ``getHistory()`` is Horovod's list of ``{'epoch', 'train',
     'validation'}``. Checkpoints: rank 0 saves model and optimizer (learning rate unscaled) under the
-    Store after every epoch; fitting again with the same ``run_id`` resumes after the last epoch.
+    Store after every epoch; fitting the same fit again with the same ``run_id`` resumes after the last
+    epoch (another fit trains under a run of its own: estimator/run_claim.py).
     ``elastic=True`` (with ``min_num_proc``, ``max_num_proc``, ``elastic_commit_steps``) fits through
     ``spark_hvd.run_elastic``: a lost executor costs the steps since the last commit (docs/elastic.md).
     """
@@ -222,6 +223,12 @@ class TorchEstimator(HorovodEstimator):
     def _transformation(self) -> tuple[Any, Any, Any] | None:
         fn = self.getTransformationFn()
         return None if fn is None else (fn, self.getTransformationEditFields(), self.getTransformationRemovedFields())
+
+    def _identity_parts(self) -> dict[str, Any]:
+        from spark_hvd.torch.identity import module_structure, optimizer_settings
+
+        return {"model": module_structure(self.getModel()), "optimizer": optimizer_settings(self.getOptimizer()),
+                "input_shapes": self.getInputShapes(), "loss_constructors": self.getLossConstructors()}
 
     def _rank_fn(self, plan: FitPlan) -> RecipeRankFn:
         objects = TorchObjects(

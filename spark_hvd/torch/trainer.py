@@ -83,11 +83,13 @@ class TorchHooks(FrameworkHooks):
         return hvd
 
     def restore(self) -> Resume | None:
+        from spark_hvd.recipe.checkpoint_fit import FIT_KEY, check_checkpoint_fit
         from spark_hvd.torch.checkpoint import load_checkpoint
 
         checkpoint = load_checkpoint(self.plan.data.store, self.plan.run_id)
         if checkpoint is None:
             return None
+        check_checkpoint_fit(self.plan, checkpoint.get(FIT_KEY))
         self.model.load_state_dict(checkpoint["model"])
         self.optimizer.load_state_dict(checkpoint["optimizer"])
         return Resume(int(checkpoint["epoch"]) + 1,
@@ -139,7 +141,8 @@ class TorchHooks(FrameworkHooks):
 
         if self.hvd.rank() == 0:
             save_checkpoint(self.plan.data.store, self.plan.run_id, self.model,
-                            unscaled_state(self.optimizer, lr_factor), epoch, records.history, records.epoch_metrics)
+                            unscaled_state(self.optimizer, lr_factor), epoch, records.history, records.epoch_metrics,
+                            self.plan.fit_key)
 
     def elastic_state(self, records: Records, attrs: dict[str, Any]) -> Any:
         return self.hvd.elastic.TorchState(model=self.model, optimizer=self.optimizer, sums=None,

@@ -23,7 +23,8 @@ RANKS = 2
 def materialized_rows(store_dir: Path) -> dict[str, dict[str, np.ndarray]]:
     """{"train": {column: rows}, "val": {...}} of the one materialisation under the Store at ``store_dir``,
     in the order the ranks read them: the files as its metadata lists them, rows in file order (the layout
-    the README documents: <prefix>/intermediate_data/<key>/{train,val} and _materialized.json)."""
+    the README documents: <prefix>/intermediate_data/<key>/{train,val}/<version> and _materialized.json, which
+    names the version)."""
     found = sorted(store_dir.glob("intermediate_data/*/_materialized.json"))
     assert len(found) == 1, f"expected one materialisation under {store_dir}, found {found}"
     metadata = json.loads(found[0].read_text())
@@ -31,7 +32,7 @@ def materialized_rows(store_dir: Path) -> dict[str, dict[str, np.ndarray]]:
     for split, info in metadata["splits"].items():
         if not info["rows"]:
             continue
-        tables = [pq.read_table(found[0].parent / split / f["name"]) for f in info["files"]]
+        tables = [pq.read_table(found[0].parent / split / metadata["data_version"] / f["name"]) for f in info["files"]]
         columns = {name: np.concatenate([np.asarray(t.column(name).to_pylist(), dtype=np.float64) for t in tables])
                    for name in tables[0].column_names}
         assert all(len(v) == info["rows"] for v in columns.values()), f"{split}: row count differs from metadata"

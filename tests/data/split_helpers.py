@@ -46,3 +46,9 @@ def one_pass(reader, epoch: int = 0) -> dict[str, np.ndarray]:
         parts.append({name: array[:take] for name, array in batch.items()})
         got += take
     return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+
+
+def files_under(store: Store, path: str) -> list[str]:
+    """Every file below ``path`` (empty directories, which a refused write may leave, are not files)."""
+    fs = store.filesystem()
+    return sorted(fs.find(path)) if fs.exists(path) else []

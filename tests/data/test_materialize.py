@@ -21,7 +21,7 @@ from spark_hvd.data import (  # noqa: E402
 from spark_hvd.data.materialized import METADATA_NAME  # noqa: E402
 from spark_hvd.errors import InputError  # noqa: E402
 from spark_hvd.store import Store  # noqa: E402
-from split_helpers import one_pass  # noqa: E402
+from split_helpers import files_under, one_pass  # noqa: E402
 
 pytestmark = pytest.mark.spark
 ROWS = 200
@@ -61,7 +61,7 @@ def test_vectors_become_arrays_and_only_selected_columns_are_written(df, tmp_pat
     specs = check_input(df, ["features"], ["label", "id"])
     data = materialize(df, store, specs, validation=None, seed=1, num_proc=2)
     assert (data.train_rows, data.val_rows, data.val_path) == (ROWS, 0, None)
-    assert data.train_path == store.get_train_data_path(data.key)
+    assert data.train_path == posixpath.join(store.get_train_data_path(data.key), data.version)
     schema = pq.read_schema(data.file_paths("train")[0])
     assert schema.names == ["features", "label", "id"]
     assert schema.field("features").type.value_type == pa.float64()
@@ -125,9 +125,11 @@ def test_incomplete_materialisation_is_redone(df, tmp_path):
     leftover = posixpath.join(first.train_path, "part-99999-from-a-dead-attempt.parquet")
     store.write_bytes(leftover, b"not parquet")
     redone = materialize(df, store, specs, validation=None, seed=0, num_proc=2)
-    assert not redone.reused and redone.key == first.key
-    assert not store.exists(leftover) and old_files.isdisjoint(redone.file_paths("train"))
+    assert not redone.reused and redone.key == first.key and redone.version != first.version
+    assert old_files.isdisjoint(redone.file_paths("train"))
     assert set(store.list(redone.train_path)) == set(redone.file_paths("train"))
+    # The unpublished version may be another writer's, still writing: it is left alone, and read by no one.
+    assert store.exists(leftover)
     assert sorted(read_all(redone, "train")["id"].tolist()) == list(range(ROWS))
 
 
@@ -162,6 +164,10 @@ def test_very_uneven_partitions_give_every_rank_rows(local_spark, tmp_path):
     assert set(np.concatenate(seen).tolist()) == set(range(1000))
     wider = materialize(uneven, store, specs, validation=None, seed=0, num_proc=4)
     assert not wider.reused and len(wider.row_groups("train")) >= 16
+    # A new version, published beside the first, whose files a fit may be reading still: they stay as they were.
+    assert wider.key == data.key and wider.version != data.version
+    assert sorted(read_all(data, "train")["id"].tolist()) == list(range(1000))
+    assert materialize(uneven, store, specs, validation=None, seed=0, num_proc=2) == wider
 
 
 def test_materialise_and_read_on_s3(df, s3_endpoint):
@@ -250,4 +256,4 @@ def test_refused_rows_leave_nothing_under_the_store(local_spark, tmp_path):
     store = Store.create(str(tmp_path))
     with pytest.raises(InputError, match=r"column 'v' holds arrays of different lengths \(1 and 2 seen\)"):
         materialize_checked(df, store, check_schema(df, ["v"], ["y"]), 0, 2)
-    assert store.list(store.join("intermediate_data")) == []
+    assert files_under(store, store.join("intermediate_data")) == []
