@@ -1,6 +1,7 @@
-"""spark_hvd.tuning.fit_trial: an Optuna study of distributed fits on a standalone cluster with four slots, two
-trials of two ranks at a time (n_jobs=2), a MedianPruner stopping the clearly worse settings, and nothing left
-running afterwards (barrier stages, the launcher's threads)."""
+"""Tuning distributed fits on a standalone cluster with four slots: Spark ML's TrainValidationSplit over three
+param maps at parallelism 3 (three fits of two ranks, one waiting for its slots) gives sequential tuning's
+results; an Optuna study (spark_hvd.tuning.fit_trial) runs two trials of two ranks at a time, a MedianPruner
+stops the clearly worse settings, and nothing is left running afterwards (barrier stages, launcher threads)."""
 
 from __future__ import annotations
 
@@ -71,6 +72,32 @@ def test_a_study_runs_two_distributed_trials_at_a_time_and_prunes_the_worse(four
     tracker = four_slots.sparkContext.statusTracker()
     assert tracker.getActiveJobsIds() == [] and tracker.getActiveStageIds() == []
     assert [t.name for t in threading.enumerate() if t.name.startswith("spark-hvd")] == []
+
+
+def test_train_validation_split_at_parallelism_three_matches_sequential_tuning(four_slots, tmp_path) -> None:
+    import torch
+    from pyspark.ml.evaluation import MulticlassClassificationEvaluator
+    from pyspark.ml.tuning import ParamGridBuilder, TrainValidationSplit
+
+    from spark_hvd import Store
+    from spark_hvd.torch import TorchEstimator
+
+    df = blobs(four_slots, 400, partitions=4).cache()
+    model = classifier(4, 3, seed=2)
+    estimator = TorchEstimator(num_proc=2, model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
+                               loss=class_loss, feature_cols=["features"], label_cols=["label"], batch_size=16,
+                               random_seed=1, store=Store.create(str(tmp_path / "store")), verbose=0,
+                               classification="logits")
+    grid = ParamGridBuilder().addGrid(estimator.epochs, [1, 2, 4]).build()
+    evaluator = MulticlassClassificationEvaluator(labelCol="label", metricName="logLoss")
+
+    def tuned(parallelism: int) -> list[float]:
+        return TrainValidationSplit(estimator=estimator, estimatorParamMaps=grid, evaluator=evaluator, seed=5,
+                                    parallelism=parallelism).fit(df).validationMetrics
+
+    sequential, parallel = tuned(1), tuned(3)
+    assert parallel == pytest.approx(sequential, rel=1e-6)
+    assert sequential[2] < sequential[0]           # more epochs fit better: the tuning had something to find
 
 
 def test_a_monitor_the_fit_does_not_report_is_named(four_slots, tmp_path) -> None:
