@@ -63,7 +63,7 @@ class FitIdentity:
         theirs = record.get("parts") or {}
         names = sorted(name for name in {*self.parts, *theirs} if self.parts.get(name) != theirs.get(name))
         if names:
-            return f"its {', '.join(names)} differ"
+            return f"its {', '.join(names)} {'differs' if len(names) == 1 else 'differ'}"
         return f"it was fitted for {record.get('epochs')} epochs, this fit asks for {self.epochs}"
 
 

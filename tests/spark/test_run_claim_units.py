@@ -100,15 +100,15 @@ def test_concurrent_claims_get_distinct_runs(store) -> None:
 
     def claim(index):
         start.wait()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            claims[index] = claim_run(store, "shared", fits[index])
+        claims[index] = claim_run(store, "shared", fits[index])
 
     threads = [threading.Thread(target=claim, args=(index,)) for index in range(len(fits))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
+    with warnings.catch_warnings():          # once, here: catch_warnings in each thread would race
+        warnings.simplefilter("ignore", RunIdReuseWarning)
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
     assert len({claim.run_id for claim in claims.values()}) == len(fits)
     for claim in claims.values():
         claim.release()
