@@ -27,6 +27,7 @@ from spark_hvd.data.column_stats import merge_stats
 from spark_hvd.data.columns import ColumnSpec
 from spark_hvd.data.input_checks import InputPlan, plan_for_specs, specs_from_stats, stats_columns
 from spark_hvd.data.materialized import METADATA_NAME, DataFile, Materialized, version_path
+from spark_hvd.data.one_writer import one_writer
 from spark_hvd.data.partition_writer import MAX_ROW_GROUP_ROWS, REPORT_DDL, STATS_REPORT, WriteJob, write_partition
 from spark_hvd.data.rechunk import rechunk_split
 from spark_hvd.data.validation_split import normalized_validation
@@ -52,12 +53,13 @@ def materialize(df: Any, store: Store, columns: dict[str, ColumnSpec], validatio
     validation = normalized_validation(validation)
     group_rows = _row_group_rows(columns, row_group_rows, row_group_bytes)
     key = materialization_key(df, columns, validation, seed, group_rows)
-    found = _reusable(store, key, num_proc) if reuse else None
-    if found is not None:
-        return found
-    plan = plan_for_specs(df, columns, validation)
-    result = _write(df, store, key, plan, seed, WriteJob(store, {}, group_rows, plan.names), columns)
-    return _complete(result, num_proc, reuse)
+    with one_writer(store.get_intermediate_path(key)):
+        found = _reusable(store, key, num_proc) if reuse else None
+        if found is not None:
+            return found
+        plan = plan_for_specs(df, columns, validation)
+        result = _write(df, store, key, plan, seed, WriteJob(store, {}, group_rows, plan.names), columns)
+        return _complete(result, num_proc, reuse)
 
 
 def materialize_checked(df: Any, store: Store, plan: InputPlan, seed: int, num_proc: int, *,
@@ -79,13 +81,16 @@ def materialize_checked(df: Any, store: Store, plan: InputPlan, seed: int, num_p
     # Row groups sized by bytes have 0 rows in the key: the schema alone cannot turn bytes into rows.
     key = materialization_key(df, plan.schema_specs(), plan.validation, seed, row_group_rows or 0,
                               row_group_bytes=row_group_bytes)
-    found = _reusable(store, key, num_proc) if reuse else None
-    if found is not None:
-        if found.input_stats is not None:
-            specs_from_stats(plan, found.input_stats)
-        return found
-    job = WriteJob(store, {}, row_group_rows, plan.names, stats=plan.stats_job(), row_group_bytes=row_group_bytes)
-    return _complete(_write(df, store, key, plan, seed, job, None), num_proc, reuse)
+    # Fits of this DataFrame started beside this one wait here for its write, and reuse it.
+    with one_writer(store.get_intermediate_path(key)):
+        found = _reusable(store, key, num_proc) if reuse else None
+        if found is not None:
+            if found.input_stats is not None:
+                specs_from_stats(plan, found.input_stats)
+            return found
+        job = WriteJob(store, {}, row_group_rows, plan.names, stats=plan.stats_job(),
+                       row_group_bytes=row_group_bytes)
+        return _complete(_write(df, store, key, plan, seed, job, None), num_proc, reuse)
 
 
 def _check_num_proc(num_proc: int) -> None:

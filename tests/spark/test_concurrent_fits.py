@@ -61,6 +61,9 @@ def test_train_validation_split_fits_in_parallel_with_and_without_a_run_id(slope
 
     plain = tune()
     assert len(set(slopes(plain.subModels))) == 2          # batch sizes 4 and 8 train to different slopes
+    # The two fits started together wrote their training split once, and shared it (as did the refit's).
+    for key_dir in store.list(store.join("intermediate_data")):
+        assert len(store.list(f"{key_dir}/train")) == 1, store.list(f"{key_dir}/train")
     assert all(abs(w - SLOPE) < 0.5 for w in slopes(plain.subModels))
     with pytest.warns(RunIdReuseWarning):
         fixed = tune(run_id="horovod-example")
@@ -126,3 +129,37 @@ def test_two_drivers_fit_one_dataframe_into_one_store_at_once(spark_environment,
     store = Store.create(store_dir)
     assert len(store.list(store.join("intermediate_data"))) == 1     # one DataFrame: one key in both drivers
     published_versions_are_whole(store)
+
+
+def test_fits_of_one_dataframe_side_by_side_in_one_driver_write_its_data_once(slope_df, store, monkeypatch) -> None:
+    """While one fit writes the data, a second fit of the same DataFrame waits for that write and reuses it."""
+    import threading
+
+    import importlib
+
+    from spark_hvd.data import check_schema, materialize_checked
+
+    # The module, not the package's function of the same name.
+    materialize = importlib.import_module("spark_hvd.data.materialize")
+
+    plan = check_schema(slope_df, ["x"], ["y"])
+    writes, second = [], {}
+    real_write = materialize._write
+
+    def first_write_starts_a_second_fit(*args, **kwargs):
+        writes.append(threading.current_thread().name)
+        if len(writes) == 1:
+            thread = threading.Thread(name="second fit", target=lambda: second.update(
+                data=materialize_checked(slope_df, store, plan, seed=0, num_proc=2)))
+            thread.start()
+            # The second fit waits for this write: it is still waiting when the timeout ends the join.
+            thread.join(timeout=5.0)
+            second["waited"] = thread.is_alive()
+            second["thread"] = thread
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(materialize, "_write", first_write_starts_a_second_fit)
+    first = materialize_checked(slope_df, store, plan, seed=0, num_proc=2)
+    second["thread"].join(timeout=120)
+    assert writes == ["MainThread"] and second["waited"]
+    assert not first.reused and second["data"].reused and second["data"].key == first.key
