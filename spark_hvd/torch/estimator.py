@@ -44,6 +44,8 @@ class TorchEstimator(HorovodEstimator):
     epoch (another fit trains under a run of its own: estimator/run_claim.py).
     ``elastic=True`` (with ``min_num_proc``, ``max_num_proc``, ``elastic_commit_steps``) fits through
     ``spark_hvd.run_elastic``: a lost executor costs the steps since the last commit (docs/elastic.md).
+    Every estimator also takes Spark ML's classifier params as keywords (``classification``,
+    ``predictionCol``, ``probabilityCol``, ``rawPredictionCol``: docs/tuning.md).
     """
 
     # torch._dynamo: torch.optim imports it at an optimizer's first step (about as long as importing torch
@@ -69,9 +71,7 @@ class TorchEstimator(HorovodEstimator):
                  backward_passes_per_step: int = 1, reader: str = "arrow", learning_rate_scaling: str = "linear",
                  output_cols: Any = None, start_timeout: float = 600.0, elastic: bool = False,
                  min_num_proc: int | None = None, max_num_proc: int | None = None,
-                 elastic_commit_steps: int | None = None, classification: str | None = None,
-                 rawPredictionCol: str | None = None, probabilityCol: str | None = None,  # noqa: N803 - Spark ML's
-                 predictionCol: str | None = None, **unknown: Any) -> None:  # noqa: N803 - Spark ML's names
+                 elastic_commit_steps: int | None = None, **unknown: Any) -> None:
         super().__init__()
         set_defaults(self, TORCH_PARAMS)
         self._set_init_params(self._input_kwargs)
