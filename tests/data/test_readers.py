@@ -170,3 +170,11 @@ def test_steps_per_epoch_rejects_bad_arguments(args):
     with pytest.raises(ValueError):
         steps_per_epoch(*args)
 
+
+
+def test_the_order_does_not_depend_on_how_the_rows_fall_into_files_and_row_groups(store):
+    one = write_split(store, "a", file_rows=[100], row_group_rows=7)
+    other = write_split(store, "b", file_rows=[30, 45, 25], row_group_rows=11)
+    orders = [ids_of(make_reader(data, "train", 0, 1, batch_size=10, shuffle=True, seed=2,
+                                 shuffle_buffer_rows=40).batches(3)) for data in (one, other)]
+    assert orders[0] == orders[1] and sorted(orders[0]) == list(range(100))
