@@ -132,3 +132,8 @@ def test_every_cut_of_many_reads_the_same_rows() -> None:
     for a, b in itertools.combinations(range(24), 2):
         assert _rows_at(order, 0, a, b) == whole[a:b]
     assert sorted(whole) == list(range(23))
+
+
+def test_a_deal_of_no_steps_gives_every_rank_nothing_and_leaves_everything() -> None:
+    deal = EpochPosition.fresh(0, 50).deal(3, 0, 8)
+    assert deal.shares == ((), (), ()) and deal.after(0) == EpochPosition.fresh(0, 50)

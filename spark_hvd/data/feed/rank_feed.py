@@ -16,6 +16,7 @@ runs in the loop itself. An error of the transformation names where it happened 
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
@@ -103,6 +104,12 @@ class RankFeed:
         if getattr(self.reader, "exact", False):
             stream = self.reader.epoch_batches(self.origin(epoch, skip), self.steps - skip)
             return stream, skip * self.reader.batch_size
+        if skip and self.resume is not None and self.resume.epoch == epoch and \
+                self.resume != epoch_origin(None, epoch, self.resume.rows, self.reader.size, self.steps,
+                                            self.reader.batch_size, skip):
+            warnings.warn(f"rank {self.reader.rank}: reader={type(self.reader).__name__} shards by rank, so the "
+                          f"{skip} steps it skips of epoch {epoch} are not exactly the rows its checkpoint or "
+                          "commit trained at another number of ranks; reader='arrow' trains every row once")
         stream = iter(self.reader.batches(epoch))
         first_row = 0
         for _ in range(skip):

@@ -41,6 +41,27 @@ def take_positions(intervals: Sequence[Interval], count: int) -> tuple[tuple[Int
     return tuple(taken), tuple(rest)
 
 
+def split_positions(intervals: Sequence[Interval], count: int, parts: int) -> list[tuple[Interval, ...]]:
+    """The first ``parts * count`` positions of ``intervals`` in ``parts`` runs of ``count``, in one walk."""
+    out: list[tuple[Interval, ...]] = []
+    current: list[Interval] = []
+    needed = count
+    for start, stop in intervals:
+        while start < stop and len(out) < parts:
+            used = min(stop - start, needed)
+            if used:
+                current.append((start, start + used))
+            start += used
+            needed -= used
+            if needed == 0:
+                out.append(tuple(current))
+                current, needed = [], count
+    while len(out) < parts:
+        out.append(tuple(current))
+        current = []
+    return out
+
+
 def merged(intervals: Sequence[Interval]) -> tuple[Interval, ...]:
     """``intervals`` sorted, empty ones dropped, touching ones joined."""
     out: list[Interval] = []
@@ -93,8 +114,7 @@ class EpochPosition:
         if short:
             taken = (*taken, (frontier, frontier + short))
             frontier += short
-        shares = tuple(take_positions(take_positions(taken, rank * share_rows)[1], share_rows)[0]
-                       for rank in range(size))
+        shares = tuple(split_positions(taken, share_rows, size))
         return Deal(self.epoch, self.rows, shares, rest, frontier, batch)
 
     def to_ints(self) -> list[int]:
