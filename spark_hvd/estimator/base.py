@@ -234,14 +234,14 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
             transformation_removed_fields=self.getTransformationRemovedFields(),
             stop_on_nonfinite_loss=self.getStopOnNonfiniteLoss(), elastic=self._elastic_plan(num_proc, epoch_steps),
             train_reader_num_workers=self.getTrainReaderNumWorkers(),
-            val_reader_num_workers=self.getValReaderNumWorkers())
+            val_reader_num_workers=self.getValReaderNumWorkers(),
+            checkpoint_every_steps=_whole_windows(self.getCheckpointEverySteps(), bpps), epoch_steps=epoch_steps)
 
     def _elastic_plan(self, num_proc: int, epoch_steps: EpochSteps) -> ElasticPlan | None:
         if not self.getElastic():
             return None
         min_np, max_np = checked_elastic_bounds(self, num_proc)
-        bpps = epoch_steps.backward_passes_per_step
-        commit_steps = -(-self.getElasticCommitSteps() // bpps) * bpps
+        commit_steps = _whole_windows(self.getElasticCommitSteps(), epoch_steps.backward_passes_per_step)
         return ElasticPlan(commit_steps, min_np, max_np, epoch_steps)
 
     def _elastic_bounds(self) -> tuple[int | None, int | None] | None:
@@ -357,3 +357,10 @@ def _new_run_id() -> str:
 
 
 declare_params(HorovodEstimator, ESTIMATOR_PARAMS)
+
+
+def _whole_windows(steps: int | None, backward_passes_per_step: int) -> int | None:
+    """``steps`` rounded up to whole accumulation windows, so that no commit or checkpoint falls inside one."""
+    if steps is None:
+        return None
+    return -(-steps // backward_passes_per_step) * backward_passes_per_step

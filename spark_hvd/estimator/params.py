@@ -56,6 +56,10 @@ ESTIMATOR_PARAMS: list[ParamSpec] = [
               "directory (local masters only)", None),
     ParamSpec("run_id", "the run's name under the Store; fitting with an existing run_id resumes it", None,
               to_optional(TypeConverters.toString)),
+    ParamSpec("checkpoint_every_steps", "also checkpoint every this many training steps inside an epoch (rounded "
+              "up to a multiple of backward_passes_per_step), with the epoch's data position and every rank's "
+              "random generators, so that a refit with the same run_id goes on from that step; default: at each "
+              "epoch's end only", None, to_optional(to_positive_int)),
     ParamSpec("backward_passes_per_step", "gradients accumulated locally before each allreduce", 1,
               to_positive_int),
     ParamSpec("gradient_compression", "compression of the gradients on the wire (Compression.fp16, ...)",
