@@ -152,7 +152,7 @@ class LightningHooks(FrameworkHooks):
             return committed_checkpoint(state, self._local.root)
         if self.start_ckpt is None:
             self.module.load_state_dict(self.initial_weights)
-        return self.start_ckpt
+        return self._start_checkpoint(Position(state.epoch, state.step))
 
     def save(self, epoch: int, records: Records, lr_factor: float, within: WithinEpoch | None = None) -> None:
         # Lightning's save is collective (a barrier), and writes from rank 0 through StoreCheckpointIO; inside

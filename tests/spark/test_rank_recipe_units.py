@@ -158,3 +158,23 @@ def test_the_rank_side_of_a_fit_imports_no_pyspark() -> None:
             "print([m for m in sys.modules if m.startswith('pyspark')])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_rank_takes_up_its_own_generators_only_from_as_many_ranks() -> None:
+    import random
+
+    import numpy as np
+    import torch
+
+    from spark_hvd.recipe import rng_states
+
+    def draws() -> tuple:
+        return random.random(), float(np.random.rand()), float(torch.rand(1))
+
+    torch.manual_seed(1)
+    saved = [rng_states.capture(), None]
+    expected = draws()
+    draws()
+    assert rng_states.restore_own(saved, 0, 2) and draws() == expected
+    assert not rng_states.restore_own(saved, 0, 3) and draws() != expected   # another size: drawn anew
+    assert not rng_states.restore_own(None, 0, 2)
