@@ -48,8 +48,9 @@ ESTIMATOR_PARAMS: list[ParamSpec] = [
     ParamSpec("validation_steps_per_epoch", "validation steps per epoch; default "
               "ceil(rows / (val_batch_size * num_proc))", None, to_optional(to_positive_int)),
     ParamSpec("shuffle", "shuffle the training rows every epoch", True, TypeConverters.toBoolean),
-    ParamSpec("shuffle_buffer_size", "rows in each rank's shuffle buffer; default as many as fit in 64 MiB; "
-              "0 turns shuffling off", None, to_optional(to_non_negative_int)),
+    ParamSpec("shuffle_buffer_size", "rows of each window of the epoch's order whose rows are shuffled together "
+              "(the shuffle buffer); default as many as fit in 64 MiB; 0 turns shuffling off", None,
+              to_optional(to_non_negative_int)),
     ParamSpec("random_seed", "seed of the split, the shuffle and the model initialisation on the ranks; "
               "default 0", None, to_optional(TypeConverters.toInt)),
     ParamSpec("store", "the spark_hvd.Store for data, checkpoints and logs; default a local temporary "
@@ -70,7 +71,8 @@ ESTIMATOR_PARAMS: list[ParamSpec] = [
               "(name, numpy dtype, shape, nullable), as Petastorm's TransformSpec takes", None),
     ParamSpec("transformation_removed_fields", "column names transformation_fn removes", None,
               to_optional(to_str_list)),
-    ParamSpec("inmemory_cache_all", "keep each rank's shard in memory after the first pass", False,
+    ParamSpec("inmemory_cache_all", "keep each row group a rank reads in memory (shuffled, the ranks' shares move "
+              "through the split from epoch to epoch, so a rank's cache grows toward the whole split)", False,
               TypeConverters.toBoolean),
     ParamSpec("reader", f"how the ranks read the Parquet data: one of {READERS}", "arrow",
               TypeConverters.toString),
