@@ -53,7 +53,7 @@ def _assert_once_each(counts: Counter, ids: list[int], padded: int) -> None:
 
 
 def _elastic_fit(spark_frame, store, tmp_path: Path, name: str, kill_at_call: int) -> tuple[dict, Path]:
-    """An elastic fit of 2 epochs on 3 ranks (commits every 4 steps) whose rank 1 is SIGKILLed at its
+    """An elastic fit of 2 epochs on 3 ranks (commits every 3 steps) whose rank 1 is SIGKILLed at its
     ``kill_at_call``-th step, run under the local elastic launcher; (rank 0's result, the record)."""
     from spark_hvd.common.util import DEFAULT_SPLIT_SEED
     from spark_hvd.data import check_schema, materialize_checked
@@ -63,7 +63,7 @@ def _elastic_fit(spark_frame, store, tmp_path: Path, name: str, kill_at_call: in
     record_dir.mkdir()
     model = row_recording.RecordingNet(4, 3, str(record_dir), fail=(1, kill_at_call, 3), kill=True)
     estimator = _estimator(store, model, num_proc=3, epochs=2, elastic=True, min_num_proc=1, max_num_proc=3,
-                           elastic_commit_steps=4)
+                           elastic_commit_steps=3)
     schema = check_schema(df, ["features", "id"], ["label"], None, None)
     data = materialize_checked(df, store, schema, DEFAULT_SPLIT_SEED, 3)
     plan = estimator._plan(data, 3)
@@ -72,17 +72,16 @@ def _elastic_fit(spark_frame, store, tmp_path: Path, name: str, kill_at_call: in
     return result, record_dir
 
 
-@pytest.mark.parametrize("kill_at_call, moment", [(9, "right after the commit at step 8"),
-                                                  (8, "right before the commit at step 8")])
+@pytest.mark.parametrize("kill_at_call, moment", [(7, "right after the commit at step 6"),
+                                                  (6, "right before the commit at step 6")])
 def test_a_rank_killed_under_elastic_training_3_to_2_trains_every_row_once(frame, store, tmp_path, kill_at_call,
                                                                          moment) -> None:
     result, record_dir = _elastic_fit(frame, store, tmp_path, f"kill-{kill_at_call}", kill_at_call)
-    kept = 8 if kill_at_call > 8 else 4     # the steps of 3 ranks the last commit holds
+    kept = 6 if kill_at_call > 6 else 3     # the steps of 3 ranks the last commit holds
+    left = ROWS - kept * 3 * BATCH          # 288 or 432 rows: 9 steps of 2 ranks, or 14 with 16 rows of padding
+    resumed_steps = -(-left // (2 * BATCH))
     reformation = result["reformations"][0]
-    assert (reformation["epoch"], reformation["size"], reformation["previous_size"]) == (0, 2, 3), moment
-    # 576 - 4 * 3 * 16 rows left take 18 - step steps of 2 ranks.
-    assert reformation["step"] == 18 - (ROWS - kept * 3 * BATCH) // (2 * BATCH)
-    resumed_steps = 18 - reformation["step"]
+    assert reformation == {"epoch": 0, "step": 18 - resumed_steps, "size": 2, "previous_size": 3}, moment
     epoch0, epoch1 = Counter(), Counter()
     for steps in row_recording.steps_by_process(record_dir):
         at_three = [ids for size, _, ids in steps if size == 3][:kept]
@@ -94,9 +93,10 @@ def test_a_rank_killed_under_elastic_training_3_to_2_trains_every_row_once(frame
             epoch1.update(ids)
     ids = frame[1]
     times = result["epoch_times"]
+    assert [t["padded_rows"] for t in times] == [resumed_steps * 2 * BATCH - left, 0]
+    assert [t["left_out_rows"] for t in times] == [0, 0]
     _assert_once_each(epoch0, ids, times[0]["padded_rows"])
     _assert_once_each(epoch1, ids, times[1]["padded_rows"])
-    assert [t["padded_rows"] for t in times] == [0, 0] and [t["left_out_rows"] for t in times] == [0, 0]
 
 
 def test_a_static_fit_killed_mid_epoch_resumes_with_another_num_proc_and_trains_every_row_once(
