@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 
-import numpy as np
 import pytest
 
 from spark_hvd.data.read.epoch_order import EpochOrder, Gather, Run
