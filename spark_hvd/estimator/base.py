@@ -262,7 +262,8 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
             transformation_removed_fields=self.getTransformationRemovedFields(),
             stop_on_nonfinite_loss=self.getStopOnNonfiniteLoss(), elastic=self._elastic_plan(num_proc, epoch_steps),
             train_reader_num_workers=self.getTrainReaderNumWorkers(),
-            val_reader_num_workers=self.getValReaderNumWorkers())
+            val_reader_num_workers=self.getValReaderNumWorkers(),
+            checkpoint_every_steps=_whole_windows(self.getCheckpointEverySteps(), bpps), epoch_steps=epoch_steps)
 
     def _scores_implied_by_loss(self) -> str | None:
         """What the model's outputs are, as its loss implies (classifier_outputs.SCORE_KINDS); None: unknown.
@@ -280,8 +281,7 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         if not self.getElastic():
             return None
         min_np, max_np = checked_elastic_bounds(self, num_proc)
-        bpps = epoch_steps.backward_passes_per_step
-        commit_steps = -(-self.getElasticCommitSteps() // bpps) * bpps
+        commit_steps = _whole_windows(self.getElasticCommitSteps(), epoch_steps.backward_passes_per_step)
         return ElasticPlan(commit_steps, min_np, max_np, epoch_steps)
 
     def _elastic_bounds(self) -> tuple[int | None, int | None] | None:
@@ -401,3 +401,10 @@ def _new_run_id() -> str:
 
 
 declare_params(HorovodEstimator, [*ESTIMATOR_PARAMS, *CLASSIFIER_PARAMS])
+
+
+def _whole_windows(steps: int | None, backward_passes_per_step: int) -> int | None:
+    """``steps`` rounded up to whole accumulation windows, so that no commit or checkpoint falls inside one."""
+    if steps is None:
+        return None
+    return -(-steps // backward_passes_per_step) * backward_passes_per_step

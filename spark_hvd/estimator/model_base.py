@@ -243,10 +243,11 @@ class EpochTimesGetter:
 
     def getEpochTimes(self) -> list[dict[str, Any]]:
         """Driver: per epoch the fit trained, ``{"epoch", "input_s", "compute_s", "communication_s",
-        "slowest_rank", "ranks"}``: the seconds each rank spent waiting for input, computing (forward,
-        backward, the update) and waiting for gradient communication that compute did not hide, averaged
-        over the ranks, and the rank whose input and compute took longest (docs/estimators.md says what to
-        do when one share dominates). Empty for a loaded model."""
+        "slowest_rank", "ranks", "padded_rows", "left_out_rows"}``: the seconds each rank spent waiting for
+        input, computing (forward, backward, the update) and waiting for gradient communication that compute
+        did not hide, averaged over the ranks, the rank whose input and compute took longest
+        (docs/estimators.md says what to do when one share dominates), and the rows the epoch trained a second
+        time (lockstep padding) or left out (docs/data.md). Empty for a loaded model."""
         return [dict(entry) for entry in getattr(self, "_epoch_times", [])]
 
     def _copy_internals_to(self, other: Any) -> None:

@@ -48,8 +48,9 @@ ESTIMATOR_PARAMS: list[ParamSpec] = [
     ParamSpec("validation_steps_per_epoch", "validation steps per epoch; default "
               "ceil(rows / (val_batch_size * num_proc))", None, to_optional(to_positive_int)),
     ParamSpec("shuffle", "shuffle the training rows every epoch", True, TypeConverters.toBoolean),
-    ParamSpec("shuffle_buffer_size", "rows in each rank's shuffle buffer; default as many as fit in 64 MiB; "
-              "0 turns shuffling off", None, to_optional(to_non_negative_int)),
+    ParamSpec("shuffle_buffer_size", "rows of each window of the epoch's order whose rows are shuffled together "
+              "(the shuffle buffer); default as many as fit in 64 MiB; 0 turns shuffling off", None,
+              to_optional(to_non_negative_int)),
     ParamSpec("random_seed", "seed of the split, the shuffle and the model initialisation on the ranks; "
               "default 0", None, to_optional(TypeConverters.toInt)),
     ParamSpec("store", "the spark_hvd.Store for data, checkpoints and logs; default a local temporary "
@@ -58,6 +59,10 @@ ESTIMATOR_PARAMS: list[ParamSpec] = [
               "again with it resumes its last checkpoint, another fit trains under '<run_id>.<digest>' with a "
               "RunIdReuseWarning", None,
               to_optional(TypeConverters.toString)),
+    ParamSpec("checkpoint_every_steps", "also checkpoint every this many training steps inside an epoch (rounded "
+              "up to a multiple of backward_passes_per_step), with the epoch's data position and every rank's "
+              "random generators, so that a refit with the same run_id goes on from that step; default: at each "
+              "epoch's end only", None, to_optional(to_positive_int)),
     ParamSpec("backward_passes_per_step", "gradients accumulated locally before each allreduce", 1,
               to_positive_int),
     ParamSpec("gradient_compression", "compression of the gradients on the wire (Compression.fp16, ...)",
@@ -68,7 +73,8 @@ ESTIMATOR_PARAMS: list[ParamSpec] = [
               "(name, numpy dtype, shape, nullable), as Petastorm's TransformSpec takes", None),
     ParamSpec("transformation_removed_fields", "column names transformation_fn removes", None,
               to_optional(to_str_list)),
-    ParamSpec("inmemory_cache_all", "keep each rank's shard in memory after the first pass", False,
+    ParamSpec("inmemory_cache_all", "keep each row group a rank reads in memory (shuffled, the ranks' shares move "
+              "through the split from epoch to epoch, so a rank's cache grows toward the whole split)", False,
               TypeConverters.toBoolean),
     ParamSpec("reader", f"how the ranks read the Parquet data: one of {READERS}", "arrow",
               TypeConverters.toString),

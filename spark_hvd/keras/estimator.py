@@ -77,7 +77,8 @@ class KerasEstimator(HorovodEstimator, KerasParams):
                  reader: str = "arrow", learning_rate_scaling: str = "linear", output_cols: Any = None,
                  start_timeout: float = 600.0, elastic: bool = False,
                  min_num_proc: int | None = None, max_num_proc: int | None = None,
-                 elastic_commit_steps: int | None = None, **unknown: Any) -> None:
+                 elastic_commit_steps: int | None = None, checkpoint_every_steps: int | None = None,
+                 **unknown: Any) -> None:
         super().__init__()
         set_defaults(self, KERAS_PARAMS)
         self._set_init_params(self._input_kwargs)

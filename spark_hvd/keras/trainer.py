@@ -27,7 +27,7 @@ import keras
 import numpy as np
 
 from spark_hvd.keras.batch_arrays import ArrayShapes
-from spark_hvd.recipe.hooks import FrameworkHooks, Position, Records, Resume
+from spark_hvd.recipe.hooks import FrameworkHooks, Position, Records, Resume, WithinEpoch
 from spark_hvd.recipe.plan import FitPlan
 
 
@@ -57,6 +57,8 @@ class KerasObjects:
 
 
 class KerasHooks(FrameworkHooks):
+    carried_attributes = ("metric_sums",)
+
     def __init__(self, spec: KerasRankSpec) -> None:
         self.spec, self.plan = spec, spec.plan
         self.hvd: Any = None
@@ -101,9 +103,11 @@ class KerasHooks(FrameworkHooks):
         if self.checkpoint_file is not None and checkpoint.callback is not None:
             self.checkpoint_file.restore(checkpoint.callback)
         history = list(checkpoint.history)
+        within = checkpoint.within
         # Rank 0's restored rate goes to every rank, so that their schedule callbacks start from the same one.
-        return Resume(checkpoint.epoch + 1, Records(history, [dict(entry) for entry in history]),
-                      framework=learning_rate(self.optimizer))
+        return Resume(within.epoch if within is not None else checkpoint.epoch + 1,
+                      Records(history, [dict(entry) for entry in history]), framework=learning_rate(self.optimizer),
+                      within=within)
 
     def adopt(self, resume: Resume) -> None:
         from spark_hvd.keras.learning_rate import set_learning_rate
@@ -132,7 +136,7 @@ class KerasHooks(FrameworkHooks):
         feed_spec = FeedSpec(plan.feature_cols, plan.label_cols, plan.sample_weight_col, self.spec.shapes,
                              objects.prefetch)
         transformation = objects.transformation[0] if objects.transformation is not None else None
-        rank_feeds = plan.feeds(rank, size, transformation)
+        rank_feeds = plan.feeds(rank, size, transformation, resume=start.data)
         position = start
         try:
             while position.epoch < plan.epochs:
@@ -170,19 +174,17 @@ class KerasHooks(FrameworkHooks):
         start_schedules_at(user_callbacks, self.base_rate * events.lr_factor)
         # The rank 0 of a re-formed job may not be the one that started with the checkpoint_callback.
         checkpoint = self.checkpoint_file if rank == 0 else None
-        ours: list[Any] = []
-        if events.elastic:
-            # Before the reporter, whose step may commit: a resumed epoch's sums are added at its first step.
-            self.carried_metrics = CarriedMetrics(events.state, self._average_over_ranks)
-            ours.append(self.carried_metrics)
-        ours.append(EpochReporter(events, start, rank, self.plan.stop_on_nonfinite_loss))
+        # Before the reporter, whose step may commit or checkpoint: a resumed epoch's sums are added at its first
+        # step.
+        self.carried_metrics = CarriedMetrics(events.carry, self._average_over_ranks)
+        ours: list[Any] = [self.carried_metrics, EpochReporter(events, start, rank, self.plan.stop_on_nonfinite_loss)]
         return rank_callbacks(self.hvd, rank, user_callbacks, checkpoint, ours, os.path.join(self._local.name, "logs"),
                               self.plan.data.store, self.plan.run_id, broadcast=not events.elastic)
 
     def _average_over_ranks(self, values: np.ndarray) -> np.ndarray:
         return np.asarray(self.hvd.allreduce(values, op=self.hvd.Average, name="shvd.elastic.metric_sums"))
 
-    def save(self, epoch: int, records: Records, lr_factor: float) -> None:
+    def save(self, epoch: int, records: Records, lr_factor: float, within: WithinEpoch | None = None) -> None:
         from spark_hvd.keras.checkpoint import save_checkpoint
         from spark_hvd.keras.learning_rate import unscaled_model_bytes
 
@@ -190,7 +192,10 @@ class KerasHooks(FrameworkHooks):
             return
         callback = self.checkpoint_file.changes() if self.checkpoint_file is not None else None
         save_checkpoint(self.plan.data.store, self.plan.run_id, unscaled_model_bytes(self.model, lr_factor), epoch,
-                        records.history, callback, self.plan.fit_key)
+                        records.history, callback, self.plan.fit_key, within)
+
+    def rng_model(self) -> Any:
+        return self.model
 
     def elastic_state(self, records: Records, attrs: dict[str, Any]) -> Any:
         # A commit holds every optimizer variable: its slots must exist before the first one (or a relaunched
@@ -198,7 +203,7 @@ class KerasHooks(FrameworkHooks):
         if not self.optimizer.built:
             self.optimizer.build(self.model.trainable_variables)
         return self.hvd.elastic.KerasState(self.model, self.optimizer, history=records.history,
-                                           epoch_metrics=records.epoch_metrics, metric_sums=None, **attrs)
+                                           epoch_metrics=records.epoch_metrics, **attrs)
 
     def fill_commit(self, state: Any) -> None:
         self.carried_metrics.save()

@@ -47,16 +47,17 @@ class ShardDataModule(pl.LightningDataModule):
     defines val_dataloader gets a validation loop, or a warning where the module has no validation_step)."""
 
     def __init__(self, plan: FitPlan, rank: int, size: int, transformation_fn: Any, debug: bool = False,
-                 resume_at: tuple[int, int] | None = None) -> None:
+                 resume_at: Any = None) -> None:
         super().__init__()
         self.plan, self.rank, self.size, self.transformation_fn = plan, rank, size, transformation_fn
         self.debug = debug        # Horovod's debug_data_loader: say what each loader reads
-        self.resume_at = resume_at   # (epoch, steps of it already trained) of an elastic fit's commit
+        self.resume_at = resume_at   # the recipe's Position inside an epoch, where a resume takes it up
         self.feeds: dict[str, Any] = {}
 
     def setup(self, stage: str) -> None:
         if not self.feeds:
-            self.feeds = self.plan.feeds(self.rank, self.size, self.transformation_fn)
+            resume = self.resume_at.data if self.resume_at is not None else None
+            self.feeds = self.plan.feeds(self.rank, self.size, self.transformation_fn, resume=resume)
 
     def teardown(self, stage: str) -> None:
         for feed in self.feeds.values():
@@ -67,18 +68,21 @@ class ShardDataModule(pl.LightningDataModule):
         return self._loader("train", self._trained_steps)
 
     def _trained_steps(self, epoch: int) -> int:
-        if self.resume_at is None or self.resume_at[0] != epoch:
+        if self.resume_at is None or self.resume_at.epoch != epoch:
             return 0
-        return self.resume_at[1]
+        return self.resume_at.step
 
     def _loader(self, split: str, skip: Callable[[int], int] = lambda epoch: 0) -> DataLoader:
         feed = self.feeds[split]
         if self.debug:
             print(f"rank {self.rank}: {split} loader: {feed.steps} steps an epoch of {feed.reader.batch_size} rows, "
-                  f"from a shard of {feed.reader.rows} rows", flush=True)
+                  f"from a split of {feed.reader.rows} rows", flush=True)
         dataset = LockstepBatches(feed, self._epoch, self._convert, skip)
-        # In this process: the reader is this rank's shard, which loader workers would each read again.
-        return DataLoader(dataset, batch_size=None, collate_fn=_as_is, num_workers=0)
+        # In this process: the reader is this rank's shard, which loader workers would each read again. A
+        # generator of its own: each new iterator draws a seed from it, which would otherwise come from torch's
+        # global generator, so a fit resumed mid-epoch would draw one more than an unbroken one (dropout's).
+        return DataLoader(dataset, batch_size=None, collate_fn=_as_is, num_workers=0,
+                          generator=torch.Generator().manual_seed(0))
 
     def _epoch(self) -> int:
         return self.trainer.current_epoch if self.trainer is not None else 0
@@ -97,7 +101,7 @@ class ValidatedShardDataModule(ShardDataModule):
 
 
 def shard_data_module(plan: FitPlan, rank: int, size: int, transformation_fn: Any, debug: bool = False,
-                      resume_at: tuple[int, int] | None = None) -> ShardDataModule:
+                      resume_at: Any = None) -> ShardDataModule:
     cls = ValidatedShardDataModule if plan.val_steps else ShardDataModule
     return cls(plan, rank, size, transformation_fn, debug, resume_at)
 

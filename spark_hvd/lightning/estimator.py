@@ -114,7 +114,8 @@ class TorchEstimator(HorovodEstimator):
                  reader: str = "arrow", learning_rate_scaling: str = "linear", output_cols: Any = None,
                  start_timeout: float = 600.0, elastic: bool = False,
                  min_num_proc: int | None = None, max_num_proc: int | None = None,
-                 elastic_commit_steps: int | None = None, **unknown: Any) -> None:
+                 elastic_commit_steps: int | None = None, checkpoint_every_steps: int | None = None,
+                 **unknown: Any) -> None:
         super().__init__()
         _check_lightning_version()
         set_defaults(self, LIGHTNING_PARAMS)
@@ -170,10 +171,11 @@ class TorchEstimator(HorovodEstimator):
                                             and issubclass(data_module, pl.LightningDataModule)):
             raise InputError("data_module must be a LightningDataModule class (each rank builds it with Horovod's "
                              f"keywords), got {data_module!r}")
-        if data_module is not None and self.getElastic():
-            raise InputError("data_module cannot be given with elastic=True: an elastic fit resumes mid-epoch by "
-                             "skipping the batches already trained, which the estimator's own loaders do; leave "
-                             "data_module unset, or fit with elastic=False")
+        if data_module is not None and (self.getElastic() or self.getCheckpointEverySteps()):
+            given = "elastic=True" if self.getElastic() else "checkpoint_every_steps"
+            raise InputError(f"data_module cannot be given with {given}: a fit resumed mid-epoch reads only the "
+                             "rows the epoch has left, which the estimator's own loaders do; leave data_module "
+                             f"unset, or fit without {given}")
         input_shapes = self.getInputShapes()
         if input_shapes is not None and len(input_shapes) != len(self.getFeatureCols()):
             raise InputError(f"input_shapes has {len(input_shapes)} shape(s) for {len(self.getFeatureCols())} "

@@ -52,6 +52,7 @@ class _Recording(Callback):
         self.events, self.lr_factor = events, lr_factor
         self.logged: dict[str, float] = {}
         self.stopped = False
+        self.within: bytes | None = None     # where the checkpoint being saved stands (WithinEpoch.to_bytes)
         # Input wait: Lightning's loop fetches a batch (and moves it to the device) between one batch's end
         # and the next one's start, whatever the data module; a validation between them is left out.
         self._fetch_from: float | None = None
@@ -67,7 +68,8 @@ class _Recording(Callback):
         return self.events.records.epoch_metrics
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch_metrics": list(self.epoch_metrics), "logged": self.logged, "stopped": self.stopped}
+        return {"epoch_metrics": list(self.epoch_metrics), "logged": self.logged, "stopped": self.stopped,
+                "within": self.within}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         records = self.events.records

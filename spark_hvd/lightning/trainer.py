@@ -18,7 +18,7 @@ from typing import Any
 
 import cloudpickle
 
-from spark_hvd.recipe.hooks import FrameworkHooks, Position, Records, Resume
+from spark_hvd.recipe.hooks import FrameworkHooks, Position, Records, Resume, WithinEpoch
 from spark_hvd.recipe.plan import FitPlan
 
 RESUME_FILE = "resume.ckpt"
@@ -112,8 +112,9 @@ class LightningHooks(FrameworkHooks):
         check_checkpoint_fit(self.plan, checkpoint.get(FIT_KEY))
         state = checkpoint.get("callbacks", {}).get(RECORDER_STATE_KEY, {})
         metrics = [dict(entry) for entry in state.get("epoch_metrics", [])]
+        within = WithinEpoch.from_bytes(state["within"]) if state.get("within") else None
         return Resume(len(metrics), Records([dict(entry) for entry in metrics], metrics),
-                      framework={"epochs_done": len(metrics), "stopped": bool(state.get("stopped"))})
+                      framework={"epochs_done": len(metrics), "stopped": bool(state.get("stopped"))}, within=within)
 
     def adopt(self, resume: Resume) -> None:
         self.resume = resume.framework
@@ -128,13 +129,22 @@ class LightningHooks(FrameworkHooks):
 
     def run_epochs(self, start: Position, events: Any) -> None:
         hvd = self.hvd
-        ckpt_path = self._formation_checkpoint(events.state) if events.elastic else self.start_ckpt
+        ckpt_path = self._formation_checkpoint(events.state) if events.elastic else self._start_checkpoint(start)
         self.recorder = _recorder(self.checkpointing, events)
         self.trainer, self.user_callbacks = _trainer(self.plan, self.objects, self.device, events.lr_factor,
                                                      self.checkpoint_io, self._local, self.recorder, self.resume)
-        data = _data_module(self.plan, self.objects, hvd.rank(), hvd.size(),
-                            (start.epoch, start.step) if events.elastic else None)
+        data = _data_module(self.plan, self.objects, hvd.rank(), hvd.size(), start if start.step else None)
         self.trainer.fit(self.module, datamodule=data, ckpt_path=ckpt_path)
+
+    def _start_checkpoint(self, start: Position) -> str | None:
+        """Where a static fit's Trainer resumes from: the run's resume checkpoint, its position in the epoch
+        moved to ``start.step`` when it was written inside an epoch at another size."""
+        from spark_hvd.lightning.elastic_commits import checkpoint_at_step
+
+        if self.start_ckpt is None or not start.step:
+            return self.start_ckpt
+        checkpoint = self.checkpoint_io.load_checkpoint(self.start_ckpt)
+        return checkpoint_at_step(checkpoint, start.epoch, start.step, self._local.root)
 
     def _formation_checkpoint(self, state: Any) -> str | None:
         """Where a formation's Trainer resumes from: the last commit, else the run's resume checkpoint of an
@@ -145,13 +155,16 @@ class LightningHooks(FrameworkHooks):
             return committed_checkpoint(state, self._local.root)
         if self.start_ckpt is None:
             self.module.load_state_dict(self.initial_weights)
-        return self.start_ckpt
+        return self._start_checkpoint(Position(state.epoch, state.step))
 
-    def save(self, epoch: int, records: Records, lr_factor: float) -> None:
-        # Lightning's save is collective (a barrier), and writes from rank 0 through StoreCheckpointIO.
+    def save(self, epoch: int, records: Records, lr_factor: float, within: WithinEpoch | None = None) -> None:
+        # Lightning's save is collective (a barrier), and writes from rank 0 through StoreCheckpointIO; inside
+        # an epoch it holds Lightning's loop position there, and the recorder's state where the data stands.
         if self.checkpointing:
+            self.recorder.within = within.to_bytes() if within is not None else None
             self.trainer.save_checkpoint(self.resume_path, weights_only=False)
-        self._sync_logs()
+        if within is None or not within.step:
+            self._sync_logs()
 
     def elastic_state(self, records: Records, attrs: dict[str, Any]) -> Any:
         self.initial_weights = {name: value.detach().clone() for name, value in self.module.state_dict().items()}
@@ -161,7 +174,9 @@ class LightningHooks(FrameworkHooks):
     def fill_commit(self, state: Any) -> None:
         from spark_hvd.lightning.elastic_commits import checkpoint_bytes
 
-        state.checkpoint = checkpoint_bytes(self.trainer)
+        # A static fit's checkpoint inside an epoch is Lightning's own (save): nothing to carry beside it.
+        if hasattr(state, "checkpoint"):
+            state.checkpoint = checkpoint_bytes(self.trainer)
 
     fill_epoch_commit = fill_commit
 
@@ -279,8 +294,7 @@ def _default_logger(logs_dir: str) -> Any:
     return CSVLogger(logs_dir, version=version)
 
 
-def _data_module(plan: FitPlan, objects: LightningObjects, rank: int, size: int,
-                 resume_at: tuple[int, int] | None) -> Any:
+def _data_module(plan: FitPlan, objects: LightningObjects, rank: int, size: int, resume_at: Position | None) -> Any:
     from spark_hvd.lightning.data_module import horovod_data_module_kwargs, shard_data_module
 
     if objects.data_module is None:

@@ -3,11 +3,13 @@
 The record of an epoch, the same for every framework (``model.getEpochTimes()``, and the driver's progress
 line)::
 
-    {"epoch": 0, "input_s": 0.8, "compute_s": 4.1, "communication_s": 1.2, "slowest_rank": 1, "ranks": 2}
+    {"epoch": 0, "input_s": 0.8, "compute_s": 4.1, "communication_s": 1.2, "slowest_rank": 1, "ranks": 2,
+     "padded_rows": 12, "left_out_rows": 0}
 
 ``input_s``, ``compute_s`` and ``communication_s`` are averaged over the ranks (epoch_clock.py says what
 each holds); ``slowest_rank`` is the rank whose own work (input and compute) took longest: in lockstep
 training the other ranks wait for it in the allreduce, so their communication share holds its lateness.
+The row counts come from the epoch's data position (EpochEvents adds them).
 """
 
 from __future__ import annotations

@@ -37,6 +37,21 @@ class EpochSteps:
                if self.val_rows else 0)
         return train, val
 
+    def resumed_step(self, done: int, rows_left: int, size: int) -> int:
+        """The step of an epoch of ``size`` ranks at which training resumes after ``done`` steps at another
+        size left ``rows_left`` rows of the pass untrained: the steps left are as many as those rows fill,
+        the last one padded (in whole accumulation windows), so that the epoch trains each of its rows once
+        whatever the sizes; at most the epoch's steps at ``size``. An epoch of ``train_steps_per_epoch``
+        steps is a count of steps: ``done`` stays."""
+        from spark_hvd.data import steps_per_epoch
+
+        train = self.at(size)[0]
+        if self.train_steps_per_epoch is not None:
+            return min(done, train)
+        bpps = self.backward_passes_per_step
+        left = steps_per_epoch(rows_left, size, self.batch_size)
+        return max(0, train - -(-left // bpps) * bpps)
+
 
 @dataclass(frozen=True)
 class ElasticPlan:
@@ -47,13 +62,6 @@ class ElasticPlan:
     min_num_proc: int
     max_num_proc: int
     steps: EpochSteps
-
-    def resumed_step(self, step: int, old_steps: int, new_steps: int) -> int:
-        """Where the committed step of an epoch of ``old_steps`` lands in one of ``new_steps``: the same
-        fraction of the epoch done, rounded down to a whole accumulation window."""
-        bpps = self.steps.backward_passes_per_step
-        return (step * new_steps // old_steps) // bpps * bpps
-
 
 
 @dataclass(frozen=True)
@@ -89,6 +97,9 @@ class FitPlan:
     # The fit's identity (estimator/fit_identity.py): its checkpoints record it, and rank 0 resumes only a
     # checkpoint that records the same (recipe/checkpoint_fit.py). None: not checked.
     fit_key: str | None = None
+    # Steps between checkpoints inside an epoch (a multiple of backward_passes_per_step); None: at epochs' ends only.
+    checkpoint_every_steps: int | None = None
+    epoch_steps: EpochSteps | None = None   # how the epoch's steps follow the rows and the size
 
     def steps_at(self, size: int) -> tuple[int, int]:
         """(training, validation) steps an epoch at ``size`` ranks: an elastic fit's change with its size."""
@@ -109,11 +120,13 @@ class FitPlan:
                 for split, steps in (("train", self.train_steps), ("val", self.val_steps)) if steps}
 
     def feeds(self, rank: int, size: int, transformation_fn: Any = None,
-              workers: Mapping[str, int | None] | None = None, ranks_on_host: int | None = None) -> dict[str, Any]:
+              workers: Mapping[str, int | None] | None = None, ranks_on_host: int | None = None,
+              resume: Any = None) -> dict[str, Any]:
         """This rank's ``RankFeed`` of each split it steps through, the steps per epoch those of ``size``
         ranks, each batch after ``transformation_fn`` (with the plan's edit and removed fields), run by the
         split's decode workers: ``workers[split]`` where given, else the plan's ``*_reader_num_workers``
-        (None: ``reader_workers``'s default, from ``ranks_on_host``, by default collective's local size)."""
+        (None: ``reader_workers``'s default, from ``ranks_on_host``, by default collective's local size).
+        ``resume``: the training epoch's data position a resume starts from (``Position.data``)."""
         from spark_hvd.data.feed.rank_feed import RankFeed, Transformation
 
         transformation = (Transformation(transformation_fn, self.transformation_edit_fields,
@@ -124,7 +137,8 @@ class FitPlan:
             count = (workers or {}).get(split)
             if count is None:
                 count = self.reader_workers(split, transformation is not None, ranks_on_host)
-            feeds[split] = RankFeed(reader, steps[split], transformation, workers=count)
+            feeds[split] = RankFeed(reader, steps[split], transformation, workers=count,
+                                    resume=resume if split == "train" else None)
         return feeds
 
     def reader_workers(self, split: str, has_transformation: bool, ranks_on_host: int | None = None) -> int:

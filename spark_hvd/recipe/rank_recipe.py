@@ -2,13 +2,15 @@
 
 1. init (the framework's collective, device, seeds, model);
 2. rank 0 restores the run's last checkpoint, if any;
-3. what it restored is broadcast (the epoch to start from, the records so far);
+3. what it restored is broadcast (the epoch to start from, the records so far, and for a checkpoint inside
+   an epoch where in it: resume_point.py takes it up at this number of ranks);
 4. the learning rate is scaled by the number of ranks (``learning_rate_scaling='linear'``, Horovod's rule);
 5. rank 0's parameters and optimizer state are broadcast;
 6. the optimizer is wrapped in the framework's DistributedOptimizer;
-7. the epochs run, the framework's loop telling ``EpochEvents`` of each step and epoch;
+7. each rank takes up its random generators where the checkpoint kept them at this size (rng_states.py),
+   and the epochs run, the framework's loop telling ``EpochEvents`` of each step and epoch;
 8. after each epoch, the ranks' time split is gathered (epoch_times.py), the checkpoint written (rank 0
-   writes it) and, in an elastic fit, a commit made;
+   writes it) and, in an elastic fit, a commit made; every ``checkpoint_every_steps`` steps too;
 9. rank 0 returns what the driver builds the model from, with the epochs' time split.
 
 An elastic fit (``plan.elastic``) runs step 7 under ``hvd.elastic.run``: the same epochs, with commits, and
@@ -19,11 +21,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from spark_hvd.recipe import rng_states
 from spark_hvd.recipe.epoch_events import EpochEvents
 from spark_hvd.recipe.epoch_times import GATHER_NAME
 from spark_hvd.recipe.formation import enter_formation, initial_state_attrs
 from spark_hvd.recipe.hooks import FrameworkHooks, Position, Records, Resume
 from spark_hvd.recipe.plan import FitPlan
+from spark_hvd.recipe.resume_point import own_rng, start_position
 
 
 # What every framework's rank imports to run the recipe and read its shard: an estimator's spare rank process
@@ -64,13 +68,17 @@ def run_rank(hooks: FrameworkHooks, plan: FitPlan) -> dict[str, Any] | None:
         hooks.wrap_optimizer()
         progress = RankProgress(rank)
         progress.start(resume.first_epoch)
+        start = start_position(plan.epoch_steps, resume, size)
+        rng_states.restore_own(own_rng(resume), rank, size, hooks.rng_model())
         extra: dict[str, Any] = {}
         if plan.elastic is None:
-            events = EpochEvents(hooks, plan, progress, size, resume.records, factor, gather=_gather(hvd))
-            hooks.run_epochs(Position(resume.first_epoch), events)
+            carried = resume.within.carried if start.step else None
+            events = EpochEvents(hooks, plan, progress, size, resume.records, factor, gather=_gather(hvd),
+                                 start=start, carried=carried)
+            hooks.run_epochs(start, events)
             records = events.records
         else:
-            records, factor, extra["reformations"] = _run_elastic(hooks, plan, hvd, resume, progress)
+            records, factor, extra["reformations"] = _run_elastic(hooks, plan, hvd, resume, start, progress)
         if hvd.rank() != 0:
             return None
         return {**hooks.result(records, factor), "epoch_times": list(records.epoch_times), **extra}
@@ -78,22 +86,33 @@ def run_rank(hooks: FrameworkHooks, plan: FitPlan) -> dict[str, Any] | None:
         hooks.close()
 
 
-def _run_elastic(hooks: FrameworkHooks, plan: FitPlan, hvd: Any, resume: Resume,
+def _run_elastic(hooks: FrameworkHooks, plan: FitPlan, hvd: Any, resume: Resume, start: Position,
                  progress: Any) -> tuple[Records, float, list[dict[str, int]]]:
     """Step 7 under ``hvd.elastic.run``: (the records, the learning rate factor at the end, the re-formations)."""
+    from spark_hvd.data.read.epoch_position import EpochPosition
+
     elastic = plan.elastic
     linear = plan.learning_rate_scaling == "linear"
-    attrs = initial_state_attrs(elastic, hvd.size(), resume.first_epoch, linear)
+    size = hvd.size()
+    attrs = initial_state_attrs(elastic, size, start, linear, own_rng(resume))
     # Committed and restored with the rest of the records.
     attrs["epoch_times"] = list(resume.records.epoch_times)
+    attrs.update({name: None for name in hooks.carried_attributes})
+    if start.step:
+        attrs.update(resume.within.carried)
     state = hooks.elastic_state(resume.records, attrs)
+
+    def restore_rng(states: list[Any] | None) -> None:
+        rng_states.restore_own(states, hvd.rank(), hvd.size(), hooks.rng_model())
 
     @hvd.elastic.run
     def train(state: Any) -> None:
-        enter_formation(state, hvd.size(), elastic, hooks.scale_learning_rate, linear)
+        enter_formation(state, hvd.size(), elastic, hooks.scale_learning_rate, linear, restore_rng)
+        data = EpochPosition.from_ints(state.position) if state.position is not None else None
+        position = Position(state.epoch, state.step, data)
         events = EpochEvents(hooks, plan, progress, hvd.size(), Records(), state.lr_size, state=state,
-                             gather=_gather(hvd))
-        hooks.run_epochs(Position(state.epoch, state.step), events)
+                             gather=_gather(hvd), start=position)
+        hooks.run_epochs(position, events)
 
     train(state)
     return Records(state.history, state.epoch_metrics, state.epoch_times), state.lr_size, state.reformations
@@ -101,6 +120,6 @@ def _run_elastic(hooks: FrameworkHooks, plan: FitPlan, hvd: Any, resume: Resume,
 
 def _gather(hvd: Any) -> Any:
     """Every rank's object of the current formation, in rank order (the framework's allgather_object)."""
-    def gather(obj: Any) -> list[Any]:
-        return hvd.allgather_object(obj, name=GATHER_NAME)
+    def gather(obj: Any, name: str = GATHER_NAME) -> list[Any]:
+        return hvd.allgather_object(obj, name=name)
     return gather

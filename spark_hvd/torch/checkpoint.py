@@ -1,4 +1,6 @@
-"""Per-epoch checkpoints of a torch run under ``<store>/runs/<run_id>/checkpoints/`` (written by rank 0)."""
+"""Checkpoints of a torch run under ``<store>/runs/<run_id>/checkpoints/`` (written by rank 0), one file
+replaced at each epoch's end and every ``checkpoint_every_steps`` steps; ``within`` says where in an epoch
+(recipe/hooks.py's WithinEpoch, as bytes)."""
 
 from __future__ import annotations
 
@@ -18,13 +20,13 @@ def checkpoint_path(store: Any, run_id: str) -> str:
 
 def save_checkpoint(store: Any, run_id: str, model: torch.nn.Module, optimizer_state: dict[str, Any],
                     epoch: int, history: list[dict[str, Any]], epoch_metrics: list[dict[str, float]],
-                    fit: str | None = None) -> None:
+                    fit: str | None = None, within: bytes | None = None) -> None:
     """Written whole or not at all (Store.write_bytes), so a crash mid-write keeps the previous one.
-    Horovod's keys ('model', 'optimizer') plus the epoch and the histories, for resuming, and the fit it
-    belongs to (FIT_KEY)."""
+    Horovod's keys ('model', 'optimizer') plus the last whole epoch, the histories and ``within``, for resuming,
+    and the fit it belongs to (FIT_KEY)."""
     store.write_bytes(checkpoint_path(store, run_id), torch_bytes({
         "model": model.state_dict(), "optimizer": optimizer_state, "epoch": epoch, "history": history,
-        "epoch_metrics": epoch_metrics, FIT_KEY: fit}))
+        "epoch_metrics": epoch_metrics, FIT_KEY: fit, "within": within}))
 
 
 def load_checkpoint(store: Any, run_id: str) -> dict[str, Any] | None:

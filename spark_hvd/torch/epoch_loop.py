@@ -59,12 +59,12 @@ class EpochLoop:
         self.loss_guard = LossGuard(hvd.rank(), plan.stop_on_nonfinite_loss)
         self.totals: _Totals | None = None
 
-    def train_epoch(self, epoch: int, feed: Any, events: Any, first_step: int = 0,
-                    carried: np.ndarray | None = None) -> tuple[dict[str, Any], dict[str, float]]:
+    def train_epoch(self, epoch: int, feed: Any, events: Any,
+                    first_step: int = 0) -> tuple[dict[str, Any], dict[str, float]]:
         """Steps ``first_step`` to the feed's steps of ``epoch`` (a resumed epoch skips the batches it
-        trained); ``events.step_done`` hears of each (progress, an elastic fit's commits, which read the
-        epoch's sums so far in ``totals``); ``carried`` are every rank's sums of the epoch's steps before
-        ``first_step``."""
+        trained); ``events.step_done`` hears of each (progress, commits and checkpoints, which move the
+        epoch's sums so far from ``totals`` to ``events.carry.sums``, every rank's added up, where a resumed
+        epoch's sums before ``first_step`` already are)."""
         import torch
 
         self.model.train()
@@ -80,7 +80,7 @@ class EpochLoop:
             with torch.no_grad():
                 totals.add(loss_value, self._metric_values(outputs, labels), rows=len(labels[0]))
             events.step_done(epoch, step + 1, loss_value)
-        loss, values = totals.averaged(self.hvd, "train", carried)
+        loss, values = totals.averaged(self.hvd, "train", events.carry.sums)
         return {"epoch": epoch, "train": self._horovod_entry(loss, values)}, self._flat(loss, values, prefix="")
 
     def validate(self, epoch: int, feed: Any) -> tuple[dict[str, Any], dict[str, float]]:

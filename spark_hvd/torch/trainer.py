@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from spark_hvd.recipe.hooks import FrameworkHooks, Position, Records, Resume
+from spark_hvd.recipe.hooks import FrameworkHooks, Position, Records, Resume, WithinEpoch
 from spark_hvd.recipe.plan import FitPlan
 
 
@@ -60,6 +60,8 @@ def add_sums(carried: np.ndarray | None, sums: np.ndarray) -> np.ndarray:
 
 
 class TorchHooks(FrameworkHooks):
+    carried_attributes = ("sums",)
+
     def __init__(self, spec: TorchRankSpec) -> None:
         self.spec, self.plan, self.objects = spec, spec.plan, spec.objects
         self.hvd: Any = None
@@ -92,8 +94,10 @@ class TorchHooks(FrameworkHooks):
         check_checkpoint_fit(self.plan, checkpoint.get(FIT_KEY))
         self.model.load_state_dict(checkpoint["model"])
         self.optimizer.load_state_dict(checkpoint["optimizer"])
-        return Resume(int(checkpoint["epoch"]) + 1,
-                      Records(list(checkpoint["history"]), list(checkpoint.get("epoch_metrics", []))))
+        within = WithinEpoch.from_bytes(checkpoint["within"]) if checkpoint.get("within") else None
+        return Resume(within.epoch if within is not None else int(checkpoint["epoch"]) + 1,
+                      Records(list(checkpoint["history"]), list(checkpoint.get("epoch_metrics", []))),
+                      within=within)
 
     def scale_learning_rate(self, factor: float) -> None:
         scale_learning_rate(self.optimizer, factor)
@@ -120,13 +124,11 @@ class TorchHooks(FrameworkHooks):
         return float(getattr(self.optimizer, "communication_wait_s", 0.0))
 
     def run_epochs(self, start: Position, events: Any) -> None:
-        feeds = self.plan.feeds(self.hvd.rank(), self.hvd.size(), self.objects.transformation_fn)
+        feeds = self.plan.feeds(self.hvd.rank(), self.hvd.size(), self.objects.transformation_fn, resume=start.data)
         try:
             for epoch in range(start.epoch, self.plan.epochs):
-                resumed = epoch == start.epoch
-                carried = events.state.sums if events.elastic and resumed else None
                 entry, flat = self.loop.train_epoch(epoch, feeds["train"], events,
-                                                    first_step=start.step if resumed else 0, carried=carried)
+                                                    first_step=start.step if epoch == start.epoch else 0)
                 if "val" in feeds:
                     val_entry, val_flat = self.loop.validate(epoch, feeds["val"])
                     entry["validation"] = val_entry
@@ -136,17 +138,17 @@ class TorchHooks(FrameworkHooks):
             for feed in feeds.values():
                 feed.close()
 
-    def save(self, epoch: int, records: Records, lr_factor: float) -> None:
+    def save(self, epoch: int, records: Records, lr_factor: float, within: WithinEpoch | None = None) -> None:
         from spark_hvd.torch.checkpoint import save_checkpoint
 
         if self.hvd.rank() == 0:
             save_checkpoint(self.plan.data.store, self.plan.run_id, self.model,
                             unscaled_state(self.optimizer, lr_factor), epoch, records.history, records.epoch_metrics,
-                            self.plan.fit_key)
+                            self.plan.fit_key, within.to_bytes() if within is not None else None)
 
     def elastic_state(self, records: Records, attrs: dict[str, Any]) -> Any:
-        return self.hvd.elastic.TorchState(model=self.model, optimizer=self.optimizer, sums=None,
-                                           history=records.history, epoch_metrics=records.epoch_metrics, **attrs)
+        return self.hvd.elastic.TorchState(model=self.model, optimizer=self.optimizer, history=records.history,
+                                           epoch_metrics=records.epoch_metrics, **attrs)
 
     def fill_commit(self, state: Any) -> None:
         # Every rank's sums of the steps so far: a rank lost later takes its own with it.

@@ -56,15 +56,17 @@ def assert_split_of(rows: dict[str, dict[str, np.ndarray]], features: np.ndarray
     assert order == sorted(order), "the training rows are not in the DataFrame's order"
 
 
-def contiguous_shards(rows: int, size: int = RANKS) -> list[np.ndarray]:
-    """spark-hvd's arrow reader: rank r reads rows [r * n // size, (r + 1) * n // size) of the split."""
-    return [np.arange(r * rows // size, (r + 1) * rows // size) for r in range(size)]
+def dealt_shares(rows: int, batch_size: int, steps: int, size: int = RANKS) -> list[np.ndarray]:
+    """spark-hvd's arrow reader, unshuffled: an epoch's ``size * steps * batch_size`` positions dealt in
+    contiguous shares, rank r's [r * steps * batch_size, (r + 1) * steps * batch_size); positions past the
+    split's end are its next pass's rows (the lockstep padding)."""
+    share = steps * batch_size
+    return [np.arange(r * share, (r + 1) * share) % rows for r in range(size)]
 
 
 def union_batches(shards: Sequence[np.ndarray], batch_size: int, steps: int) -> list[np.ndarray]:
-    """Row indices of each step's union batch: every rank's next ``batch_size`` rows of its shard, unshuffled,
-    from the shard's start each epoch; a rank that runs out of rows within the epoch starts its shard again
-    (spark-hvd's readers wrap around, so every rank runs the same number of steps)."""
+    """Row indices of each step's union batch: every rank's next ``batch_size`` rows of its share, unshuffled,
+    from the share's start each epoch (a share shorter than the steps starts again)."""
     return [np.concatenate([s[np.arange(k * batch_size, (k + 1) * batch_size) % len(s)] for s in shards])
             for k in range(steps)]
 

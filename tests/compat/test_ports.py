@@ -32,7 +32,7 @@ import pytest
 from port_references import (
     RANKS,
     assert_split_of,
-    contiguous_shards,
+    dealt_shares,
     materialized_rows,
     max_weight_difference,
     scale_torch_learning_rate,
@@ -128,13 +128,14 @@ class TorchReference:
 
 def torch_estimator_reference(module: ModuleType, train: dict[str, np.ndarray], epochs: int) -> TorchReference:
     """What a two-rank TorchEstimator fit trains, in one process: the script's model and optimizer, the rate
-    times the ranks, input_shapes [-1, 1, 8, 8], the union batches of the ranks' contiguous shards."""
+    times the ranks, input_shapes [-1, 1, 8, 8], the union batches of the ranks' dealt shares."""
     import torch
 
     model, optimizer = module.build_model_and_optimizer()
     scale_torch_learning_rate(optimizer, RANKS)
     rows = len(train["label"])
-    batches = union_batches(contiguous_shards(rows), module.BATCH_SIZE, whole_steps(rows, module.BATCH_SIZE))
+    steps = whole_steps(rows, module.BATCH_SIZE)
+    batches = union_batches(dealt_shares(rows, module.BATCH_SIZE, steps), module.BATCH_SIZE, steps)
     x, y = torch.from_numpy(train["features"]), torch.from_numpy(train["label"])
     losses = train_torch(model, optimizer, lambda b: _nll_on_class_floats(model(x[b].reshape(-1, 1, 8, 8)), y[b]),
                          batches, epochs)
@@ -292,8 +293,10 @@ def test_keras_estimator_port_trains_the_single_process_model(tmp_path: Path) ->
     optimizer = type(optimizer).from_config(config)
     loss_fn = keras.losses.CategoricalCrossentropy()      # loss='categorical_crossentropy' in the script
     train_rows = len(train["label_vec"])
-    # Horovod's KerasEstimator rounds an epoch up (its TorchEstimator rounds down), so the ranks' shards wrap.
-    batches = union_batches(contiguous_shards(train_rows), m.BATCH_SIZE, covering_steps(train_rows, m.BATCH_SIZE))
+    # Horovod's KerasEstimator rounds an epoch up (its TorchEstimator rounds down), so the last share is
+    # padded from the epoch's next pass.
+    steps = covering_steps(train_rows, m.BATCH_SIZE)
+    batches = union_batches(dealt_shares(train_rows, m.BATCH_SIZE, steps), m.BATCH_SIZE, steps)
     features = train["features"].reshape(-1, 8, 8, 1).astype(np.float32)
     targets = train["label_vec"].astype(np.float32)
     weights_after_epoch, epoch_losses = [], []
@@ -348,7 +351,8 @@ def test_lightning_estimator_port_trains_the_single_process_model(tmp_path: Path
     model = m.build_model()
     optimizer = scale_torch_learning_rate(model.configure_optimizers(), RANKS)
     train_rows = len(train["label"])
-    batches = union_batches(contiguous_shards(train_rows), m.BATCH_SIZE, whole_steps(train_rows, m.BATCH_SIZE))
+    steps = whole_steps(train_rows, m.BATCH_SIZE)
+    batches = union_batches(dealt_shares(train_rows, m.BATCH_SIZE, steps), m.BATCH_SIZE, steps)
     x, y = torch.from_numpy(train["features"]), torch.from_numpy(train["label"])
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*self.log.*")      # no Trainer here to log to

@@ -219,7 +219,7 @@ def _slow(row):
 @pytest.mark.timeout(60)
 def test_a_killed_worker_fails_the_feed_naming_the_rank_within_seconds(store, feeds):
     feed = RankFeed(_reader(store, rank=0), steps=30, transformation=Transformation(_slow), workers=2)
-    feed.reader.rank = 5                           # as a rank of a larger fit would name itself
+    feed.reader.rank, feed.reader.size = 5, 6      # as a rank of a larger fit would name itself
     feeds.append(feed)
     batches = feed.epoch(0)
     next(batches)

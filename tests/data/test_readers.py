@@ -10,46 +10,40 @@ import pytest
 
 from split_helpers import one_pass, write_split
 from spark_hvd.data import make_reader, steps_per_epoch
-from spark_hvd.data.read.arrow_reader import plan_pieces, shard_range
 from spark_hvd.errors import ShardReadError
+
+
+def ids_of(batches) -> list[int]:
+    return np.concatenate([b["id"] for b in batches]).tolist()
 
 
 def one_pass_ids(reader, epoch=0):
     return one_pass(reader, epoch)["id"].tolist()
 
 
-def test_shard_ranges_cover_every_row_once():
-    for total, size in [(10, 3), (7, 7), (100, 4), (5, 8), (1, 3)]:
-        ranges = [shard_range(total, rank, size) for rank in range(size)]
-        assert all(stop > start for start, stop in ranges)
-        if total >= size:
-            assert [r for start, stop in ranges for r in range(start, stop)] == list(range(total))
-        else:
-            assert {start for start, _ in ranges} == set(range(total))
-
-
-def test_pieces_follow_row_group_boundaries():
-    pieces = plan_pieces([(4, 4), (3,), (5, 1)], start=2, stop=12)
-    assert [(p.file_index, p.row_group, p.start, p.stop) for p in pieces] == [
-        (0, 0, 2, 4), (0, 1, 0, 4), (1, 0, 0, 3), (2, 0, 0, 1)]
-
-
+@pytest.mark.parametrize("shuffle", [False, True])
 @pytest.mark.parametrize("size", [1, 2, 3, 4])
-def test_every_row_read_exactly_once_across_ranks(store, size):
+def test_every_row_read_exactly_once_across_ranks_in_one_order_at_any_size(store, size, shuffle):
     data = write_split(store, "k", file_rows=[37, 0, 50, 13], row_group_rows=8)
+    steps = steps_per_epoch(100, size, 5)
     seen = []
     for rank in range(size):
-        with make_reader(data, "train", rank, size, batch_size=5, shuffle=False, seed=0) as reader:
-            ids = one_pass_ids(reader)
-            assert ids == sorted(ids)                                   # no shuffle: file order
-            seen.extend(ids)
-    assert sorted(seen) == list(range(100)) and len(seen) == 100
+        with make_reader(data, "train", rank, size, batch_size=5, shuffle=shuffle, seed=3,
+                         shuffle_buffer_rows=16) as reader:
+            assert reader.rows == 100
+            seen.extend(ids_of(reader.batches(0)))
+    assert len(seen) == size * steps * 5
+    # The ranks' batches, rank after rank, are the epoch's order (padded from its next pass).
+    with make_reader(data, "train", 0, 1, batch_size=1, shuffle=shuffle, seed=3, shuffle_buffer_rows=16) as one:
+        order = ids_of(one.batches(0, steps=len(seen)))
+    assert seen == order
+    assert sorted(seen[:100]) == list(range(100)) and (seen[:100] == list(range(100))) != shuffle
 
 
 def test_batches_have_exact_size_dtype_and_shape(store):
     data = write_split(store, "k", file_rows=[23], row_group_rows=4)
     reader = make_reader(data, "train", 0, 1, batch_size=7, shuffle=True, seed=3)
-    for batch in itertools.islice(reader.batches(0), 10):               # 70 rows: wraps around 23 rows
+    for batch in reader.batches(0, steps=10):                          # 70 rows: three passes over 23
         assert set(batch) == {"id", "x"}
         assert batch["id"].shape == (7,) and batch["id"].dtype == np.int64
         assert batch["x"].shape == (7, 3) and batch["x"].dtype == np.float32
@@ -57,11 +51,10 @@ def test_batches_have_exact_size_dtype_and_shape(store):
         np.testing.assert_array_equal(batch["x"], np.stack([ids, ids + 0.5, -ids], axis=1))
 
 
-def test_endless_stream_wraps_around_the_shard(store):
+def test_an_epoch_longer_than_the_data_goes_on_into_its_next_pass(store):
     data = write_split(store, "k", file_rows=[10], row_group_rows=3)
     reader = make_reader(data, "train", 0, 1, batch_size=4, shuffle=False, seed=0)
-    ids = np.concatenate([b["id"] for b in itertools.islice(reader.batches(0), 5)])
-    assert ids.tolist() == [*range(10), *range(10)]
+    assert ids_of(reader.batches(0, steps=5)) == [*range(10), *range(10)]
 
 
 def test_shuffle_changes_order_keeps_the_multiset_and_is_seeded(store):
@@ -74,34 +67,45 @@ def test_shuffle_changes_order_keeps_the_multiset_and_is_seeded(store):
     assert one_pass_ids(make_reader(data, "train", 0, 1, batch_size=10, shuffle=True, seed=5,
                                     shuffle_buffer_rows=30), epoch=0) == first
     assert one_pass_ids(reader, epoch=1) != first                       # a new order every epoch
-    second_pass = np.concatenate([b["id"] for b in itertools.islice(reader.batches(0), 20)])[100:]
-    assert sorted(second_pass.tolist()) == list(range(100)) and second_pass.tolist() != first
+    second_pass = ids_of(reader.batches(0, steps=20))[100:]
+    assert sorted(second_pass) == list(range(100)) and second_pass != first
 
 
-def test_unseeded_shuffle_still_reads_every_row(store):
-    data = write_split(store, "k", file_rows=[30], row_group_rows=7)
-    reader = make_reader(data, "train", 0, 1, batch_size=5, shuffle=True, seed=None, shuffle_buffer_rows=10)
-    assert sorted(one_pass_ids(reader)) == list(range(30))
+def test_a_reformed_epoch_reads_what_the_last_formation_left(store):
+    from spark_hvd.data.read.epoch_position import EpochPosition
+
+    data = write_split(store, "k", file_rows=[70, 33], row_group_rows=9)
+    position, trained = EpochPosition.fresh(2, 103), []
+    for size, run in ((3, 2), (2, None)):
+        steps = steps_per_epoch(position.pass_rows_left, size, 4)
+        for rank in range(size):
+            with make_reader(data, "train", rank, size, batch_size=4, shuffle=True, seed=9,
+                             shuffle_buffer_rows=20) as reader:
+                trained += ids_of(itertools.islice(reader.epoch_batches(position, steps), run))
+        position = position.deal(size, steps, 4).after(run or steps)
+    assert sorted(set(trained)) == list(range(103))
+    assert len(trained) - 103 < 2 * 4                                   # padding: at most the last step's
 
 
 def test_inmemory_cache_reads_each_row_group_once(store, monkeypatch):
     data = write_split(store, "k", file_rows=[30], row_group_rows=10)
-    reader = make_reader(data, "train", 0, 1, batch_size=6, shuffle=True, seed=1, inmemory_cache_all=True)
+    reader = make_reader(data, "train", 0, 1, batch_size=6, shuffle=True, seed=1, inmemory_cache_all=True,
+                         shuffle_buffer_rows=12)
     reads = []
-    original = reader._read_piece
-    monkeypatch.setattr(reader, "_read_piece", lambda piece: (reads.append(piece), original(piece))[1])
-    batches = list(itertools.islice(reader.batches(0), 20))              # four passes
+    original = reader._table
+    monkeypatch.setattr(reader, "_table", lambda group: (reads.append(group), original(group))[1])
+    batches = list(reader.batches(0, steps=20))                         # four passes
     assert len(reads) == 3
-    assert sorted(np.concatenate([b["id"] for b in batches])[:30].tolist()) == list(range(30))
-    batches[0]["id"][:] = -1                                             # the caller owns its batch
-    assert min(np.concatenate([b["id"] for b in itertools.islice(reader.batches(1), 5)])) >= 0
+    assert sorted(ids_of(batches)[:30]) == list(range(30))
+    batches[0]["id"][:] = -1                                            # the caller owns its batch
+    assert min(ids_of(reader.batches(1, steps=5))) >= 0
 
 
-def test_fewer_rows_than_ranks_still_gives_every_rank_a_row(store):
+def test_fewer_rows_than_ranks_pads_every_rank_from_the_next_passes(store):
     data = write_split(store, "k", file_rows=[2], row_group_rows=1)
     ids = [next(make_reader(data, "train", rank, 3, batch_size=2, shuffle=False, seed=0).batches(0))["id"]
            for rank in range(3)]
-    assert [i.tolist() for i in ids] == [[0, 0], [1, 1], [0, 0]]
+    assert [i.tolist() for i in ids] == [[0, 1], [0, 1], [0, 1]]
 
 
 def test_reader_and_materialized_pickle(store):
@@ -110,7 +114,7 @@ def test_reader_and_materialized_pickle(store):
     assert copy == data
     reader = make_reader(copy, "train", 1, 2, batch_size=6, shuffle=False, seed=0, columns=["x"])
     batch = next(reader.batches(0))
-    assert list(batch) == ["x"] and batch["x"][:, 0].tolist() == list(range(6, 12))
+    assert list(batch) == ["x"] and batch["x"][:, 0].tolist() == list(range(6, 12))   # rank 1's half
 
 
 def test_bad_reader_arguments_are_named(store):
@@ -127,14 +131,19 @@ def test_bad_reader_arguments_are_named(store):
         make_reader(data, "train", 0, 1, batch_size=0, shuffle=False, seed=0)
 
 
-def test_a_pass_that_loses_rows_raises(store, monkeypatch):
+def test_a_row_group_that_loses_rows_raises(store, monkeypatch):
     data = write_split(store, "k", file_rows=[12], row_group_rows=4)
     reader = make_reader(data, "train", 0, 1, batch_size=4, shuffle=False, seed=0)
-    original = reader._read_pass
-    monkeypatch.setattr(reader, "_read_pass", lambda rng: itertools.islice(original(rng), 2))
-    with pytest.raises(ShardReadError, match=r"rank 0: a pass over its train shard returned 8 rows, but the "
-                                             r"shard holds 12"):
-        list(itertools.islice(reader.batches(0), 10))
+    original = reader._table.__func__
+
+    def short_table(self, group):
+        self._groups[group] = (*self._groups[group][:2], 5)     # the metadata says 5 rows, the file has 4
+        return original(self, group)
+
+    monkeypatch.setattr(type(reader), "_table", short_table)
+    with pytest.raises(ShardReadError, match=r"rank 0: row group 0 of .* returned 4 rows, but the "
+                                             r"materialisation recorded 5"):
+        list(reader.batches(0))
 
 
 def test_petastorm_without_petastorm_names_the_extra(store):
@@ -161,3 +170,11 @@ def test_steps_per_epoch_rejects_bad_arguments(args):
     with pytest.raises(ValueError):
         steps_per_epoch(*args)
 
+
+
+def test_the_order_does_not_depend_on_how_the_rows_fall_into_files_and_row_groups(store):
+    one = write_split(store, "a", file_rows=[100], row_group_rows=7)
+    other = write_split(store, "b", file_rows=[30, 45, 25], row_group_rows=11)
+    orders = [ids_of(make_reader(data, "train", 0, 1, batch_size=10, shuffle=True, seed=2,
+                                 shuffle_buffer_rows=40).batches(3)) for data in (one, other)]
+    assert orders[0] == orders[1] and sorted(orders[0]) == list(range(100))

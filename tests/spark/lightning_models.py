@@ -227,6 +227,33 @@ class ElasticVictim(pl.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
+class RecordingModule(pl.LightningModule):
+    """``row_recording.RecordingNet`` (float64, dropout; each training step writes down its rows' ids, and a
+    chosen rank fails at a chosen step: ``fail``) trained by SGD with momentum and a step-wise StepLR, so that
+    a resumed fit must bring back the generators, the optimizer's and the scheduler's state and the data
+    position to end where an unbroken one would."""
+
+    def __init__(self, record_dir: str, fail: tuple[int, int, int] | None = None, lr: float = 0.02) -> None:
+        super().__init__()
+        import row_recording
+
+        self.net = row_recording.RecordingNet(4, 3, record_dir, fail=fail)
+        self.lr = lr
+
+    def forward(self, features: torch.Tensor, ids: torch.Tensor | None = None) -> torch.Tensor:
+        return self.net(features, ids)
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        loss = F.cross_entropy(self(batch["features"], batch["id"]), batch["label"].long())
+        self.log("train_loss", loss, on_step=False, on_epoch=True, sync_dist=True)
+        return loss
+
+    def configure_optimizers(self) -> dict:
+        optimizer = torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=5, gamma=0.8)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
 class Xor(XorNet, pl.LightningModule):
     """Horovod's Lightning XOR test module: forward takes the features as transform reshapes them."""
 

@@ -109,6 +109,11 @@ def test_gathered_times_use_the_frameworks_allgather_in_rank_order() -> None:
 
 
 class _Plan:
+    """4 steps an epoch of 2 ranks of 32 rows: 256 rows."""
+
+    elastic, checkpoint_every_steps, batch_size = None, None, 32
+    data = type("Data", (), {"train_rows": 256})()
+
     def steps_at(self, size: int) -> tuple[int, int]:
         return 4, 0
 
@@ -132,7 +137,7 @@ class _Hooks(FrameworkHooks):
     def scale_learning_rate(self, factor: float) -> None: ...
     def run_epochs(self, start, events) -> None: ...
     def result(self, records, lr_factor): ...
-    def save(self, epoch, records, lr_factor) -> None: ...
+    def save(self, epoch, records, lr_factor, within=None) -> None: ...
 
     def communication_wait_s(self) -> float:
         return self.waited
@@ -142,8 +147,8 @@ def test_epoch_events_record_the_times_apart_from_the_metrics_and_tell_the_drive
     hooks, progress = _Hooks(), _Progress()
     gathered = []
 
-    def gather(obj):
-        gathered.append(obj)
+    def gather(obj, name="shvd.epoch_times"):
+        gathered.append(name)
         return [obj, obj]                 # two ranks that did the same
 
     began = time.perf_counter()
@@ -158,7 +163,8 @@ def test_epoch_events_record_the_times_apart_from_the_metrics_and_tell_the_drive
     records = events.records
     assert records.epoch_metrics == [{"epoch": 0, "loss": 0.5}, {"epoch": 1, "loss": 0.5}]
     assert [entry["epoch"] for entry in records.epoch_times] == [0, 1]
-    assert len(gathered) == 2             # one gather an epoch, none a step
+    # One gather of the times an epoch, one of the generators for its checkpoint, none a step.
+    assert gathered == ["shvd.epoch_times", "shvd.rng_states"] * 2
     for entry in records.epoch_times:
         assert entry["ranks"] == 2 and entry["slowest_rank"] in (0, 1)
         _valid(RankTimes(entry["input_s"], entry["compute_s"], entry["communication_s"]), wall)

@@ -144,16 +144,26 @@ def _elastic_plan(bpps: int = 1, commit_steps: int = 3):
     return ElasticPlan(commit_steps, 1, 2, EpochSteps(512, 0, 32, 32, bpps, True))
 
 
+def _position_after(steps: int, size: int = 2, epoch: int = 1) -> list[int]:
+    """The data position of epoch 1 of 512 rows after ``steps`` steps of ``size`` ranks of 32 rows (8 steps)."""
+    from spark_hvd.data.read.epoch_position import EpochPosition
+
+    return EpochPosition.fresh(epoch, 512).deal(size, 512 // (32 * size), 32).after(steps).to_ints()
+
+
 @pytest.mark.parametrize("linear, lr_after", [(True, 0.05), (False, 0.1)])
-def test_reformation_rescales_the_learning_rate_and_keeps_the_epochs_fraction(linear, lr_after) -> None:
+def test_reformation_rescales_the_learning_rate_and_resumes_where_the_rows_left_take_the_steps_left(
+        linear, lr_after) -> None:
     model = torch.nn.Linear(2, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)   # 0.05 scaled for 2 ranks, under 'linear'
-    state = _FakeState(formations=1, epoch=1, step=3, steps=8, size=2, lr_size=2 if linear else 1, reformations=[])
+    # 3 of 8 steps on 2 ranks: 320 of 512 rows left, 10 steps on one rank (of 16).
+    state = _FakeState(formations=1, epoch=1, step=3, steps=8, size=2, lr_size=2 if linear else 1, reformations=[],
+                       position=_position_after(3), rng=None)
     enter_formation(state, 1, _elastic_plan(), optimizer, linear)
     assert optimizer.param_groups[0]["lr"] == pytest.approx(lr_after)
     assert (state.step, state.steps, state.size, state.formations, state.saves) == (6, 16, 1, 2, 1)
     assert state.reformations == [{"epoch": 1, "step": 6, "size": 1, "previous_size": 2}]
-    # Growing back to 2 ranks: the rate follows the size again, and 6 of 16 steps is 3 of 8.
+    # Growing back to 2 ranks: the rate follows the size again, and the 320 rows take 5 of 8 steps.
     enter_formation(state, 2, _elastic_plan(), optimizer, linear)
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.1)
     assert (state.step, state.steps) == (3, 8)
@@ -162,16 +172,18 @@ def test_reformation_rescales_the_learning_rate_and_keeps_the_epochs_fraction(li
 
 def test_first_formation_records_nothing_and_keeps_the_rate() -> None:
     optimizer = torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.2)
-    state = _FakeState(formations=0, epoch=0, step=0, steps=8, size=2, lr_size=2, reformations=[])
+    state = _FakeState(formations=0, epoch=0, step=0, steps=8, size=2, lr_size=2, reformations=[], position=None,
+                       rng=None)
     enter_formation(state, 2, _elastic_plan(), optimizer, True)
     assert (state.reformations, state.formations, optimizer.param_groups[0]["lr"]) == ([], 1, 0.2)
 
 
-def test_resumed_step_rounds_down_to_a_whole_accumulation_window() -> None:
-    plan = _elastic_plan(bpps=2)
-    assert plan.steps.at(2) == (8, 0) and plan.steps.at(3) == (6, 0)
-    assert plan.resumed_step(4, 8, 6) == 2    # 4/8 of 6 steps is 3, rounded down to a window of 2
-    assert plan.resumed_step(0, 8, 6) == 0
+def test_resumed_step_leaves_whole_accumulation_windows() -> None:
+    steps = _elastic_plan(bpps=2).steps
+    assert steps.at(2) == (8, 0) and steps.at(3) == (6, 0)
+    # 4 of 8 steps on 2 ranks left 256 rows: 3 steps of 3 ranks, rounded up to a window of 2, of the 6.
+    assert steps.resumed_step(4, 256, 3) == 2
+    assert steps.resumed_step(0, 512, 3) == 0
 
 
 def test_commit_steps_round_up_to_whole_accumulation_windows() -> None:

@@ -5,6 +5,10 @@ exactly the plan's steps per epoch on every rank (lockstep, so uneven shards can
 allreduce), the batches a resumed epoch already trained skipped, and ``transformation_fn`` applied. A
 change to how batches are made (new column types, decoding ahead of the loop) is made here once.
 
+An epoch's batches are this rank's share of what its formation deals of the epoch's order
+(data/read/epoch_position.py): the whole epoch, or for the epoch a checkpoint or commit resumes, what that
+position left, so that the rows of the epoch are trained once whatever the number of ranks before and after.
+
 With ``workers`` > 0 and a transformation, the transformation runs in that many decode worker processes
 ahead of the loop (decode_pool.py): the batches and their order are the same as with ``workers=0``, where it
 runs in the loop itself. An error of the transformation names where it happened either way.
@@ -12,6 +16,7 @@ runs in the loop itself. An error of the transformation names where it happened 
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
@@ -19,6 +24,7 @@ import numpy as np
 
 from spark_hvd.data.feed.decode_pool import DEFAULT_BATCHES_PER_WORKER, BatchPlace, DecodePool, add_note
 from spark_hvd.data.feed.transformation import RowCounter, apply_transformation
+from spark_hvd.data.read.epoch_position import EpochPosition, epoch_origin
 
 
 @dataclass(frozen=True)
@@ -39,13 +45,15 @@ class RankFeed:
     """``steps`` batches of ``reader`` an epoch, each after ``transformation`` (None: as read).
 
     ``workers``: decode worker processes that run the transformation ahead of the loop (0: in the loop);
-    ``batches_per_worker``: the batches in flight per worker, which bound the feed's memory."""
+    ``batches_per_worker``: the batches in flight per worker, which bound the feed's memory; ``resume``: where
+    a resumed epoch stands (None: every epoch starts whole)."""
 
     def __init__(self, reader: Any, steps: int, transformation: Transformation | None = None, workers: int = 0,
-                 batches_per_worker: int = DEFAULT_BATCHES_PER_WORKER) -> None:
+                 batches_per_worker: int = DEFAULT_BATCHES_PER_WORKER, resume: EpochPosition | None = None) -> None:
         if workers < 0:
             raise ValueError(f"workers must be 0 or more, got {workers}")
         self.reader, self.steps, self.transformation = reader, steps, transformation
+        self.resume = resume
         self.workers = workers if transformation is not None else 0
         self.batches_per_worker = batches_per_worker
         self.split = str(getattr(reader, "split", "train"))
@@ -60,12 +68,10 @@ class RankFeed:
         return self._pool
 
     def epoch(self, epoch: int, skip: int = 0) -> Iterator[dict[str, np.ndarray]]:
-        """The epoch's batches after its first ``skip``, which are read (so the epoch's sequence is the
-        reader's, whatever the resume point) but not transformed."""
-        stream = iter(self.reader.batches(epoch))
-        first_row = 0
-        for _ in range(skip):
-            first_row += _rows(next(stream))
+        """The epoch's batches after its first ``skip``: what the resume position left of the epoch when it
+        is the resumed one, else the epoch from its start with ``skip`` steps of this size trained. A reader
+        that cannot read a position (Petastorm) reads the skipped batches and drops them."""
+        stream, first_row = self._stream(epoch, skip)
         if self.transformation is not None and self.workers:
             if self.steps > skip:
                 yield from self.pool.imap(self._placed(stream, epoch, skip, first_row), self.steps - skip)
@@ -87,6 +93,28 @@ class RankFeed:
                 raise
             first_row += rows
             yield transformed
+
+    def origin(self, epoch: int, skip: int = 0) -> EpochPosition:
+        """Where ``epoch`` stands when this feed's formation takes it up after ``skip`` of its steps."""
+        return epoch_origin(self.resume, epoch, self.reader.rows, self.reader.size, self.steps,
+                            self.reader.batch_size, skip)
+
+    def _stream(self, epoch: int, skip: int) -> tuple[Iterator[dict[str, np.ndarray]], int]:
+        """(the epoch's batches from step ``skip`` on, the rows before them on this rank)."""
+        if getattr(self.reader, "exact", False):
+            stream = self.reader.epoch_batches(self.origin(epoch, skip), self.steps - skip)
+            return stream, skip * self.reader.batch_size
+        if skip and self.resume is not None and self.resume.epoch == epoch and \
+                self.resume != epoch_origin(None, epoch, self.resume.rows, self.reader.size, self.steps,
+                                            self.reader.batch_size, skip):
+            warnings.warn(f"rank {self.reader.rank}: reader={type(self.reader).__name__} shards by rank, so the "
+                          f"{skip} steps it skips of epoch {epoch} are not exactly the rows its checkpoint or "
+                          "commit trained at another number of ranks; reader='arrow' trains every row once")
+        stream = iter(self.reader.batches(epoch))
+        first_row = 0
+        for _ in range(skip):
+            first_row += _rows(next(stream))
+        return stream, first_row
 
     def _placed(self, stream: Iterator[dict[str, np.ndarray]], epoch: int, index: int,
                 first_row: int) -> Iterator[tuple[BatchPlace, dict[str, np.ndarray]]]:

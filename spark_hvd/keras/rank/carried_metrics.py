@@ -1,8 +1,8 @@
-"""Rank child: an elastic KerasEstimator fit's metric sums across a re-formation (a callback of its ``model.fit``).
+"""Rank child: a KerasEstimator fit's metric sums across a resume inside an epoch (a callback of its ``model.fit``).
 
-What an elastic commit of a Keras fit holds beyond ``KerasState``'s model and optimizer: the epoch's metric
-sums so far, averaged over the ranks, so that an epoch resumed mid-way reports the metrics of all its steps,
-as TorchEstimator's do (a lost rank's share included).
+What an elastic commit, or a checkpoint inside an epoch, of a Keras fit holds beyond the model and optimizer:
+the epoch's metric sums so far, averaged over the ranks, so that an epoch resumed mid-way reports the metrics
+of all its steps, as TorchEstimator's do (a lost rank's share included).
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ import numpy as np
 
 
 class CarriedMetrics(keras.callbacks.Callback):
-    """Keras's metric state of an epoch across a re-formation. The loss tracker and Keras's metrics keep sums
-    (totals, counts, confusion counts) that restart with each ``model.fit``: before each in-epoch commit
-    (``save``) the ranks' sums, averaged over the ranks by ``average``, go into ``state.metric_sums``; a fit
-    that resumes the epoch adds them to its metrics after its first step, when Keras has built them all."""
+    """Keras's metric state of an epoch across a resume. The loss tracker and Keras's metrics keep sums
+    (totals, counts, confusion counts) that restart with each ``model.fit``: before each in-epoch commit or
+    checkpoint (``save``) the ranks' sums, averaged over the ranks by ``average``, go into
+    ``state.metric_sums`` (``state``: the elastic state, or a static fit's ``EpochEvents.carry``); a fit that
+    resumes the epoch adds them to its metrics after its first step, when Keras has built them all."""
 
     def __init__(self, state: Any, average: Callable[[np.ndarray], np.ndarray]) -> None:
         super().__init__()
@@ -36,7 +37,8 @@ class CarriedMetrics(keras.callbacks.Callback):
         self.state.metric_sums = sums
 
     def on_train_begin(self, logs: Any = None) -> None:
-        self._pending = bool(self.state.step) and self.state.metric_sums is not None
+        # Only a resumed epoch starts with sums: an epoch's end (and its commit) leaves none.
+        self._pending = self.state.metric_sums is not None
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         if not self._pending:
