@@ -1,0 +1,206 @@
+"""Decoded images delivered to a training loop: our estimator's feed against what users would use instead.
+
+    .venv/bin/python bench/input_pipeline.py [--images 10000] [--workers 2] [--epochs 3] [--rounds 1]
+        [--petastorm-python .venv-petastorm/bin/python] [--e2e-images 2000] [--no-e2e]
+
+The data: --images photo-like 224x224 JPEGs (bench/_input_images.py, 10-20 KB each) written as files under
+--data-dir (kept and reused), read with Spark's binaryFile source, with a ``label`` long from the class folder.
+The decode (bench/_input_decode.py), the same for all: JPEG -> random --crop square crop, random horizontal
+flip -> (3, crop, crop) uint8, per row. Each contender runs it in --workers decode processes for one rank, and
+delivers --epochs epochs of --batch-row batches to a loop that touches each batch (no model):
+1. ours: what a TorchEstimator fit writes (``materialize_checked`` on the binaryFile DataFrame, with the
+   ``path`` column a transformation_fn's fit carries) read by a rank's reader and ``RankFeed`` with its decode
+   pool (the per-row transformation_fn, as Horovod users write it);
+2. torch ``DataLoader(num_workers=k)`` over the same Parquet files, read with pyarrow (_input_torch_loader.py);
+3. Petastorm's ``make_batch_reader`` with a ``TransformSpec`` and its process pool, over the same files, in
+   the Petastorm venv (_input_petastorm.py);
+4. Mosaic Streaming: the DataFrame converted to MDS (its conversion time reported apart; ours' is the
+   materialisation's), ``StreamingDataset`` + ``DataLoader(num_workers=k)`` (_input_mosaic.py).
+Reported: images/s of each, the first epoch (workers starting) and the median of the later ones (steady),
+--rounds rounds of all four taking turns; ratios of ours to each peer and to the best, on the steady rate.
+Target: ours >= 1.0x the best peer. Also the Store's bytes for the image DataFrame against the JPEGs' bytes
+(target <= 1.1x).
+Then one end-to-end fit (bench/_input_e2e.py) on --e2e-images of the rows: a ResNet-18-shaped CNN of base
+width --e2e-width on --e2e-crop crops, --ranks ranks, --e2e-epochs epochs, TorchEstimator against pyspark's
+TorchDistributor + DDP + DataLoader; fit wall times, their ratio, and ours' input wait share of the epochs
+(target <= 5%).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+import _input_contenders as contenders
+from _input_contenders import Delivery, FeedSettings
+from _local_spark import local_session
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NAMES = ("ours", "torch DataLoader", "Petastorm", "Mosaic Streaming")
+
+
+def materialize_ours(df: Any, ranks: int) -> tuple[Any, float, int]:
+    """What a TorchEstimator fit with a transformation_fn writes: (the Materialized, seconds, Store bytes)."""
+    from spark_hvd import Store
+    from spark_hvd.data import check_schema, materialize_checked
+
+    store = Store.create(tempfile.mkdtemp(prefix="bench-input-store-"))
+    began = time.monotonic()
+    plan = check_schema(df, ["content"], ["label"], ragged_ok=True, carried=["path"])
+    data = materialize_checked(df, store, plan, seed=1, num_proc=ranks)
+    seconds = time.monotonic() - began
+    written = sum(os.path.getsize(p) for p in data.file_paths("train"))
+    return data, seconds, written
+
+
+def run_round(data: Any, mds: str | None, settings: FeedSettings, petastorm_python: str | None) -> dict[str, Delivery]:
+    files = [data.store.to_fs_path(p) for p in data.file_paths("train")]
+    runs = {"ours": lambda: contenders.ours(data, settings),
+            "torch DataLoader": lambda: contenders.torch_dataloader(files, settings)}
+    if petastorm_python:
+        url = "file://" + os.path.abspath(data.store.to_fs_path(data.path("train")))
+        runs["Petastorm"] = lambda: contenders.petastorm(petastorm_python, url, data.train_rows, settings)
+    if mds:
+        runs["Mosaic Streaming"] = lambda: contenders.mosaic(mds, settings)
+    results = {}
+    for name, run in runs.items():
+        results[name] = run()
+        rates = results[name].rates()
+        print(f"  {name:17s} " + "  ".join(f"{r:,.0f}" for r in rates) + " images/s by epoch", flush=True)
+    return results
+
+
+def steady(delivery: Delivery) -> float:
+    rates = delivery.rates()
+    return statistics.median(rates[1:] if len(rates) > 1 else rates)
+
+
+def report(rounds: list[dict[str, Delivery]], settings: FeedSettings) -> None:
+    print(f"delivered images/s, {settings.workers} decode worker(s), batch {settings.batch}, crop {settings.crop}, "
+          f"{len(rounds)} round(s); medians over rounds")
+    medians = {}
+    for name in NAMES:
+        runs = [r[name] for r in rounds if name in r]
+        if not runs:
+            continue
+        first = statistics.median(d.rates()[0] for d in runs)
+        medians[name] = statistics.median(steady(d) for d in runs)
+        print(f"  {name:17s} steady {medians[name]:9,.0f}   first epoch {first:9,.0f}")
+    peers = {name: value for name, value in medians.items() if name != "ours"}
+    for name, value in peers.items():
+        print(f"  ratio ours / {name}: {medians['ours'] / value:.2f}")
+    if peers:
+        best = max(peers, key=peers.get)
+        ratio = medians["ours"] / peers[best]
+        print(f"  ratio ours / best peer ({best}): {ratio:.2f} (target >= 1.0: {'met' if ratio >= 1.0 else 'missed'})")
+
+
+def end_to_end(df: Any, args: Any) -> None:
+    from pyspark.sql import functions as F
+
+    from _input_e2e import E2ESettings, fit_ours, fit_torch_distributor
+
+    subset = (df.where(F.regexp_extract("path", r"img-(\d+)", 1).cast("int") < args.e2e_images)
+              .repartition(args.ranks).cache())
+    rows = subset.count()
+    settings = E2ESettings(args.ranks, args.workers, args.e2e_batch, args.e2e_epochs, args.e2e_crop, args.e2e_width)
+    print(f"end to end: {rows} images, ResNet-18 shape at width {settings.width}, crop {settings.crop}, "
+          f"{settings.ranks} ranks x batch {settings.batch}, {settings.epochs} epochs, "
+          f"{settings.workers} decode worker(s) per rank", flush=True)
+    ours = fit_ours(subset, settings)
+    timings = "  ".join(f"{k} {v:.2f}" for k, v in ours["timings"].items())
+    print(f"  TorchEstimator   wall {ours['wall']:.2f} s  ({timings})  loss {ours['loss']}", flush=True)
+    for epoch, split in zip(ours["epochs"], ours["epoch_shares"]):
+        print(f"    epoch {epoch['epoch']}: input {epoch['input_s']:.2f} s  compute {epoch['compute_s']:.2f} s  "
+              f"communication {epoch['communication_s']:.2f} s  (input {100 * split[0]:.1f}%)")
+    theirs = fit_torch_distributor(subset, settings)
+    print(f"  TorchDistributor wall {theirs['wall']:.2f} s  (write {theirs['write']:.2f}  train "
+          f"{theirs['train']:.2f}; input wait {100 * theirs['input_share']:.1f}% of rank 0's steps)  "
+          f"loss {theirs['loss']}")
+    input_share = ours["shares"][0]
+    print(f"  fit wall ratio TorchEstimator / TorchDistributor: {ours['wall'] / theirs['wall']:.2f}")
+    print(f"  ours' input wait: {100 * input_share:.1f}% of the epochs' time (target <= 5%: "
+          f"{'met' if input_share <= 0.05 else 'missed'}); compute {100 * ours['shares'][1]:.1f}%, "
+          f"communication {100 * ours['shares'][2]:.1f}%")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="input pipeline benchmark (decoded JPEGs per second)")
+    parser.add_argument("--images", type=int, default=10_000)
+    parser.add_argument("--workers", type=int, default=2, help="decode workers per rank, every contender")
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--crop", type=int, default=192)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--data-dir", default=None, help="where the JPEGs are written (and reused)")
+    parser.add_argument("--petastorm-python", default=os.path.join(REPO, ".venv-petastorm", "bin", "python"))
+    parser.add_argument("--skip", action="append", default=[], choices=("petastorm", "mosaic"))
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--no-e2e", action="store_true")
+    parser.add_argument("--e2e-images", type=int, default=2000)
+    parser.add_argument("--e2e-epochs", type=int, default=2)
+    parser.add_argument("--e2e-batch", type=int, default=32)
+    parser.add_argument("--e2e-crop", type=int, default=112)
+    parser.add_argument("--e2e-width", type=int, default=32)
+    args = parser.parse_args()
+    import cloudpickle
+    from pyspark import cloudpickle as spark_cloudpickle
+
+    import _input_decode
+    import _input_e2e
+    import _input_model
+    import _input_mosaic
+    import _input_torch_loader
+
+    # Spark's workers and the ranks import none of the bench folder: these travel by value (Spark's functions
+    # with pyspark's own copy of cloudpickle).
+    for module in (_input_decode, _input_e2e, _input_model, _input_mosaic, _input_torch_loader):
+        cloudpickle.register_pickle_by_value(module)
+        spark_cloudpickle.register_pickle_by_value(module)
+    spark = local_session("bench-input-pipeline")
+    spark.sparkContext.setLogLevel("ERROR")
+    from _input_images import binary_images, write_images
+
+    directory = args.data_dir or os.path.join(tempfile.gettempdir(), f"bench-input-images-{args.images}")
+    began = time.monotonic()
+    jpeg_bytes = write_images(directory, args.images)
+    df = binary_images(spark, directory)
+    print(f"data: {args.images} JPEGs of 224x224, {jpeg_bytes / args.images / 1024:.1f} KiB each on average, "
+          f"under {directory} ({time.monotonic() - began:.1f} s to write or find and read)", flush=True)
+    data, materialize_s, written = materialize_ours(df, args.ranks)
+    print(f"ours: materialised {data.train_rows} rows in {materialize_s:.2f} s; Store bytes {written:,} for "
+          f"{jpeg_bytes:,} JPEG bytes: {written / jpeg_bytes:.3f}x (target <= 1.1x: "
+          f"{'met' if written <= 1.1 * jpeg_bytes else 'missed'})", flush=True)
+    mds = None
+    if "mosaic" not in args.skip:
+        from _input_mosaic import convert
+
+        mds = tempfile.mkdtemp(prefix="bench-input-mds-")
+        rows, convert_s = convert(df, mds)
+        print(f"Mosaic Streaming: converted {rows} rows to MDS in {convert_s:.2f} s (ours' materialisation "
+              f"{materialize_s:.2f} s)", flush=True)
+    petastorm_python = None
+    if "petastorm" not in args.skip:
+        if os.path.exists(args.petastorm_python):
+            petastorm_python = args.petastorm_python
+        else:
+            print(f"Petastorm skipped: no {args.petastorm_python} (make petastorm-test builds that venv)")
+    settings = FeedSettings(args.crop, args.batch, args.workers, args.epochs)
+    rounds = []
+    for index in range(args.rounds):
+        print(f"round {index + 1}:", flush=True)
+        rounds.append(run_round(data, mds, settings, petastorm_python))
+    report(rounds, settings)
+    if not args.no_e2e:
+        end_to_end(df, args)
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
