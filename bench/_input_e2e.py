@@ -21,6 +21,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from _input_model import resnet18_like
+from _input_torch_loader import ParquetImages
+
 LR = 0.05
 
 
@@ -44,7 +47,6 @@ def fit_ours(df: Any, settings: E2ESettings) -> dict[str, Any]:
     import torch
 
     from _input_decode import RowDecoder
-    from _input_model import resnet18_like
     from spark_hvd import Store, TorchEstimator
     from spark_hvd.recipe.epoch_times import shares
 
@@ -74,9 +76,8 @@ def ddp_train(files: list[str], rows: int, settings: E2ESettings) -> dict[str, A
     from torch import nn
     from torch.utils.data import DataLoader
 
-    from _input_model import resnet18_like
-    from _input_torch_loader import ParquetImages
-
+    # resnet18_like and ParquetImages are this module's globals, which travel with the function by value: the
+    # torchrun processes cannot import the bench folder.
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, size = dist.get_rank(), dist.get_world_size()

@@ -2,7 +2,8 @@
 pyarrow, decoded per sample, batched by ``DataLoader(num_workers=k)``.
 
 Each (rank, loader worker) pair takes every n-th row group of the epoch's shuffled order and yields its rows in
-a shuffled order. ``repeat``: the stream cycles (a new shuffle each pass), for DDP loops that take a fixed
+a shuffled order; where there are fewer row groups than pairs (Spark writes one per file unless told), each pair
+reads every row group and takes every n-th row. ``repeat``: the stream cycles (a new shuffle each pass), for DDP loops that take a fixed
 number of steps an epoch so that no rank runs out before the others.
 """
 
@@ -36,12 +37,15 @@ class ParquetImages(IterableDataset):
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         stride, offset = self.size * workers, self.rank * workers + worker
+        by_group = len(self.pieces) >= stride
         for round_ in itertools.count():
             rng = np.random.default_rng([self.seed, self.epoch, round_])
             order = rng.permutation(len(self.pieces))
-            for index in order[offset::stride]:
+            for index in order[offset::stride] if by_group else order:
                 path, group = self.pieces[index]
                 table = pq.ParquetFile(path).read_row_group(group, columns=["content", "label"])
+                if not by_group:
+                    table = table.take(np.arange(offset, table.num_rows, stride))
                 contents = table.column("content").to_pylist()
                 labels = table.column("label").to_numpy()
                 for row in rng.permutation(len(contents)):
