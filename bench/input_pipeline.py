@@ -145,13 +145,38 @@ def end_to_end(df: Any, args: Any) -> None:
           f"{theirs['train']:.2f}; input wait {100 * theirs['input_share']:.1f}% of rank 0's steps)  "
           f"loss {theirs['loss']}")
     input_share = ours["shares"][0]
-    print(f"  fit wall ratio TorchEstimator / TorchDistributor: {ours['wall'] / theirs['wall']:.2f}")
+    print(f"  fit wall ratio TorchEstimator / TorchDistributor: {ours['wall'] / theirs['wall']:.2f} (training "
+          f"alone: {ours['timings']['train'] / theirs['train']:.2f})")
     print(f"  ours' input wait: {100 * input_share:.1f}% of the epochs' time (target <= 5%: "
           f"{'met' if input_share <= 0.05 else 'missed'}); compute {100 * ours['shares'][1]:.1f}%, "
           f"communication {100 * ours['shares'][2]:.1f}%")
 
 
-def main() -> int:
+def compare_feeds(df: Any, data: Any, materialize_s: float, args: Any) -> None:
+    mds = None
+    if "mosaic" not in args.skip:
+        from _input_mosaic import convert
+
+        mds = tempfile.mkdtemp(prefix="bench-input-mds-")
+        rows, convert_s = convert(df, mds)
+        print(f"Mosaic Streaming: converted {rows} rows to MDS in {convert_s:.2f} s (ours' materialisation "
+              f"{materialize_s:.2f} s)", flush=True)
+    petastorm_python = None
+    if "petastorm" not in args.skip:
+        if os.path.exists(args.petastorm_python):
+            petastorm_python = args.petastorm_python
+        else:
+            print(f"Petastorm skipped: no {args.petastorm_python} (make petastorm-test builds that venv)")
+    settings = FeedSettings(args.crop, args.batch, args.workers, args.epochs)
+    rounds = []
+    for index in range(args.rounds):
+        print(f"round {index + 1}:", flush=True)
+        rounds.append(run_round(data, mds, settings, petastorm_python))
+    report(rounds, settings)
+
+
+
+def _arguments() -> Any:
     parser = argparse.ArgumentParser(description="input pipeline benchmark (decoded JPEGs per second)")
     parser.add_argument("--images", type=int, default=10_000)
     parser.add_argument("--workers", type=int, default=2, help="decode workers per rank, every contender")
@@ -161,7 +186,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--data-dir", default=None, help="where the JPEGs are written (and reused)")
     parser.add_argument("--petastorm-python", default=os.path.join(REPO, ".venv-petastorm", "bin", "python"))
-    parser.add_argument("--skip", action="append", default=[], choices=("petastorm", "mosaic"))
+    parser.add_argument("--skip", action="append", default=[], choices=("petastorm", "mosaic", "feeds"),
+                        help="a peer of the delivery comparison, or all of it (feeds: the end-to-end fit only)")
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--no-e2e", action="store_true")
     parser.add_argument("--e2e-images", type=int, default=2000)
@@ -171,7 +197,11 @@ def main() -> int:
     parser.add_argument("--e2e-width", type=int, default=32)
     parser.add_argument("--e2e-warmup", type=int, default=256,
                         help="images of an untimed 1-epoch fit of each side first (0: none)")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = _arguments()
     import cloudpickle
     from pyspark import cloudpickle as spark_cloudpickle
 
@@ -200,26 +230,8 @@ def main() -> int:
     print(f"ours: materialised {data.train_rows} rows in {materialize_s:.2f} s; Store bytes {written:,} for "
           f"{jpeg_bytes:,} JPEG bytes: {written / jpeg_bytes:.3f}x (target <= 1.1x: "
           f"{'met' if written <= 1.1 * jpeg_bytes else 'missed'})", flush=True)
-    mds = None
-    if "mosaic" not in args.skip:
-        from _input_mosaic import convert
-
-        mds = tempfile.mkdtemp(prefix="bench-input-mds-")
-        rows, convert_s = convert(df, mds)
-        print(f"Mosaic Streaming: converted {rows} rows to MDS in {convert_s:.2f} s (ours' materialisation "
-              f"{materialize_s:.2f} s)", flush=True)
-    petastorm_python = None
-    if "petastorm" not in args.skip:
-        if os.path.exists(args.petastorm_python):
-            petastorm_python = args.petastorm_python
-        else:
-            print(f"Petastorm skipped: no {args.petastorm_python} (make petastorm-test builds that venv)")
-    settings = FeedSettings(args.crop, args.batch, args.workers, args.epochs)
-    rounds = []
-    for index in range(args.rounds):
-        print(f"round {index + 1}:", flush=True)
-        rounds.append(run_round(data, mds, settings, petastorm_python))
-    report(rounds, settings)
+    if "feeds" not in args.skip:
+        compare_feeds(df, data, materialize_s, args)
     if not args.no_e2e:
         end_to_end(df, args)
     spark.stop()
