@@ -9,7 +9,7 @@ NATIVE_SOURCES := $(shell find native -type f) CMakeLists.txt pyproject.toml
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all build test suite test-mpi demo bench clean wheel wheel-test docs petastorm-test
+.PHONY: all build test suite test-mpi demo bench bench-deps clean wheel wheel-test docs petastorm-test
 
 all: build
 
@@ -93,13 +93,26 @@ test-mpi: build
 demo: build
 	$(PY) examples/spark_digits.py
 
-bench: build
+# bench/input_pipeline.py's peers: Mosaic Streaming (requirements-bench.txt, --no-deps so that nothing moves
+# torch or numpy) here, and Pillow in the Petastorm venv for its shared JPEG decode.
+$(VENV)/.bench-deps: $(VENV)/.deps requirements-bench.txt
+	$(PIP) install --disable-pip-version-check -q --no-deps -r requirements-bench.txt
+	touch $@
+
+$(PETASTORM_VENV)/.bench-deps: $(PETASTORM_VENV)/.built requirements-bench-petastorm.txt
+	$(PETASTORM_VENV)/bin/pip install --disable-pip-version-check -q --no-deps -r requirements-bench-petastorm.txt
+	touch $@
+
+bench-deps: $(VENV)/.bench-deps $(PETASTORM_VENV)/.bench-deps
+
+bench: build bench-deps
 	$(PY) bench/allreduce.py
 	$(PY) bench/torch_step.py
 	$(PY) bench/keras_step.py
 	$(PY) bench/spark_run.py
 	$(PY) bench/connect_run.py
 	$(PY) bench/estimator.py
+	$(PY) bench/input_pipeline.py
 
 clean:
 	rm -rf build dist site $(VENV)/.built
