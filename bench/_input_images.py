@@ -36,34 +36,39 @@ def photo_like(rng: np.random.Generator, side: int = SIDE) -> np.ndarray:
     return np.clip(image, 0, 255).astype(np.uint8)
 
 
-def _write_range(directory: str, start: int, stop: int) -> int:
-    """Images start..stop-1 (each from its own seed, so the set is the same however it is split); their bytes."""
+def _write_range(directory: str, start: int, stop: int) -> None:
+    """Images start..stop-1, each from its own seed, so that the set is the same however it is split."""
     from PIL import Image
 
-    total = 0
     for index in range(start, stop):
         buffer = io.BytesIO()
         Image.fromarray(photo_like(np.random.default_rng(index))).save(buffer, "JPEG", quality=QUALITY)
         path = os.path.join(directory, f"c{index % CLASSES}", f"img-{index:06d}.jpg")
         with open(path, "wb") as out:
             out.write(buffer.getvalue())
-        total += buffer.tell()
-    return total
 
 
 def write_images(directory: str, count: int, processes: int = 2) -> int:
-    """``count`` JPEGs under ``directory``/c<label>/; reuses a folder that already holds exactly them.
-    Returns the JPEG bytes on disk."""
-    existing = jpeg_files(directory)
-    if len(existing) == count and all(_index(p) < count for p in existing):
-        return sum(os.path.getsize(p) for p in existing)
-    for label in range(CLASSES):
-        os.makedirs(os.path.join(directory, f"c{label}"), exist_ok=True)
-    for path in existing:
-        os.remove(path)
-    bounds = np.linspace(0, count, processes * 4 + 1).astype(int)
-    with ProcessPoolExecutor(processes) as pool:
-        return sum(pool.map(_write_range, [directory] * (len(bounds) - 1), bounds[:-1], bounds[1:]))
+    """``count`` JPEGs under ``directory``/c<label>/img-<index>.jpg, reusing the ones already there; returns the
+    JPEG bytes on disk. A folder holding other JPEGs is refused (binaryFile would read them too)."""
+    import re
+
+    found = jpeg_files(directory)
+    ours = re.compile(r"c\d+/img-(\d{6})\.jpg$")
+    foreign = [p for p in found if not ours.search(p.replace(os.sep, "/"))]
+    if foreign:
+        raise SystemExit(f"{directory} holds JPEGs this benchmark did not write ({foreign[0]}...): give --data-dir "
+                         "an empty or benchmark-only folder")
+    for path in found:
+        if _index(path) >= count:
+            os.remove(path)
+    if len([p for p in found if _index(p) < count]) != count:
+        for label in range(CLASSES):
+            os.makedirs(os.path.join(directory, f"c{label}"), exist_ok=True)
+        bounds = np.linspace(0, count, processes * 4 + 1).astype(int)
+        with ProcessPoolExecutor(processes) as pool:
+            list(pool.map(_write_range, [directory] * (len(bounds) - 1), bounds[:-1], bounds[1:]))
+    return sum(os.path.getsize(p) for p in jpeg_files(directory))
 
 
 def jpeg_files(directory: str) -> list[str]:
