@@ -238,7 +238,9 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         training settings (JSON values, or objects fit_identity.described can describe)."""
         return {}
 
-    def _plan(self, data: Any, num_proc: int, run_id: str, fit_key: str | None = None) -> FitPlan:
+    def _plan(self, data: Any, num_proc: int, run_id: str | None = None, fit_key: str | None = None) -> FitPlan:
+        """The ranks' plan; ``run_id``: the run the fit claimed (None, as rank-function tests build it: a new
+        one)."""
         batch_size = self.getBatchSize()
         val_batch_size = self.getValBatchSize() or batch_size
         bpps = self.getBackwardPassesPerStep()
@@ -249,7 +251,7 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         shuffle_buffer = self.getShuffleBufferSize()
         label_shapes = self.getLabelShapes()
         return FitPlan(
-            data=data, run_id=run_id, fit_key=fit_key, feature_cols=self.getFeatureCols(),
+            data=data, run_id=run_id or _new_run_id(), fit_key=fit_key, feature_cols=self.getFeatureCols(),
             label_cols=self.getLabelCols(), sample_weight_col=self.getSampleWeightCol(), batch_size=batch_size,
             val_batch_size=val_batch_size, epochs=self.getEpochs(), train_steps=train_steps, val_steps=val_steps,
             shuffle=self.getShuffle() and shuffle_buffer != 0, shuffle_buffer_size=shuffle_buffer or None,
