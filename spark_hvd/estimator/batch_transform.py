@@ -291,8 +291,15 @@ def _output_array(values: np.ndarray, rows: int, spec: OutputSpec) -> Any:
     if values.size != rows * width:
         raise InputError(f"transform: the model's output for {spec.column!r} has {values.size // max(rows, 1)} "
                          f"values per row; training gave shape {spec.shape}")
+    return _double_lists(values, rows, width)
+
+
+def _double_lists(values: np.ndarray, rows: int, width: int) -> Any:
+    """``rows`` lists of ``width`` doubles from their flat values (vectors once mapInArrow returns)."""
+    import pyarrow as pa
+
     offsets = pa.array(np.arange(0, rows * width + 1, width, dtype=np.int32))
-    return pa.ListArray.from_arrays(offsets, pa.array(values, type=pa.float64()))
+    return pa.ListArray.from_arrays(offsets, pa.array(values.reshape(-1), type=pa.float64()))
 
 
 def _classifier_array(values: np.ndarray) -> Any:
@@ -301,6 +308,4 @@ def _classifier_array(values: np.ndarray) -> Any:
 
     if values.ndim == 1:
         return pa.array(values, type=pa.float64())
-    rows, width = values.shape
-    offsets = pa.array(np.arange(0, rows * width + 1, width, dtype=np.int32))
-    return pa.ListArray.from_arrays(offsets, pa.array(values.reshape(-1), type=pa.float64()))
+    return _double_lists(values, *values.shape)

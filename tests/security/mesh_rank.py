@@ -17,24 +17,16 @@ import time
 import numpy as np
 
 import collective as hvd
-from collective.bootstrap.base import Bootstrap
+from collective.bootstrap.base import Bootstrap, FixedMembership
 
 
-class StdioBootstrap(Bootstrap):
+class StdioBootstrap(FixedMembership, Bootstrap):
     """Exchanges the mesh records through the test: one line out on stdout, one line back on stdin."""
 
     original_fd_limit = resource.getrlimit(resource.RLIMIT_NOFILE)
 
     def __init__(self, rank: int, size: int, fd_headroom: int | None) -> None:
         self._rank, self._size, self._fd_headroom = rank, size, fd_headroom
-
-    @property
-    def rank(self) -> int:
-        return self._rank
-
-    @property
-    def size(self) -> int:
-        return self._size
 
     def allgather(self, payload: bytes, timeout_s: float) -> list[bytes]:
         print("GATHER " + payload.hex(), flush=True)
