@@ -3,8 +3,8 @@ pyarrow, decoded per sample, batched by ``DataLoader(num_workers=k)``.
 
 Each (rank, loader worker) pair takes every n-th row group of the epoch's shuffled order and yields its rows in
 a shuffled order; where there are fewer row groups than pairs (Spark writes one per file unless told), each pair
-reads every row group and takes every n-th row. ``repeat``: the stream cycles (a new shuffle each pass), for DDP loops that take a fixed
-number of steps an epoch so that no rank runs out before the others.
+reads every row group and takes every n-th row. ``repeat``: the stream cycles (a new shuffle each pass), for DDP
+loops that take a fixed number of steps an epoch so that no rank runs out before the others.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ the ranks start. A fit given ``run_id`` R:
   from its last checkpoint), kept for the fit that wrote it, and how a fit trains on for more epochs;
 - else trains under ``R.<its digest>``, from that run's last checkpoint when it is there (the same fit,
   fitted before), else from the start, with a RunIdReuseWarning: R belongs to another fit, and its run
-  stays as it is (also before its first checkpoint: that fit may be training in another driver). Tuning (param maps, folds) with a fixed run_id so trains every fit on its own;
+  stays as it is (also before its first checkpoint: that fit may be training in another driver). Tuning
+  (param maps, folds) with a fixed run_id so trains every fit on its own;
 - a fit whose run another fit of this driver is training now trains from the start under ``R.<random>``,
   with the warning, so that no two fits ever write one run at once.
 
