@@ -1,8 +1,8 @@
 """Bench: this machine's parameters, fitted to bench/sim_calibrate.py's measurements.
 
 Everything on one host is CPU work (shm copies, loopback TCP's kernel copies), so the fit prices CPU: a call's
-fixed cost, a message's cost, a wake-up per message once ranks outnumber cores, and a byte's cost in and out of
-the 32 MiB cache. Wire latency is fixed, not fitted. The fit is non-negative least squares on relative error,
+fixed cost, a message's cost, the wait for a core per round once ranks outnumber cores, and a byte's cost in
+and out of the cache (whose effective size is picked from a few choices). Wire latency is fixed, not fitted. The fit is non-negative least squares on relative error,
 over the world sizes in ``fit_ranks`` only; the other world sizes are predictions to check.
 """
 
@@ -19,7 +19,7 @@ from .allreduce import allreduce_time
 from .cluster import Cluster, Link
 from .mesh import Handshakes
 
-FITTED = ("call_s", "cpu_msg_s", "cpu_switch_s", "cpu_byte_s", "cpu_byte_mem_s")
+FITTED = ("call_s", "cpu_msg_s", "wait_turn_s", "cpu_byte_s", "cpu_byte_mem_s")
 WIRE_ALPHA_S = {"shm": 1e-6, "tcp": 10e-6}  # a loopback or shared-memory hop without the CPU work around it
 
 
@@ -45,7 +45,7 @@ def machine(transport: str, ranks: int, cores: float = 2.0, cache_bytes: float =
             **params: float) -> Cluster:
     """One host of ``cores`` cores running ``ranks`` ranks over ``transport``; ``params`` the CPU prices."""
     link = Link(alpha_s=WIRE_ALPHA_S[transport], bytes_per_s=1e15)
-    base = dict(call_s=0.0, cpu_msg_s=0.0, cpu_switch_s=0.0, cpu_byte_s=0.0, cpu_byte_mem_s=0.0)
+    base = dict.fromkeys(FITTED, 0.0)
     base.update(params)
     return Cluster(ranks=ranks, ranks_per_host=ranks, cores_per_host=cores, intra=link, inter=link,
                    nic_bytes_per_s=1e15, cache_bytes=cache_bytes, **base)
@@ -95,3 +95,24 @@ def parameters(cluster: Cluster) -> dict[str, float]:
 
 def at_ranks(cluster: Cluster, ranks: int) -> Cluster:
     return replace(cluster, ranks=ranks, ranks_per_host=ranks)
+
+
+def emulated_hosts(tcp: Cluster, hosts: int, ranks_per_host: int, link_bytes_per_s: float | None,
+                   cores: float = 2.0) -> Cluster:
+    """tests/multihost's emulated hosts: network namespaces joined by veth pairs, each host's egress shaped to
+    ``link_bytes_per_s`` (None: unshaped), all of them on this machine's ``cores``, at loopback TCP's CPU prices."""
+    rate = link_bytes_per_s or 1e15
+    link = Link(alpha_s=WIRE_ALPHA_S["tcp"], bytes_per_s=rate)
+    return replace(tcp, ranks=hosts * ranks_per_host, ranks_per_host=ranks_per_host,
+                   cores_per_host=cores / hosts, inter=link, nic_bytes_per_s=rate)
+
+
+def load_multihost(path: Path) -> list[dict]:
+    """bench/multihost.py's runs of ours: link name, layout and time per size."""
+    out = []
+    for run in json.loads(Path(path).read_text())["runs"]:
+        if "results" not in run or "ours" not in run["results"]:
+            continue
+        out.append({"link": run["link"], "layout": run["layout"],
+                    "times": {int(n): r["time_s"] for n, r in run["results"]["ours"].items()}})
+    return out

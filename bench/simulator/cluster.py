@@ -39,7 +39,7 @@ class Cluster:
     cpu_msg_s: float
     cpu_byte_s: float
     call_s: float = 0.0  # fixed cost of one collective call (Python, the call's setup), CPU
-    cpu_switch_s: float = 0.0  # per message, once a host has more busy ranks than cores: the receiver's wake-up
+    wait_turn_s: float = 0.0  # per round and per rank ahead in the run queue, once the cores are oversubscribed
     cache_bytes: float = float("inf")  # a host's shared last-level cache
     cpu_byte_mem_s: float | None = None  # cpu_byte_s once a host's working set spills out of the cache
     pipeline_chunk_bytes: int = 1 << 20  # native/transport/mesh.h: tcp_chunk_bytes
@@ -68,9 +68,12 @@ class Cluster:
             return self.cpu_byte_mem_s
         return self.cpu_byte_s
 
-    def message_cost(self, busy_ranks_per_host: int) -> float:
-        """CPU seconds per message handled, with a wake-up when the host's cores are oversubscribed."""
-        return self.cpu_msg_s + (self.cpu_switch_s if busy_ranks_per_host > self.cores_per_host else 0.0)
+    def turn_wait(self, busy_ranks_per_host: int) -> float:
+        """Seconds a round waits for the ranks it depends on to get a core: none until the cores are
+        oversubscribed, then a turn for each rank queued ahead."""
+        if busy_ranks_per_host <= self.cores_per_host:
+            return 0.0
+        return self.wait_turn_s * (busy_ranks_per_host / self.cores_per_host - 1.0)
 
     def with_ranks(self, ranks: int) -> "Cluster":
         return replace(self, ranks=ranks)

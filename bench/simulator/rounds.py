@@ -55,13 +55,13 @@ def wire_time(cluster: Cluster, step: Round) -> float:
 
 def cpu_time(cluster: Cluster, step: Round) -> float:
     """A rank's CPU work in one step, stretched by the ranks that share its host's cores."""
-    work = step.cpu_msgs * cluster.message_cost(step.busy) + step.cpu_bytes * cluster.byte_cost(step.working_bytes)
+    work = step.cpu_msgs * cluster.cpu_msg_s + step.cpu_bytes * cluster.byte_cost(step.working_bytes)
     return work * cluster.cpu_share(step.busy)
 
 
 def round_time(cluster: Cluster, step: Round) -> float:
-    """Seconds for one step: latency, then wire and CPU, overlapped chunk by chunk when pipelined (the
-    first chunk's CPU work cannot overlap its own transfer)."""
+    """Seconds for one step: latency, the wait for a core when they are oversubscribed, then wire and CPU,
+    overlapped chunk by chunk when pipelined (the first chunk's CPU work cannot overlap its own transfer)."""
     if step.count == 0 or step.messages == 0:
         return 0.0
     link = cluster.intra if step.link == "intra" else cluster.inter
@@ -69,7 +69,7 @@ def round_time(cluster: Cluster, step: Round) -> float:
     exposed = 1.0
     if step.pipelined and step.bytes > cluster.pipeline_chunk_bytes:
         exposed = cluster.pipeline_chunk_bytes / step.bytes
-    return link.alpha_s + max(wire, cpu) + min(wire, cpu) * exposed
+    return link.alpha_s + cluster.turn_wait(step.busy) + max(wire, cpu) + min(wire, cpu) * exposed
 
 
 def schedule_time(cluster: Cluster, rounds: list[Round]) -> float:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 BACKWARD_SHARE = 2 / 3
+PIECES = 8  # fused allreduces per step: the engine ships gradients as the backward pass makes them
 
 
 @dataclass(frozen=True)
@@ -42,14 +43,14 @@ INCEPTION_V3 = Model("Inception V3", 23.85e6, 64, 142.0, "TF benchmarks, P100, b
 RESNET_101 = Model("ResNet-101", 44.65e6, 64, 110.0, "ResNet-50's 219 img/s on P100 scaled by FLOPs")
 
 
-def buffers(total_bytes: float, fusion_bytes: float, pieces: int = 8) -> list[float]:
+def buffers(total_bytes: float, fusion_bytes: float, pieces: int = PIECES) -> list[float]:
     """The fused allreduces one step's gradients make: at least ``pieces``, none above the fusion threshold."""
     count = max(1, pieces, math.ceil(total_bytes / fusion_bytes))
     return [total_bytes / count] * count
 
 
 def step_efficiency(model: Model, allreduce_s: Callable[[float], float], negotiation_s: float,
-                    fusion_bytes: float = 128 << 20, overlap: bool = True, pieces: int = 8) -> dict[str, float]:
+                    fusion_bytes: float = 128 << 20, overlap: bool = True, pieces: int = PIECES) -> dict[str, float]:
     """Compute, communication, exposed communication and efficiency of one step."""
     sizes = buffers(model.gradient_bytes, fusion_bytes, pieces)
     times = [allreduce_s(b) + negotiation_s for b in sizes]
