@@ -2,8 +2,9 @@
 
 Everything on one host is CPU work (shm copies, loopback TCP's kernel copies), so the fit prices CPU: a call's
 fixed cost, a message's cost, the wait for a core per round once ranks outnumber cores, and a byte's cost in
-and out of the cache (whose effective size is picked from a few choices). Wire latency is fixed, not fitted. The fit is non-negative least squares on relative error,
-over the world sizes in ``fit_ranks`` only; the other world sizes are predictions to check.
+and out of the cache (whose effective size is picked from a few choices). Wire latency is fixed, not fitted.
+The fit is non-negative least squares on relative error, over the world sizes in ``fit_ranks`` only; the other
+world sizes are predictions to check.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .cluster import Cluster, Link
+from .cluster import GBIT, Cluster, Link
 from .hierarchical import cross_host_steps, local_steps
 from .rounds import breakdown
 
@@ -46,3 +46,18 @@ def gpu_allreduce_parts(gpus: GpuCluster, nbytes: float) -> dict[str, float]:
 
 def gpu_allreduce_time(gpus: GpuCluster, nbytes: float) -> float:
     return sum(gpu_allreduce_parts(gpus, nbytes).values())
+
+
+def gpu_cluster(ranks: int, gbit: float, gpus_per_host: int = 8, nvlink: bool = True,
+                stream_gbit: float = 30.0, nic_efficiency: float = 0.94) -> GpuCluster:
+    """A GPU cluster: NCCL within a host (NVLink or PCIe), our TCP across hosts at ``gbit`` Gbit/s.
+
+    Assumptions (stated in docs/how-it-works.md): one TCP flow reaches at most ``stream_gbit`` (a core's copy
+    rate), the NIC gives ``nic_efficiency`` of its line rate to payload, hosts have enough cores for their ranks.
+    """
+    wire = gbit * GBIT * nic_efficiency
+    net = Cluster(ranks=ranks, ranks_per_host=gpus_per_host, cores_per_host=32.0,
+                  intra=Link(alpha_s=2e-6, bytes_per_s=10e9),
+                  inter=Link(alpha_s=30e-6 if gbit >= 10 else 60e-6, bytes_per_s=min(wire, stream_gbit * GBIT)),
+                  nic_bytes_per_s=wire, cpu_msg_s=3e-6, cpu_byte_s=0.1e-9, call_s=20e-6)
+    return GpuCluster(net=net, nccl=NVLINK if nvlink else PCIE3, staging_bytes_per_s=12e9)

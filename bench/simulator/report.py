@@ -9,10 +9,9 @@ from pathlib import Path
 
 from . import calibration, mesh
 from .allreduce import allreduce_time, coordinator_round
-from .cluster import gpu_cluster
-from .gpu import GpuCluster, gpu_allreduce_time
+from .gpu import GpuCluster, gpu_allreduce_time, gpu_cluster
 from .rounds import schedule_time
-from .small import choose_small_path
+from .small import choose_small_path, small_path
 from .training import INCEPTION_V3, PIECES, RESNET_101, Model, step_efficiency
 
 
@@ -43,7 +42,8 @@ def check(measured: Path, fit_ranks: tuple[int, ...]) -> str:
         fitted = calibration.fit(points, transport, fit_ranks)
         hs = calibration.fit_handshakes(rows, transport, fit_ranks)
         params = calibration.parameters(fitted)
-        out.append(f"**{transport}**: fitted on p = {', '.join(map(str, fit_ranks))}: call {params['call_s'] * 1e6:.1f} us, "
+        ranks = ", ".join(map(str, fit_ranks))
+        out.append(f"**{transport}**: fitted on p = {ranks}: call {params['call_s'] * 1e6:.1f} us, "
                    f"message {params['cpu_msg_s'] * 1e6:.2f} us, wait per rank queued ahead "
                    f"{params['wait_turn_s'] * 1e6:.2f} us, byte {params['cpu_byte_s'] * 1e9:.3f} ns in cache / "
                    f"{params['cpu_byte_mem_s'] * 1e9:.3f} ns beyond {fitted.cache_bytes / (1 << 20):g} MiB; "
@@ -143,23 +143,24 @@ def scale(ranks_list: list[int], gbits: list[float], sizes: list[float]) -> str:
 
 
 def small_and_mesh(ranks_list: list[int], gbit: float, nbytes: float = 4096) -> str:
-    """The descriptor round both ways and the automatic choice; mesh formation full and lazy."""
+    """The descriptor round both ways and the automatic choice, a direct call's total; mesh formation full and
+    lazy."""
     body = []
     for p in ranks_list:
         net = gpu_cluster(p, gbit).net
         hs = mesh.for_cluster(net)
-        direct = allreduce_time(net, nbytes, small="direct")
-        log = allreduce_time(net, nbytes, small="log")
         later = mesh.new_peers_on_first_use(net, "log")
-        body.append([str(p), ms(direct), ms(log), choose_small_path(net, nbytes),
+        body.append([str(p), ms(schedule_time(net, small_path(net, 0, "direct"))),
+                     ms(schedule_time(net, small_path(net, 0, "log"))), choose_small_path(net, 0),
+                     ms(allreduce_time(net, nbytes, small="auto")),
                      ms(mesh.full_mesh_time(net, hs)), ms(mesh.lazy_mesh_time(net, hs)),
                      ms(mesh.first_use_time(net, hs, later["descriptor round"])),
                      ms(mesh.first_use_time(replace(net, ranks_per_host=1), hs,
                                             later["engine coordinator (rank 0)"])),
                      str(2 * (p - 1))])
-    head = [f"ranks", f"{size_label(nbytes)} allreduce, one round (ms)", "log rounds (ms)", "auto picks",
-            "full mesh formation (ms)", "lazy formation (ms)", "lazy: first log-round call (ms)",
-            "lazy: rank 0 meets all (ms)", "sockets per rank, full mesh"]
+    head = ["ranks", "descriptor round: one round (ms)", "in log rounds (ms)", "auto picks",
+            f"{size_label(nbytes)} direct call, auto (ms)", "full mesh formation (ms)", "lazy formation (ms)",
+            "lazy: first log-round call (ms)", "lazy: rank 0 meets all (ms)", "sockets per rank, full mesh"]
     return f"**{gbit:g} Gbit/s**, 8 ranks per host:\n\n" + table(head, body) + "\n"
 
 

@@ -14,8 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from simulator import mesh  # noqa: E402
 from simulator.allreduce import allreduce_rounds, allreduce_time  # noqa: E402
-from simulator.cluster import Cluster, Link, gpu_cluster  # noqa: E402
-from simulator.gpu import gpu_allreduce_time  # noqa: E402
+from simulator.cluster import Cluster, Link  # noqa: E402
+from simulator.gpu import gpu_allreduce_time, gpu_cluster  # noqa: E402
 from simulator.ring import ring_allreduce, ring_closed_form  # noqa: E402
 from simulator.rounds import schedule_time  # noqa: E402
 from simulator.small import choose_small_path, log_rounds  # noqa: E402
