@@ -99,10 +99,11 @@ class Config:
     # descriptor round: they are reduced already), False never; None chooses per call (several hosts with
     # several ranks, and a tensor past the one-round size). Every rank must pass the same value.
     hierarchical_allreduce: bool | None = None
-    # Small calls (each call's descriptor round, small allreduces through the engine) reach every rank in
-    # ceil(log2 size) rounds (True) or in one round with a message to every peer (False); None lets the
-    # measured model in native/algorithms/block_allgather.cc choose by size. Every rank must pass the same value.
-    log_round_small_calls: bool | None = None
+    # Small calls (each direct call's descriptor round, the engine's small allreduces) reach every rank by
+    # Bruck's allgather with this radix: 2 takes ceil(log2 size) rounds of one message, size or more one round
+    # with a message to every peer. None: the measured model in native/algorithms/block_allgather.cc picks it
+    # from the number of ranks. Every rank must pass the same value.
+    small_call_radix: int | None = None
     # Elastic mode (collective.elastic): this worker's slot id, and how long it waits for a round that includes it.
     elastic_worker: str | None = None
     elastic_timeout_s: float = 600.0
@@ -540,8 +541,8 @@ _CHECKS: tuple[tuple[tuple[str, ...], _Check], ...] = (
     (("enable_shm",), _rule(lambda v: isinstance(v, bool), "must be a bool")),
     (("hierarchical_allreduce",),
      _rule(_optional(lambda v: isinstance(v, bool)), "must be True, False or None (choose per call)")),
-    (("log_round_small_calls",),
-     _rule(_optional(lambda v: isinstance(v, bool)), "must be True, False or None (chosen by the number of ranks)")),
+    (("small_call_radix",),
+     _rule(_optional(lambda v: _is_int(v) and v >= 2), "must be an int >= 2 or None (chosen by the number of ranks)")),
     (("fusion_threshold_bytes", "cache_capacity"), _rule(lambda v: _is_int(v) and v >= 0, "must be an int >= 0")),
     (("gradient_bucket_bytes",), _rule(_optional(lambda v: _is_int(v) and v >= 0),
                                        "must be an int >= 0 (0: one bucket after backward) or None (chosen by cores)")),

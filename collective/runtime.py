@@ -152,7 +152,7 @@ def _build_runtime(cfg: Config, bootstrap: Bootstrap) -> _Runtime:
 def mesh_record(cfg: Config, host: str, port: int, host_key: str) -> dict[str, Any]:
     """What a rank tells its peers so that they can reach it (see ``connect_mesh``)."""
     return {"host": host, "port": port, "host_key": host_key, "shm": cfg.enable_shm,
-            "hierarchical_allreduce": cfg.hierarchical_allreduce, "log_round_small_calls": cfg.log_round_small_calls}
+            "hierarchical_allreduce": cfg.hierarchical_allreduce, "small_call_radix": cfg.small_call_radix}
 
 
 def connect_mesh(cfg: Config, listener: Any, rank: int, peers: list[dict[str, Any]]) -> Any:
@@ -165,7 +165,7 @@ def connect_mesh(cfg: Config, listener: Any, rank: int, peers: list[dict[str, An
     # Shared memory only if every rank allows it, so both sides of each pair agree.
     options.enable_shm = all(p["shm"] for p in peers)
     options.hierarchical_allreduce = agreed_hierarchical_allreduce(peers)
-    options.log_round_small_calls = agreed_choice(peers, "log_round_small_calls", "Config.log_round_small_calls")
+    options.small_call_radix = agreed_choice(peers, "small_call_radix", "Config.small_call_radix") or 0
     return _native.Communicator(listener, options)
 
 
@@ -175,11 +175,11 @@ def agreed_hierarchical_allreduce(peers: list[dict[str, Any]]) -> bool | None:
                          f"{ENV_HOROVOD_HIERARCHICAL_ALLREDUCE} or Config.hierarchical_allreduce")
 
 
-def agreed_choice(peers: list[dict[str, Any]], name: str, set_by: str) -> bool | None:
+def agreed_choice(peers: list[dict[str, Any]], name: str, set_by: str) -> Any:
     """Every member's ``name`` (set by ``set_by``), which must be one value: each rank chooses its algorithms
     from it, and ranks that chose differently would wait on each other forever. Every member sees the same
     records, so a disagreement fails on all of them alike."""
-    choices: dict[bool | None, list[int]] = {}
+    choices: dict[Any, list[int]] = {}
     for rank, record in enumerate(peers):
         choices.setdefault(record.get(name), []).append(rank)
     if len(choices) > 1:

@@ -1,21 +1,36 @@
 #include "algorithms/block_allgather.h"
 
+#include <algorithm>
+
 namespace shvd {
 namespace {
 
 // The cost model of a small gather on one host (shared memory), measured by bench/small_collectives.py
-// (see its docstring for the fit; figures in its output and the project's bench notes). Both schedules
-// move every block to every rank once, so the bytes cost the same and cancel out: only the fixed costs
+// (its `model` command fits these; the figures are in the bench notes). Every schedule moves each block
+// to each rank once, so the bytes cost the same whatever the radix and drop out: only the fixed costs
 // decide, and the choice depends on the number of ranks alone.
-//   one round:       (p - 1) * kPeerMessageSeconds
-//   log rounds:      ceil(log2 p) * kRoundSeconds
-constexpr double kPeerMessageSeconds = 20e-6;  // each more peer in the one-round exchange
-constexpr double kRoundSeconds = 60e-6;        // each more round of Bruck's schedule
+//   cost(radix) = rounds * kRoundSeconds + messages * kMessageSeconds   (messages sent per rank)
+constexpr double kRoundSeconds = 60e-6;    // each more round: a wait for the peers of the round
+constexpr double kMessageSeconds = 20e-6;  // each more message a rank sends (and one it receives)
 
-int rounds_for(int size) {
+struct Schedule {
   int rounds = 0;
-  for (int reach = 1; reach < size; reach *= 2) ++rounds;
-  return rounds;
+  int messages = 0;
+};
+
+// Round j at distance d = radix^j: messages to the peers at m*d for m = 1 .. radix-1 while m*d < size.
+Schedule schedule_of(int size, int radix) {
+  Schedule s;
+  for (long d = 1; d < size; d *= radix) {
+    ++s.rounds;
+    for (int m = 1; m < radix && m * d < size; ++m) ++s.messages;
+  }
+  return s;
+}
+
+double modelled_seconds(int size, int radix) {
+  Schedule s = schedule_of(size, radix);
+  return s.rounds * kRoundSeconds + s.messages * kMessageSeconds;
 }
 
 // Queues `block` to go to `peer`: its bytes, then its tail if it has one.
@@ -55,59 +70,41 @@ void settle(GatherBlock& block) {
   }
 }
 
-void one_round(Mesh& mesh, std::vector<GatherBlock>& blocks, const Deadline& deadline, const std::string& what,
-               GatherItems& items) {
-  const int n = mesh.size();
-  const int me = mesh.rank();
-  items.sends.clear();
-  items.recvs.clear();
-  for (int step = 1; step < n; ++step) {
-    // Staggered order spreads the load: rank r first talks to r+1, then r+2, ...
-    send_block(blocks[me], (me + step) % n, items.sends);
-    const int from = (me - step + n) % n;
-    items.recvs.push_back(receive_block(blocks[from], from));
-  }
-  mesh.run(items.sends, items.recvs, deadline, what);
-  for (int r = 0; r < n; ++r) {
-    if (r != me) settle(blocks[r]);
-  }
-}
-
-// Before the round at distance d this rank holds the blocks of ranks me .. me+d-1; it sends the first
-// min(d, n-d) of them to me-d and receives the same number, those of me+d onwards, from me+d.
-void log_rounds(Mesh& mesh, std::vector<GatherBlock>& blocks, const Deadline& deadline, const std::string& what,
-                GatherItems& items) {
-  const int n = mesh.size();
-  const int me = mesh.rank();
-  for (int d = 1; d < n; d *= 2) {
-    const int count = std::min(d, n - d);
-    const int to = (me - d + n) % n;
-    const int from = (me + d) % n;
-    items.sends.clear();
-    items.recvs.clear();
-    for (int i = 0; i < count; ++i) {
-      send_block(blocks[(me + i) % n], to, items.sends);
-      items.recvs.push_back(receive_block(blocks[(from + i) % n], from));
-    }
-    mesh.run(items.sends, items.recvs, deadline, what);
-    for (int i = 0; i < count; ++i) settle(blocks[(from + i) % n]);
-  }
-}
-
 }  // namespace
 
-bool gather_in_log_rounds(int size, const std::optional<bool>& forced) {
-  if (forced.has_value()) return *forced;
-  return rounds_for(size) * kRoundSeconds < (size - 1) * kPeerMessageSeconds;
+int small_call_radix(int size, int forced) {
+  if (forced >= 2) return std::min(forced, std::max(size, 2));
+  int best = std::max(size, 2);  // one round
+  for (int radix = 2; radix < size; ++radix) {
+    if (modelled_seconds(size, radix) < modelled_seconds(size, best)) best = radix;
+  }
+  return best;
 }
 
+// Before the round at distance d this rank holds the blocks of ranks me .. me+d-1 (indices mod n). For
+// each m = 1 .. radix-1 it sends its first min(d, n - m*d) blocks to me - m*d and receives as many, those
+// of me + m*d onwards, from me + m*d; afterwards it holds me .. me + radix*d - 1.
 void allgather_blocks(Mesh& mesh, std::vector<GatherBlock>& blocks, const Deadline& deadline,
                       const std::string& what, GatherItems& items) {
-  if (mesh.size() == 1) return;
-  if (gather_in_log_rounds(mesh.size(), mesh.options().log_round_small_calls)) {
-    log_rounds(mesh, blocks, deadline, what, items);
-  } else {
-    one_round(mesh, blocks, deadline, what, items);
+  const int n = mesh.size();
+  const int me = mesh.rank();
+  const int radix = small_call_radix(n, mesh.options().small_call_radix);
+  for (long d = 1; d < n; d *= radix) {
+    items.sends.clear();
+    items.recvs.clear();
+    for (int m = 1; m < radix && m * d < n; ++m) {
+      const int start = int(m * d);
+      const int count = int(std::min<long>(d, n - start));
+      const int to = (me - start + n) % n;
+      const int from = (me + start) % n;
+      for (int i = 0; i < count; ++i) {
+        send_block(blocks[(me + i) % n], to, items.sends);
+        items.recvs.push_back(receive_block(blocks[(from + i) % n], from));
+      }
+    }
+    mesh.run(items.sends, items.recvs, deadline, what);
+    const int held = int(std::min<long>(radix * d, n));
+    for (int i = int(d); i < held; ++i) settle(blocks[(me + i) % n]);
   }
 }
 

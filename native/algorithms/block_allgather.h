@@ -1,16 +1,16 @@
 // Every rank's small block to every rank: the descriptor round of direct calls, and the small allreduce
-// of the engine. Two schedules move the same bytes:
-//   - one round: each rank sends its block to every peer (p-1 messages per rank, one wait);
-//   - ceil(log2 p) rounds (Bruck's allgather): in the round at distance d, a rank sends the blocks it
-//     holds (its own and the next d-1 ranks') to rank - d and receives the next ones from rank + d, so
-//     every block is relayed, and each round talks to a single peer each way.
-// The first wins at small p, the second at large p (block_allgather.cc holds the measured model).
-// Either way blocks[r] ends describing rank r's block on every rank, so callers reduce in rank order and
-// all ranks get the same bits.
+// of the engine. The schedule is Bruck's allgather with a radix k: in the round at distance d (1, k, k^2,
+// ...) a rank sends the blocks it holds (its own and the next d-1 ranks') to the ranks at -d, -2d, ...,
+// -(k-1)d, and receives the next ones from +d, ..., +(k-1)d, so a block may be relayed on its way.
+//   - radix >= p is one round: each rank sends its block to every peer (p-1 messages per rank, one wait);
+//   - radix 2 is ceil(log2 p) rounds of one message each way;
+//   - in between, fewer rounds for more messages.
+// Every radix moves the same bytes; block_allgather.cc holds the measured model that picks it. Either way
+// blocks[r] ends describing rank r's block on every rank, so callers reduce in rank order and all ranks
+// get the same bits.
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,10 +43,10 @@ struct GatherItems {
   std::vector<RecvItem> recvs;
 };
 
-// Whether a gather of small blocks among `size` ranks takes ceil(log2 size) rounds rather than one.
-// `forced` is MeshOptions::log_round_small_calls; unset, the measured model decides. It depends only on
-// values every rank holds alike, so every rank takes the same schedule.
-bool gather_in_log_rounds(int size, const std::optional<bool>& forced);
+// The radix of a gather among `size` ranks: `forced` (MeshOptions::small_call_radix) when >= 2, otherwise
+// the cheapest by the measured model. It depends only on values every rank holds alike, so every rank
+// takes the same schedule.
+int small_call_radix(int size, int forced);
 
 // Every rank's block to every rank. blocks has one entry per rank: this rank's gives data (and tail);
 // every peer's gives dst (with len) or grow_into (with max_len). Afterwards every entry's data/len hold
