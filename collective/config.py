@@ -27,6 +27,7 @@ ENV_HANDSHAKE_TIMEOUT = "COLLECTIVE_HANDSHAKE_TIMEOUT"
 ENV_DISABLE_SHM = "COLLECTIVE_DISABLE_SHM"
 ENV_SHM_BUFFER_BYTES = "COLLECTIVE_SHM_BUFFER_BYTES"
 ENV_TCP_CHUNK_BYTES = "COLLECTIVE_TCP_CHUNK_BYTES"
+ENV_SMALL_CALL_RADIX = "COLLECTIVE_SMALL_CALL_RADIX"
 ENV_REDUCE_ISA = "COLLECTIVE_REDUCE_ISA"
 ENV_FUSION_THRESHOLD = "COLLECTIVE_FUSION_THRESHOLD"
 ENV_CYCLE_TIME = "COLLECTIVE_CYCLE_TIME"
@@ -448,6 +449,7 @@ _ENV_FIELDS: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "nccl_library": (ENV_NCCL_LIBRARY, _parse_text),
     "nics": (ENV_NICS, _parse_nics),
     "hierarchical_allreduce": (ENV_HOROVOD_HIERARCHICAL_ALLREDUCE, _parse_flag),
+    "small_call_radix": (ENV_SMALL_CALL_RADIX, _parse_int),
     "elastic_worker": (ENV_ELASTIC_WORKER, _parse_text),
     "elastic_timeout_s": (ENV_ELASTIC_TIMEOUT, _parse_seconds),
 }

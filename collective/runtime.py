@@ -16,6 +16,7 @@ from collective.bootstrap import Bootstrap, bootstrap_from_config
 from collective.bootstrap.interfaces import check_reachable, mesh_host
 from collective.config import (
     ENV_HOROVOD_HIERARCHICAL_ALLREDUCE,
+    ENV_SMALL_CALL_RADIX,
     Config,
     config_from_env,
     default_host_key,
@@ -165,7 +166,7 @@ def connect_mesh(cfg: Config, listener: Any, rank: int, peers: list[dict[str, An
     # Shared memory only if every rank allows it, so both sides of each pair agree.
     options.enable_shm = all(p["shm"] for p in peers)
     options.hierarchical_allreduce = agreed_hierarchical_allreduce(peers)
-    options.small_call_radix = agreed_choice(peers, "small_call_radix", "Config.small_call_radix") or 0
+    options.small_call_radix = agreed_choice(peers, "small_call_radix", f"{ENV_SMALL_CALL_RADIX} or Config.small_call_radix") or 0
     return _native.Communicator(listener, options)
 
 
