@@ -9,11 +9,12 @@ descriptor round, gathered by native/algorithms/block_allgather.cc) with the gat
 --radices means one round: radix = p), at each world size and size, and fits by least squares over all
 cells together:
 
-    t = c + rounds(p, k) * alpha_round + messages(p, k) * alpha_msg + (p - 1) * n * beta
+    t = c_p + rounds(p, k) * alpha_round + messages(p, k) * alpha_msg + (p - 1) * n * beta
 
-rounds and messages (sent per rank) follow from the schedule (block_allgather.cc's schedule_of); c is the
-per-call cost all schedules share (Python, the agreement check, the reduction); beta the cost per byte
-gathered, the same for every radix since each block reaches each rank once. It prints the constants and
+rounds and messages (sent per rank) follow from the schedule (block_allgather.cc's schedule_of); c_p is
+the per-call cost all schedules share at p ranks (Python, the agreement check, the reduction, and on an
+oversubscribed host the scheduling that grows with p); beta the cost per byte gathered, the same for every
+radix since each block reaches each rank once (fitted only with several sizes). It prints the constants and
 the radix they choose at each world size: the constants to put in block_allgather.cc.
 
 ``gloo`` times an 8-byte allreduce (one float64), ours with the radix the model picks against
@@ -97,22 +98,32 @@ def median(values: list[float]) -> float:
 
 
 def fit(cells: list[dict]) -> dict[str, float]:
-    """The model's constants (see the module docstring), in seconds and seconds per byte."""
+    """The model's constants (see the module docstring), in seconds and seconds per byte.
+
+    Each world size gets its own constant c_p: on an oversubscribed host every wait costs more the more
+    ranks share a core, which a constant alpha cannot follow, but the choice of radix only compares
+    schedules at one p. Each cell is weighted by 1 / (its world size's mean time), so that the slow large-p
+    cells do not drown the others. beta is fitted only when the cells hold several sizes."""
+    ranks = sorted({c["ranks"] for c in cells})
+    sizes = {c["bytes"] for c in cells}
     rows, times = [], []
     for c in cells:
         p, n = c["ranks"], c["bytes"]
+        scale = float(np.mean([d["mean_s"] for d in cells if d["ranks"] == p]))
         rounds, messages = schedule_of(p, c["radix"] or p)
-        rows.append([1.0, rounds, messages, (p - 1) * n])
-        times.append(c["mean_s"])
+        row = [rounds, messages] + ([(p - 1) * n] if len(sizes) > 1 else []) + [float(q == p) for q in ranks]
+        rows.append([v / scale for v in row])
+        times.append(c["mean_s"] / scale)
     solution, *_ = np.linalg.lstsq(np.array(rows), np.array(times), rcond=None)
-    return dict(zip(("c", "alpha_round", "alpha_msg", "beta"), map(float, solution)))
+    names = ["alpha_round", "alpha_msg"] + (["beta"] if len(sizes) > 1 else [])
+    return dict(zip(names + [f"c_{p}" for p in ranks], map(float, solution)))
 
 
 def best_radix(model: dict[str, float], size: int) -> int:
     def cost(radix: int) -> float:
         rounds, messages = schedule_of(size, radix)
         return rounds * model["alpha_round"] + messages * model["alpha_msg"]
-    return min(range(2, max(size, 2) + 1), key=lambda k: (cost(k), -k))
+    return min(range(2, max(size, 2) + 1), key=lambda k: (cost(k), -k))  # a tie: fewer rounds
 
 
 def model_command(args: argparse.Namespace) -> None:
@@ -141,7 +152,7 @@ def model_command(args: argparse.Namespace) -> None:
             if any(row):
                 print(f"| {ranks} | {n} | " + " | ".join(f"{c['mean_s'] * 1e6:.0f}" if c else "-" for c in row) + " |")
     model = fit(cells)
-    print("\nfitted: " + ", ".join(f"{k} = {v * 1e9:.3g} ns/B" if k == "beta" else f"{k} = {v * 1e6:.3g} us"
+    print("\nfitted: " + ", ".join(f"{k} = {v * 1e9:.3g} ns/B" if k == "beta" else f"{k} = {v * 1e6:.4g} us"
                                    for k, v in model.items()))
     print("radix the fit picks: " + ", ".join(f"p={p}: {best_radix(model, p)}" for p in (2, 3, 4, 5, 8, 16, 32, 64, 128, 256)))
     wrong = [f"radix {c['radix']} x{c['ranks']} {c['bytes']}B" for c in cells if not c["correct"]]

@@ -5,13 +5,17 @@
 namespace shvd {
 namespace {
 
-// The cost model of a small gather on one host (shared memory), measured by bench/small_collectives.py
-// (its `model` command fits these; the figures are in the bench notes). Every schedule moves each block
-// to each rank once, so the bytes cost the same whatever the radix and drop out: only the fixed costs
-// decide, and the choice depends on the number of ranks alone.
+// The cost model of a small gather on one host (shared memory), fitted by bench/small_collectives.py
+// `model` (see /work/notes/logp-results.md's tables: 2 cores, 4 to 32 ranks, under a load of about 100).
+// Every schedule moves each block to each rank once, so the bytes cost the same whatever the radix and
+// drop out: only the fixed costs decide, and the choice depends on the number of ranks alone.
 //   cost(radix) = rounds * kRoundSeconds + messages * kMessageSeconds   (messages sent per rank)
-constexpr double kRoundSeconds = 60e-6;    // each more round: a wait for the peers of the round
-constexpr double kMessageSeconds = 20e-6;  // each more message a rank sends (and one it receives)
+// The fit (with a free constant per world size) found a round and a message costing the same, within
+// 0.2%: on an oversubscribed host both are a scheduler wake-up. Only their ratio matters here. With it,
+// one round stays at p <= 5 (the path before this model), and larger p relay: radix 3 or 4 from 6 ranks,
+// 4 from 12 on (3 rounds at 64 ranks).
+constexpr double kRoundSeconds = 520e-6;    // each more round: a wait for the peers of the round
+constexpr double kMessageSeconds = 519e-6;  // each more message a rank sends (and one it receives)
 
 struct Schedule {
   int rounds = 0;
@@ -74,8 +78,9 @@ void settle(GatherBlock& block) {
 
 int small_call_radix(int size, int forced) {
   if (forced >= 2) return std::min(forced, std::max(size, 2));
-  int best = std::max(size, 2);  // one round
-  for (int radix = 2; radix < size; ++radix) {
+  // From one round down: a tie goes to fewer rounds (fewer waits in a row).
+  int best = std::max(size, 2);
+  for (int radix = best - 1; radix >= 2; --radix) {
     if (modelled_seconds(size, radix) < modelled_seconds(size, best)) best = radix;
   }
   return best;

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from collective.config import ENV_SMALL_CALL_RADIX
+from collective.config import ENV_CONNECT_TIMEOUT, ENV_SMALL_CALL_RADIX
 from jobs import JobResult, run_job
 
 
@@ -35,5 +35,6 @@ def test_forced_radix(num_proc: int, radix: int) -> None:
 
 @pytest.mark.timeout(600)
 def test_sixty_four_ranks_with_the_model_s_radix() -> None:
-    job = run_job("small_calls.py", 64, "direct", "engine", timeout_s=540)
+    # 64 processes on a loaded machine may take more than the default minute to all start.
+    job = run_job("small_calls.py", 64, "direct", "engine", env={ENV_CONNECT_TIMEOUT: "400"}, timeout_s=540)
     check_job(job, 64)
