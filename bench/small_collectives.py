@@ -154,7 +154,8 @@ def model_command(args: argparse.Namespace) -> None:
     model = fit(cells)
     print("\nfitted: " + ", ".join(f"{k} = {v * 1e9:.3g} ns/B" if k == "beta" else f"{k} = {v * 1e6:.4g} us"
                                    for k, v in model.items()))
-    print("radix the fit picks: " + ", ".join(f"p={p}: {best_radix(model, p)}" for p in (2, 3, 4, 5, 8, 16, 32, 64, 128, 256)))
+    picks = ", ".join(f"p={p}: {best_radix(model, p)}" for p in (2, 3, 4, 5, 6, 8, 16, 32, 64, 128, 256))
+    print(f"radix the fit picks: {picks}")
     wrong = [f"radix {c['radix']} x{c['ranks']} {c['bytes']}B" for c in cells if not c["correct"]]
     if wrong:
         print("WRONG RESULTS in: " + ", ".join(wrong))

@@ -166,7 +166,8 @@ def connect_mesh(cfg: Config, listener: Any, rank: int, peers: list[dict[str, An
     # Shared memory only if every rank allows it, so both sides of each pair agree.
     options.enable_shm = all(p["shm"] for p in peers)
     options.hierarchical_allreduce = agreed_hierarchical_allreduce(peers)
-    options.small_call_radix = agreed_choice(peers, "small_call_radix", f"{ENV_SMALL_CALL_RADIX} or Config.small_call_radix") or 0
+    radix = agreed_choice(peers, "small_call_radix", f"{ENV_SMALL_CALL_RADIX} or Config.small_call_radix")
+    options.small_call_radix = radix or 0  # 0: the native cost model chooses
     return _native.Communicator(listener, options)
 
 

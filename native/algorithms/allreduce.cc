@@ -1,10 +1,10 @@
 // Allreduce: every rank ends with the reduction of all ranks' tensors, in place.
 //
-// Small tensors reach every rank (in one round, or in log2(p) rounds at large p: block_allgather.h) and
-// each rank reduces all of them locally in rank order, so all ranks get identical bits (for direct calls
-// the tensors travel inside the descriptor round itself); larger ones take the pipelined ring, ordered host by host, or across several
-// hosts the hierarchy (hierarchical_allreduce.cc). Prescaling happens before anything
-// is sent, Average's division and the postscale after: on the ring, to each rank's chunk as its last
+// Small tensors reach every rank (in one round, or in a few rounds of relayed blocks at large p:
+// block_allgather.h) and each rank reduces all of them locally in rank order, so all ranks get identical
+// bits (for direct calls the tensors travel inside the descriptor round itself); larger ones take the
+// pipelined ring, ordered host by host, or across several hosts the hierarchy (hierarchical_allreduce.cc).
+// Prescaling happens before anything is sent, Average's division and the postscale after: on the ring, to each rank's chunk as its last
 // reduction produces it, so the allgather carries finished values; elsewhere, over the whole result.
 #include <algorithm>
 #include <cstring>
@@ -36,7 +36,7 @@ void direct_allreduce(Mesh& mesh, void* data, size_t count, DType dtype, ReduceO
   const int rank = mesh.rank();
   if (size == 1) return;
   const size_t bytes = count * dtype_size(dtype);
-  // Every rank's whole tensor to every rank (block_allgather.h picks one round or log2(p) rounds);
+  // Every rank's whole tensor to every rank (block_allgather.h picks the schedule);
   // slot r then holds rank r's.
   slots.resize(std::max<size_t>(bytes * size_t(size), 1));
   std::vector<GatherBlock> blocks(size);

@@ -32,8 +32,9 @@ struct DescriptorRound {
   GatherItems items;
 };
 
-// Gathers every rank's block (in one round, or in log2(p) rounds at large p: block_allgather.h); afterwards `round.calls` and `round.blocks` describe
-// every rank's call. `mine` must outlive the use of `round.calls`.
+// Gathers every rank's block (in one round, or in a few rounds of relayed blocks at large p:
+// block_allgather.h); afterwards `round.calls` and `round.blocks` describe every rank's call. `mine` must
+// outlive the use of `round.calls`.
 void exchange_call_info(Mesh& mesh, const CallInfo& mine, const void* inline_data, size_t inline_bytes,
                         const Deadline& deadline, const std::string& label, DescriptorRound& round);
 
