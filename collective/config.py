@@ -27,6 +27,7 @@ ENV_HANDSHAKE_TIMEOUT = "COLLECTIVE_HANDSHAKE_TIMEOUT"
 ENV_DISABLE_SHM = "COLLECTIVE_DISABLE_SHM"
 ENV_SHM_BUFFER_BYTES = "COLLECTIVE_SHM_BUFFER_BYTES"
 ENV_TCP_CHUNK_BYTES = "COLLECTIVE_TCP_CHUNK_BYTES"
+ENV_SMALL_CALL_RADIX = "COLLECTIVE_SMALL_CALL_RADIX"
 ENV_REDUCE_ISA = "COLLECTIVE_REDUCE_ISA"
 ENV_FUSION_THRESHOLD = "COLLECTIVE_FUSION_THRESHOLD"
 ENV_CYCLE_TIME = "COLLECTIVE_CYCLE_TIME"
@@ -99,6 +100,11 @@ class Config:
     # descriptor round: they are reduced already), False never; None chooses per call (several hosts with
     # several ranks, and a tensor past the one-round size). Every rank must pass the same value.
     hierarchical_allreduce: bool | None = None
+    # Small calls (each direct call's descriptor round, the engine's small allreduces) reach every rank by
+    # Bruck's allgather with this radix: 2 takes ceil(log2 size) rounds of one message, size or more one round
+    # with a message to every peer. None: the measured model in native/algorithms/block_allgather.cc picks it
+    # from the number of ranks. Every rank must pass the same value.
+    small_call_radix: int | None = None
     # Elastic mode (collective.elastic): this worker's slot id, and how long it waits for a round that includes it.
     elastic_worker: str | None = None
     elastic_timeout_s: float = 600.0
@@ -443,6 +449,7 @@ _ENV_FIELDS: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "nccl_library": (ENV_NCCL_LIBRARY, _parse_text),
     "nics": (ENV_NICS, _parse_nics),
     "hierarchical_allreduce": (ENV_HOROVOD_HIERARCHICAL_ALLREDUCE, _parse_flag),
+    "small_call_radix": (ENV_SMALL_CALL_RADIX, _parse_int),
     "elastic_worker": (ENV_ELASTIC_WORKER, _parse_text),
     "elastic_timeout_s": (ENV_ELASTIC_TIMEOUT, _parse_seconds),
 }
@@ -536,6 +543,8 @@ _CHECKS: tuple[tuple[tuple[str, ...], _Check], ...] = (
     (("enable_shm",), _rule(lambda v: isinstance(v, bool), "must be a bool")),
     (("hierarchical_allreduce",),
      _rule(_optional(lambda v: isinstance(v, bool)), "must be True, False or None (choose per call)")),
+    (("small_call_radix",),
+     _rule(_optional(lambda v: _is_int(v) and v >= 2), "must be an int >= 2 or None (chosen by the number of ranks)")),
     (("fusion_threshold_bytes", "cache_capacity"), _rule(lambda v: _is_int(v) and v >= 0, "must be an int >= 0")),
     (("gradient_bucket_bytes",), _rule(_optional(lambda v: _is_int(v) and v >= 0),
                                        "must be an int >= 0 (0: one bucket after backward) or None (chosen by cores)")),

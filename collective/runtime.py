@@ -16,6 +16,7 @@ from collective.bootstrap import Bootstrap, bootstrap_from_config
 from collective.bootstrap.interfaces import check_reachable, mesh_host
 from collective.config import (
     ENV_HOROVOD_HIERARCHICAL_ALLREDUCE,
+    ENV_SMALL_CALL_RADIX,
     Config,
     config_from_env,
     default_host_key,
@@ -152,7 +153,7 @@ def _build_runtime(cfg: Config, bootstrap: Bootstrap) -> _Runtime:
 def mesh_record(cfg: Config, host: str, port: int, host_key: str) -> dict[str, Any]:
     """What a rank tells its peers so that they can reach it (see ``connect_mesh``)."""
     return {"host": host, "port": port, "host_key": host_key, "shm": cfg.enable_shm,
-            "hierarchical_allreduce": cfg.hierarchical_allreduce}
+            "hierarchical_allreduce": cfg.hierarchical_allreduce, "small_call_radix": cfg.small_call_radix}
 
 
 def connect_mesh(cfg: Config, listener: Any, rank: int, peers: list[dict[str, Any]]) -> Any:
@@ -165,20 +166,27 @@ def connect_mesh(cfg: Config, listener: Any, rank: int, peers: list[dict[str, An
     # Shared memory only if every rank allows it, so both sides of each pair agree.
     options.enable_shm = all(p["shm"] for p in peers)
     options.hierarchical_allreduce = agreed_hierarchical_allreduce(peers)
+    radix = agreed_choice(peers, "small_call_radix", f"{ENV_SMALL_CALL_RADIX} or Config.small_call_radix")
+    options.small_call_radix = radix or 0  # 0: the native cost model chooses
     return _native.Communicator(listener, options)
 
 
 def agreed_hierarchical_allreduce(peers: list[dict[str, Any]]) -> bool | None:
-    """Every member's ``hierarchical_allreduce``, which must be one value: each rank chooses the algorithm
-    of every allreduce from it, and ranks that chose differently would wait on each other forever.
-    Every member sees the same records, so a disagreement fails on all of them alike."""
-    choices: dict[bool | None, list[int]] = {}
+    """Every member's ``hierarchical_allreduce``, which must be one value (see ``agreed_choice``)."""
+    return agreed_choice(peers, "hierarchical_allreduce",
+                         f"{ENV_HOROVOD_HIERARCHICAL_ALLREDUCE} or Config.hierarchical_allreduce")
+
+
+def agreed_choice(peers: list[dict[str, Any]], name: str, set_by: str) -> Any:
+    """Every member's ``name`` (set by ``set_by``), which must be one value: each rank chooses its algorithms
+    from it, and ranks that chose differently would wait on each other forever. Every member sees the same
+    records, so a disagreement fails on all of them alike."""
+    choices: dict[Any, list[int]] = {}
     for rank, record in enumerate(peers):
-        choices.setdefault(record.get("hierarchical_allreduce"), []).append(rank)
+        choices.setdefault(record.get(name), []).append(rank)
     if len(choices) > 1:
         detail = "; ".join(f"rank(s) {', '.join(map(str, ranks))}: {value}" for value, ranks in choices.items())
-        raise MismatchError(f"ranks disagree on hierarchical_allreduce ({ENV_HOROVOD_HIERARCHICAL_ALLREDUCE} or "
-                            f"Config.hierarchical_allreduce): {detail}")
+        raise MismatchError(f"ranks disagree on {name} ({set_by}): {detail}")
     return next(iter(choices))
 
 

@@ -30,8 +30,9 @@ bool use_hierarchical_allreduce(const Mesh& mesh, size_t bytes);
 void hierarchical_allreduce(Mesh& mesh, void* data, size_t count, DType dtype, ReduceOp op,
                             const CollectiveOptions& opts, ByteBuffer& slots);
 
-// In place, for small tensors: every rank sends its whole tensor to every peer and reduces all of them
-// locally in rank order, so all ranks get identical bits after one round instead of 2(p-1) steps.
+// In place, for small tensors: every rank's whole tensor reaches every rank (one round, or a few rounds of
+// relayed blocks at large p: block_allgather.h), and each reduces all of them locally in rank order, so all ranks get
+// identical bits after a few rounds instead of 2(p-1) ring steps.
 // `slots` holds every rank's copy side by side (reused across calls).
 void direct_allreduce(Mesh& mesh, void* data, size_t count, DType dtype, ReduceOp op, const CollectiveOptions& opts,
                       ByteBuffer& slots);

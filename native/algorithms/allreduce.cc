@@ -1,15 +1,16 @@
 // Allreduce: every rank ends with the reduction of all ranks' tensors, in place.
 //
-// Small tensors go to every peer at once and each rank reduces all of them locally in rank order, so
-// all ranks get identical bits after one round (for direct calls the tensors travel inside the
-// descriptor round itself); larger ones take the pipelined ring, ordered host by host, or across several
-// hosts the hierarchy (hierarchical_allreduce.cc). Prescaling happens before anything
-// is sent, Average's division and the postscale after: on the ring, to each rank's chunk as its last
+// Small tensors reach every rank (in one round, or in a few rounds of relayed blocks at large p:
+// block_allgather.h) and each rank reduces all of them locally in rank order, so all ranks get identical
+// bits (for direct calls the tensors travel inside the descriptor round itself); larger ones take the
+// pipelined ring, ordered host by host, or across several hosts the hierarchy (hierarchical_allreduce.cc).
+// Prescaling happens before anything is sent, Average's division and the postscale after: on the ring, to each rank's chunk as its last
 // reduction produces it, so the allgather carries finished values; elsewhere, over the whole result.
 #include <algorithm>
 #include <cstring>
 
 #include "algorithms/algorithms.h"
+#include "algorithms/block_allgather.h"
 #include "algorithms/collective_op.h"
 #include "algorithms/ring.h"
 #include "reduce/reduce.h"
@@ -35,14 +36,19 @@ void direct_allreduce(Mesh& mesh, void* data, size_t count, DType dtype, ReduceO
   const int rank = mesh.rank();
   if (size == 1) return;
   const size_t bytes = count * dtype_size(dtype);
-  // An alltoall in which every rank sends its whole tensor to everyone; slot r then holds rank r's.
+  // Every rank's whole tensor to every rank (block_allgather.h picks the schedule);
+  // slot r then holds rank r's.
   slots.resize(std::max<size_t>(bytes * size_t(size), 1));
-  std::vector<size_t> send_offset(size, 0), lengths(size, bytes), recv_offset(size);
-  for (int r = 0; r < size; ++r) recv_offset[r] = size_t(r) * bytes;
-  pairwise_alltoallv(mesh, static_cast<const uint8_t*>(data), send_offset, lengths, slots.data(), recv_offset,
-                     lengths, opts);
+  std::vector<GatherBlock> blocks(size);
+  for (int r = 0; r < size; ++r) {
+    blocks[r].dst = slots.data() + size_t(r) * bytes;
+    blocks[r].len = bytes;
+  }
+  blocks[rank].data = static_cast<const uint8_t*>(data);
+  GatherItems items;
+  allgather_blocks(mesh, blocks, opts.deadline, opts.tag, items);
   std::vector<const void*> inputs(size);
-  for (int r = 0; r < size; ++r) inputs[r] = r == rank ? data : slots.data() + recv_offset[r];
+  for (int r = 0; r < size; ++r) inputs[r] = blocks[r].data;
   reduce_many(data, inputs.data(), inputs.size(), count, dtype, op);
 }
 

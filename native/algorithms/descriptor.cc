@@ -97,31 +97,20 @@ void exchange_call_info(Mesh& mesh, const CallInfo& mine, const void* inline_dat
   p += 8 * mine.shape.size();
   std::memcpy(p, extra.data(), 8 * extra.size());
 
-  round.sends.clear();
-  round.recvs.clear();
   // Inline data can make a block large; cap what a peer may announce to something sane.
   const size_t max_block = (64u << 20) + sizeof(h) + kMaxName + 8 * (kMaxDims + size_t(n));
-  for (int step = 1; step < n; ++step) {
-    // Staggered order spreads the load: rank r first talks to r+1, then r+2, ...
-    int to = (me + step) % n;
-    int from = (me - step + n) % n;
-    SendItem s;
-    s.peer = to;
-    s.data = head.data();
-    s.len = head_bytes;
-    round.sends.push_back(s);
-    if (inline_bytes > 0) {
-      s.data = static_cast<const uint8_t*>(inline_data);
-      s.len = inline_bytes;
-      round.sends.push_back(s);
-    }
-    RecvItem r;
-    r.peer = from;
-    r.grow_into = &scratch[from];
-    r.max_len = max_block;
-    round.recvs.push_back(r);
+  round.gather.assign(n, GatherBlock{});
+  for (int r = 0; r < n; ++r) {
+    round.gather[r].grow_into = &scratch[r];
+    round.gather[r].max_len = max_block;
   }
-  mesh.run(round.sends, round.recvs, deadline, label);
+  GatherBlock& own = round.gather[me];
+  own = GatherBlock{};
+  own.data = head.data();
+  own.len = head_bytes;
+  own.tail = static_cast<const uint8_t*>(inline_data);
+  own.tail_len = inline_bytes;
+  allgather_blocks(mesh, round.gather, deadline, label, round.items);
 
   round.blocks.resize(n);
   round.calls.resize(n);

@@ -52,7 +52,8 @@ void register_options(nb::module_& m) {
       .def_rw("timeout_s", &MeshOptions::timeout_s)
       .def_rw("spin_us", &MeshOptions::spin_us)
       .def_rw("yield_us", &MeshOptions::yield_us)
-      .def_rw("hierarchical_allreduce", &MeshOptions::hierarchical_allreduce, nb::arg().none());
+      .def_rw("hierarchical_allreduce", &MeshOptions::hierarchical_allreduce, nb::arg().none())
+      .def_rw("small_call_radix", &MeshOptions::small_call_radix);
   nb::class_<EngineOptions>(m, "EngineOptions", "The background engine's knobs (native/engine/engine.h).")
       .def(nb::init<>())
       .def_rw("fusion_threshold_bytes", &EngineOptions::fusion_threshold_bytes)

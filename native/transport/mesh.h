@@ -46,6 +46,9 @@ struct MeshOptions {
   // the descriptor round is reduced from those), false never, unset lets each call choose.
   // Every rank must hold the same value (the caller checks it when the mesh forms).
   std::optional<bool> hierarchical_allreduce;
+  // The radix of small calls' gathers (algorithms/block_allgather.h): 2 gathers in log2(p) rounds, size or
+  // more in one round; 0 lets the measured model choose. Every rank must hold the same value.
+  int small_call_radix = 0;
 };
 
 // Bytes this rank has sent over each transport since the mesh formed, so tests and benchmarks can see
