@@ -115,7 +115,7 @@ def one_job(ranks: int, args: argparse.Namespace) -> list[dict]:
     return records
 
 
-def summarise(records: list[dict], ranks: int, policy: str, nbytes: int) -> dict[str, float] | None:
+def summarise(records: list[dict], policy: str, nbytes: int) -> dict[str, float] | None:
     """One cell of the table; None where the job ended before measuring it."""
     cell = [r for r in records if r["policy"] == policy and r["bytes"] == nbytes]
     if not cell:
@@ -138,7 +138,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ranks", type=int, nargs="+", default=[16, 32, 64, 128])
     parser.add_argument("--sizes", nargs="+", default=["8", "64K", "1M"])
-    parser.add_argument("--policies", nargs="+", default=["auto:0", "auto:200", DEFAULT_POLICY, "auto:10000", "20:2000"])
+    parser.add_argument("--policies", nargs="+",
+                        default=["auto:0", "auto:200", DEFAULT_POLICY, "auto:10000", "20:2000"])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--job-timeout-s", type=int, default=900)
     parser.add_argument("--role", choices=["rank"], default=None)
@@ -152,9 +153,9 @@ def main() -> None:
     for ranks in args.ranks:
         records = one_job(ranks, args)
         for nbytes in args.sizes:
-            default = summarise(records, ranks, DEFAULT_POLICY, nbytes)
+            default = summarise(records, DEFAULT_POLICY, nbytes)
             for policy in args.policies:
-                cell = summarise(records, ranks, policy, nbytes)
+                cell = summarise(records, policy, nbytes)
                 if cell is None:
                     continue
                 ratio = cell["latency_ms"] / default["latency_ms"] if default else float("nan")
