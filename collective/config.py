@@ -28,6 +28,8 @@ ENV_DISABLE_SHM = "COLLECTIVE_DISABLE_SHM"
 ENV_SHM_BUFFER_BYTES = "COLLECTIVE_SHM_BUFFER_BYTES"
 ENV_TCP_CHUNK_BYTES = "COLLECTIVE_TCP_CHUNK_BYTES"
 ENV_SMALL_CALL_RADIX = "COLLECTIVE_SMALL_CALL_RADIX"
+ENV_SPIN_US = "COLLECTIVE_SPIN_US"
+ENV_YIELD_US = "COLLECTIVE_YIELD_US"
 ENV_REDUCE_ISA = "COLLECTIVE_REDUCE_ISA"
 ENV_FUSION_THRESHOLD = "COLLECTIVE_FUSION_THRESHOLD"
 ENV_CYCLE_TIME = "COLLECTIVE_CYCLE_TIME"
@@ -76,6 +78,11 @@ class Config:
     enable_shm: bool = True            # same-host peers use shared memory
     shm_buffer_bytes: int = 4 << 20
     tcp_chunk_bytes: int = 1 << 20
+    # How a rank waits for its peers' data: it busy-waits spin_us microseconds, then keeps yielding its core
+    # for yield_us, then sleeps. -1 spins 20 us where every rank on the host has a core of its own, else not at
+    # all. Yielding pays even on an oversubscribed host (bench/oversubscribed.py).
+    spin_us: int = -1
+    yield_us: int = 2000
     scope: str = "collective"          # rendezvous key prefix
     reduce_isa: str | None = None      # cap the kernels' instruction set: "baseline", "avx2" or "avx512"
     # The background engine behind async ops (collective.torch), with Horovod's defaults.
@@ -437,6 +444,8 @@ _ENV_FIELDS: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "enable_shm": (ENV_DISABLE_SHM, _parse_shm_enabled),
     "shm_buffer_bytes": (ENV_SHM_BUFFER_BYTES, _parse_int),
     "tcp_chunk_bytes": (ENV_TCP_CHUNK_BYTES, _parse_int),
+    "spin_us": (ENV_SPIN_US, _parse_int),
+    "yield_us": (ENV_YIELD_US, _parse_int),
     "reduce_isa": (ENV_REDUCE_ISA, _parse_text),
     "fusion_threshold_bytes": (ENV_FUSION_THRESHOLD, _parse_int),
     "cycle_time_ms": (ENV_CYCLE_TIME, _parse_seconds),
@@ -540,6 +549,8 @@ _CHECKS: tuple[tuple[tuple[str, ...], _Check], ...] = (
     (("advertise_host", "host_key", "elastic_worker"), _rule(_optional(_is_text), "must be a non-empty string")),
     (("timeout_s", "connect_timeout_s", "handshake_timeout_s", "elastic_timeout_s"), _seconds_problem),
     (("shm_buffer_bytes", "tcp_chunk_bytes"), _rule(lambda v: not v <= 0, "must be > 0")),
+    (("spin_us",), _rule(lambda v: _is_int(v) and v >= -1, "must be an int >= 0, or -1 (chosen by cores)")),
+    (("yield_us",), _rule(lambda v: _is_int(v) and v >= 0, "must be an int >= 0")),
     (("enable_shm",), _rule(lambda v: isinstance(v, bool), "must be a bool")),
     (("hierarchical_allreduce",),
      _rule(_optional(lambda v: isinstance(v, bool)), "must be True, False or None (choose per call)")),

@@ -31,12 +31,14 @@ def test_every_variable_is_parsed() -> None:
         cfg.ENV_SHM_BUFFER_BYTES: "65536",
         cfg.ENV_TCP_CHUNK_BYTES: "4096",
         cfg.ENV_GRADIENT_BUCKET_BYTES: "0",
+        cfg.ENV_SPIN_US: "0",
+        cfg.ENV_YIELD_US: "500",
     }
     assert config_from_env(environ=environ) == Config(
         rank=2, size=4, rendezvous="10.0.0.1:29500", secret=b"\x00\xff\x10",
         advertise_host="10.0.0.7", host_key="node-a", timeout_s=12.5, connect_timeout_s=3.0,
         handshake_timeout_s=0.5, enable_shm=False, shm_buffer_bytes=65536, tcp_chunk_bytes=4096,
-        gradient_bucket_bytes=0)
+        gradient_bucket_bytes=0, spin_us=0, yield_us=500)
 
 
 @pytest.mark.timeout(10)
@@ -81,6 +83,8 @@ def test_base_fields_left_at_default_take_the_environment() -> None:
     ({cfg.ENV_HANDSHAKE_TIMEOUT: "0"}, "COLLECTIVE_HANDSHAKE_TIMEOUT=0.0"),
     ({cfg.ENV_DISABLE_SHM: "maybe"}, "COLLECTIVE_DISABLE_SHM='maybe'"),
     ({cfg.ENV_SHM_BUFFER_BYTES: "0"}, "COLLECTIVE_SHM_BUFFER_BYTES=0"),
+    ({cfg.ENV_SPIN_US: "-2"}, "COLLECTIVE_SPIN_US=-2 must be an int >= 0, or -1"),
+    ({cfg.ENV_YIELD_US: "1.5"}, "COLLECTIVE_YIELD_US='1.5' is not an integer"),
 ])
 def test_bad_environment_values_name_the_variable(environ: dict, needle: str) -> None:
     with pytest.raises(ValueError) as info:
@@ -108,6 +112,7 @@ def test_cross_field_error_names_each_source() -> None:
     ({"scope": ""}, "Config.scope=''"),
     ({"gradient_bucket_bytes": -1}, "Config.gradient_bucket_bytes=-1 must be an int >= 0 (0: one bucket"),
     ({"gradient_bucket_bytes": True}, "Config.gradient_bucket_bytes=True"),
+    ({"yield_us": -1}, "Config.yield_us=-1 must be an int >= 0"),
 ])
 def test_direct_construction_is_validated(kwargs: dict, needle: str) -> None:
     with pytest.raises(ValueError) as info:
@@ -171,3 +176,11 @@ def test_horovod_stall_variables_are_honoured_and_ours_win() -> None:
         config_from_env(environ={"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "soon"})
     with pytest.raises(ValueError, match="HOROVOD_STALL_CHECK_TIME_SECONDS=-1"):
         config_from_env(environ={"HOROVOD_STALL_CHECK_TIME_SECONDS": "-1"})
+
+
+@pytest.mark.timeout(10)
+def test_waiting_policy_reaches_the_native_mesh_options() -> None:
+    mesh = Config().to_native().mesh
+    assert (mesh.spin_us, mesh.yield_us) == (-1, 2000)  # the native defaults: Config's are the same
+    mesh = Config(spin_us=0, yield_us=0).to_native().mesh
+    assert (mesh.spin_us, mesh.yield_us) == (0, 0)
