@@ -51,20 +51,27 @@ class Ours:
 
         # Where the time goes: the mesh's own part (dials, handshakes, shared memory) against the rest of
         # init (the rendezvous allgather of the listeners' addresses, before it).
-        connect_mesh = runtime.connect_mesh
-        self.mesh_span = [0.0, 0.0]
+        connect_mesh, from_config = runtime.connect_mesh, runtime.bootstrap_from_config
+        # When this rank: reached the rendezvous server, began its mesh, finished it.
+        self.mesh_span = [0.0, 0.0, 0.0]
 
         def timed_connect_mesh(*args: object, **kwargs: object) -> object:
-            self.mesh_span[0] = time.time()
+            self.mesh_span[1] = time.time()
             try:
                 return connect_mesh(*args, **kwargs)
             finally:
-                self.mesh_span[1] = time.time()
+                self.mesh_span[2] = time.time()
 
-        runtime.connect_mesh = timed_connect_mesh
+        def timed_bootstrap(*args: object, **kwargs: object) -> object:
+            try:
+                return from_config(*args, **kwargs)
+            finally:
+                self.mesh_span[0] = time.time()
+
+        runtime.connect_mesh, runtime.bootstrap_from_config = timed_connect_mesh, timed_bootstrap
         self.c = collective
         collective.init()
-        runtime.connect_mesh = connect_mesh
+        runtime.connect_mesh, runtime.bootstrap_from_config = connect_mesh, from_config
         self.rank, self.size = collective.rank(), collective.size()
 
     def allreduce(self, data: np.ndarray) -> None:
@@ -84,7 +91,7 @@ class Ours:
 
 
 class Gloo:
-    mesh_span = [0.0, 0.0]
+    mesh_span = [0.0, 0.0, 0.0]
 
     def init(self) -> None:
         import torch
@@ -122,14 +129,16 @@ def main() -> None:
     formed = held()
     connected = backend.connected()
     small = np.ones(256, np.float32)
-    backend.allreduce(small)
+    began = time.time()
+    backend.allreduce(small)  # ours: it connects the pairs it needs (every pair, for a small call today)
+    small_s = time.time() - began
     after_small = held()
     big = np.ones(large, np.float32)
     backend.allreduce(big)
     after_large = held()
     keys = ["sockets", "rss_mib", "shm_mib", "shm_rss_mib"]
-    row = np.array([entered, left, connected, *backend.mesh_span] + [d[k] for d in (formed, after_small, after_large) for k in keys],
-                   np.float64)
+    stages = [d[k] for d in (formed, after_small, after_large) for k in keys]
+    row = np.array([entered, left, connected, *backend.mesh_span, small_s, *stages], np.float64)
     rows = backend.allgather(row)
     if backend.rank == 0:
         record = {"side": side, "size": backend.size, "ok": bool(small[0] == backend.size and big[-1] == backend.size),
@@ -138,14 +147,22 @@ def main() -> None:
                   "connected_mean": float(rows[:, 2].mean()),
                   # ours only: the mesh's part of init (max over ranks), and the rendezvous before it (the
                   # last rank starting its mesh, from the last rank entering init)
-                  "mesh_s_max": float((rows[:, 4] - rows[:, 3]).max()),
-                  "rendezvous_s": float(rows[:, 3].max() - rows[:, 0].max())}
+                  # each as the last rank reaching that point, from the last rank entering init
+                  "reached_server_s": float(rows[:, 3].max() - rows[:, 0].max()),
+                  "mesh_begun_s": float(rows[:, 4].max() - rows[:, 0].max()),
+                  "mesh_done_s": float(rows[:, 5].max() - rows[:, 0].max()),
+                  "mesh_s_max": float((rows[:, 5] - rows[:, 4]).max()),
+                  "first_small_allreduce_s_max": float(rows[:, 6].max())}
         for i, stage in enumerate(("formed", "small", "large")):
             for j, k in enumerate(keys):
-                column = rows[:, 5 + 4 * i + j]
+                column = rows[:, 7 + 4 * i + j]
                 record[f"{stage}_{k}_mean"] = float(column.mean())
                 record[f"{stage}_{k}_max"] = float(column.max())
         print(MARKER + json.dumps(record), flush=True)
+        if sys.argv[3:4] == ["dump"]:  # per rank: entered, at the server, mesh begun, mesh done, left
+            base = rows[:, 0].max()
+            for r, row in enumerate(rows):
+                print(r, " ".join(f"{t - base:+.3f}" for t in (row[0], row[3], row[4], row[5], row[1])), flush=True)
     backend.finish()
 
 

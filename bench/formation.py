@@ -84,9 +84,10 @@ def main() -> int:
         for side, records in runs.items():
             if records:
                 results[(side, size)] = median_record(records)
-    print("\n| p | side | formation s | ratio ours/gloo | of which: rendezvous s / mesh s (max over ranks) | peers connected after init (mean) | sockets formed / "
-          "small / large (mean; max) | RSS MiB formed / large (mean) | shm mapped MiB formed / small / large (mean) |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("\n| p | side | formation s | ratio ours/gloo | last rank at the rendezvous server / its mesh begun / done, "
+          "s after the last entered init; longest mesh s | first small allreduce s (max) | peers connected after init "
+          "(mean) | sockets formed / small / large (mean; max) | RSS MiB formed / large (mean) | shm mapped MiB formed / small / large (mean) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for size in args.sizes:
         gloo = results.get(("gloo", size))
         for side in args.sides:
@@ -97,8 +98,11 @@ def main() -> int:
             connected = fmt(r["connected_mean"], 1) if side == "ours" else "-"
             sockets = (f"{r['formed_sockets_mean']:.1f} / {r['small_sockets_mean']:.1f} / {r['large_sockets_mean']:.1f}"
                        f"; {r['large_sockets_max']:.0f}")
-            split = f"{r['rendezvous_s']:.3f} / {r['mesh_s_max']:.3f}" if side == "ours" else "-"
-            print(f"| {size} | {side} | {fmt(r['formation_s'])} | {ratio} | {split} | {connected} | {sockets} | "
+            split = (f"{r['reached_server_s']:.3f} / {r['mesh_begun_s']:.3f} / {r['mesh_done_s']:.3f}; "
+                     f"{r['mesh_s_max']:.3f}" if side == "ours" else "-")
+            first = fmt(r["first_small_allreduce_s_max"])
+            print(f"| {size} | {side} | {fmt(r['formation_s'])} | {ratio} | {split} | {first} | {connected} | "
+                  f"{sockets} | "
                   f"{r['formed_rss_mib_mean']:.0f} / {r['large_rss_mib_mean']:.0f} | "
                   f"{r['formed_shm_mib_mean']:.0f} / {r['small_shm_mib_mean']:.0f} / {r['large_shm_mib_mean']:.0f} |")
     return 0
