@@ -114,12 +114,15 @@ void Mesh::form() {
 void Mesh::connect_for(const std::vector<SendItem>& sends, const std::vector<RecvItem>& recvs,
                        const Deadline& deadline) {
   if (connected_count_.load(std::memory_order_relaxed) == options_.size - 1) return;
+  // Only items with bytes to move: an empty one needs no connection, and its peer may have no item at all
+  // (and so never dial this rank).
   std::vector<int> wanted;
   for (const SendItem& s : sends) {
-    if (!peers_[s.peer]->ready) wanted.push_back(s.peer);
+    if (s.done < s.len && !peers_[s.peer]->ready) wanted.push_back(s.peer);
   }
   for (const RecvItem& r : recvs) {
-    if (!peers_[r.peer]->ready) wanted.push_back(r.peer);
+    const bool complete = r.done == r.len && (r.grow_into == nullptr || r.length_known);
+    if (!complete && !peers_[r.peer]->ready) wanted.push_back(r.peer);
   }
   if (wanted.empty()) return;
   std::sort(wanted.begin(), wanted.end());
