@@ -532,11 +532,7 @@ class RendezvousBootstrap(FixedMembership, Bootstrap):
         if self._rank == 0:
             gathered = [bytes(payload)]
             for peer in range(1, self._size):
-                gathered.append(self._get_or_name_missing(prefix, f"{prefix}/{peer}", seq, deadline, timeout_s,
-                                                          range(peer, self._size)))
-                # Only rank 0 reads them: each goes as soon as read, mostly while later ranks are still on
-                # their way, so the round's cleanup costs the last rank out a request or two, not p.
-                self._client.delete(f"{prefix}/{peer}")
+                gathered.append(self._get_or_name_missing(prefix, f"{prefix}/{peer}", seq, deadline, timeout_s))
             if self._size > 1:
                 self._client.set(f"{prefix}/all", _pack_payloads(gathered))
         else:
@@ -545,14 +541,12 @@ class RendezvousBootstrap(FixedMembership, Bootstrap):
         self._forget_round(prefix)
         return gathered
 
-    def _get_or_name_missing(self, prefix: str, key: str, seq: int, deadline: float, timeout_s: float,
-                             unread: range | None = None) -> bytes:
-        """The value of `key`; on timeout, an error naming the ranks whose keys are missing among `unread`
-        (rank 0's ranks still to read; the others wait on rank 0 alone)."""
+    def _get_or_name_missing(self, prefix: str, key: str, seq: int, deadline: float, timeout_s: float) -> bytes:
         try:
             return self._client.get(key, max(0.0, deadline - time.monotonic()))
         except TimeoutError:
-            missing = [0] if unread is None else [r for r in unread if not self._client.exists(f"{prefix}/{r}")]
+            missing = [r for r in range(self._size)
+                       if r != self._rank and not self._client.exists(f"{prefix}/{r}")]
             raise TimeoutError(
                 f"bootstrap allgather #{seq} (scope {self._scope!r}): rank(s) {missing or [0]} "
                 f"did not contribute within {timeout_s:g}s") from None
@@ -565,12 +559,11 @@ class RendezvousBootstrap(FixedMembership, Bootstrap):
             self._client.close()
 
     def _forget_round(self, prefix: str) -> None:
-        # The last rank to finish reading removes what is left of the round (rank 0 removed the others' keys
-        # as it read them), so long jobs do not grow the store.
+        # The last rank to finish reading removes the round, so long jobs do not grow the store.
         if self._client.add(f"{prefix}/done", 1) == self._size:
-            self._client.delete(f"{prefix}/0")
-            if self._size > 1:
-                self._client.delete(f"{prefix}/all")
+            for peer in range(self._size):
+                self._client.delete(f"{prefix}/{peer}")
+            self._client.delete(f"{prefix}/all")
             self._client.delete(f"{prefix}/done")
 
 
