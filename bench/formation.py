@@ -86,7 +86,8 @@ def main() -> int:
                 results[(side, size)] = median_record(records)
     print("\n| p | side | formation s | ratio ours/gloo | last rank at the rendezvous server / its mesh begun / done, "
           "s after the last entered init; longest mesh s | first small allreduce s (max) | peers connected after init "
-          "(mean) | sockets formed / small / large (mean; max) | RSS MiB formed / large (mean) | shm mapped MiB formed / small / large (mean) |")
+          "(mean) | sockets formed / small / large (mean; max) | RSS MiB formed / large (mean) | "
+          "shm mapped MiB formed / small / large (mean) |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for size in args.sizes:
         gloo = results.get(("gloo", size))
