@@ -25,6 +25,11 @@ namespace {
 constexpr size_t kPieceBytes = 256 << 10;
 // TCP bytes are reduced in chunks of this size: large enough to amortise calls, small enough to stay in cache.
 constexpr size_t kTcpReduceChunk = 256 << 10;
+// A TCP receive of at least this many bytes streams: once its socket is empty it sleeps in poll() until
+// this much (its last batch: the rest) is buffered (SO_RCVLOWAT), instead of spinning on recv() and
+// taking each segment as it lands. The kernel keeps receiving meanwhile, so the link loses nothing, and
+// one wake-up per batch costs far less CPU than a recv() (and the window update it sends) per segment.
+constexpr size_t kTcpWakeBytes = 256 << 10;
 // A self-describing block starts with 16 bytes whose second 8 hold the block's total length.
 constexpr size_t kDescribeBytes = 16;
 // How long a timed-out rank waits for its peers to answer a ping before it blames the silent ones.
@@ -46,6 +51,14 @@ bool item_complete(const SendItem& s) { return s.done == s.len; }
 // A gated send that has sent all its gate allows waits on this rank's own receive, not on its peer.
 bool waits_on_own_receive(const SendItem& s) { return s.gate && *s.gate <= s.done; }
 bool item_complete(const RecvItem& r) { return r.done == r.len && (r.grow_into == nullptr || r.length_known); }
+// Bytes of `r` not yet read from the peer; 0 while a self-describing receive's length is unknown.
+size_t bytes_to_come(const RecvItem& r) {
+  if (r.grow_into != nullptr && !r.length_known) return 0;
+  return r.len - r.done - r.staged;
+}
+// A receive large enough to stream (see kTcpWakeBytes). A smaller one may be a round trip away and
+// spins first.
+bool streams(const RecvItem& r) { return bytes_to_come(r) > 0 && r.len >= kTcpWakeBytes; }
 
 // Nothing moved for `rounds` passes in a row, since `since`.
 struct IdleSpell {
@@ -224,6 +237,8 @@ size_t Mesh::read_available(Peer& peer, uint8_t* dst, size_t max) {
     return n;
   }
   ssize_t n = ::recv(peer.data.get(), dst, max, MSG_DONTWAIT);
+  // A stream socket hands over all it holds up to max: a short read leaves it empty.
+  peer.drained = n < ssize_t(max);
   if (n > 0) return size_t(n);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
   peer_lost(peer, "expected data from it");
@@ -266,8 +281,9 @@ static void reduce_arrived(RecvItem& item, const uint8_t* incoming, size_t count
 
 bool Mesh::progress_recv_tcp(RecvItem& item, Peer& peer) {
   bool progressed = false;
+  auto wait_for_batch = [&] { return peer.drained && streams(item); };
   if (!item.reduce) {
-    while (item.done < item.len) {
+    while (item.done < item.len && !wait_for_batch()) {
       size_t n = read_available(peer, item.dst + item.done, std::min(item.len - item.done, options_.tcp_chunk_bytes));
       if (n == 0) return progressed;
       item.done += n;
@@ -280,7 +296,7 @@ bool Mesh::progress_recv_tcp(RecvItem& item, Peer& peer) {
   const size_t capacity = std::max(std::min(options_.tcp_chunk_bytes, kTcpReduceChunk), elem);
   if (peer.staging.size() < capacity) peer.staging.resize(capacity);
   uint8_t* staging = peer.staging.data();
-  while (item.done < item.len) {
+  while (item.done < item.len && !wait_for_batch()) {
     size_t want = std::min(capacity - item.staged, item.len - item.done - item.staged);
     size_t n = read_available(peer, staging + item.staged, want);
     if (n == 0) return progressed;
@@ -338,18 +354,20 @@ bool Mesh::progress_recv_shm(RecvItem& item, Peer& peer) {
 // on control frames: an abort or a death anywhere in the job ends this rank's wait too.
 void Mesh::watch(const std::vector<bool>& reading, const std::vector<bool>& writing, int timeout_ms) {
   std::vector<pollfd> fds;
-  std::vector<Peer*> control_of;
+  std::vector<Peer*> control_of, data_of;
   for (auto& p : peers_) {
     if (!p || !p->control.valid()) continue;
     if (!p->said_bye) {
       fds.push_back({p->control.get(), POLLIN, 0});
       control_of.push_back(p.get());
+      data_of.push_back(nullptr);
     }
     if (p->shm) continue;
     short events = short((reading[p->rank] ? POLLIN : 0) | (writing[p->rank] ? POLLOUT : 0));
     if (events != 0) {
       fds.push_back({p->data.get(), events, 0});
       control_of.push_back(nullptr);
+      data_of.push_back(p.get());
     }
   }
   // The listener stays open for the life of the mesh: a peer dials in when it first needs this rank,
@@ -359,8 +377,19 @@ void Mesh::watch(const std::vector<bool>& reading, const std::vector<bool>& writ
   if (fds.empty()) return;
   int rc = ::poll(fds.data(), fds.size(), listener_state_ ? listener_state_->poll_timeout_ms(timeout_ms) : timeout_ms);
   if (rc < 0) return;
+  if (rc == 0) {
+    // Nothing came in a whole wait: try every socket again rather than trust a threshold.
+    for (auto& p : peers_) {
+      if (p) p->drained = false;
+    }
+  }
   for (size_t i = 0; i < listener_from; ++i) {
-    if (control_of[i] != nullptr && fds[i].revents != 0) read_control_frame(*control_of[i]);
+    if (fds[i].revents == 0) continue;
+    if (control_of[i] != nullptr) {
+      read_control_frame(*control_of[i]);
+    } else {
+      data_of[i]->drained = false;
+    }
   }
   bool listener_ready = false;
   for (size_t i = listener_from; i < fds.size(); ++i) listener_ready |= fds[i].revents != 0;
@@ -451,9 +480,38 @@ void Mesh::time_out(const std::vector<SendItem>& sends, const std::vector<RecvIt
   fail(ErrorKind::kTimeout, msg, blamed);
 }
 
+bool Mesh::waits_on_bulk_tcp(const std::vector<SendItem>& sends, const std::vector<RecvItem>& recvs,
+                             const Active& active) const {
+  bool any = false;
+  for (int r = 0; r < options_.size; ++r) {
+    if (!peers_[r]) continue;
+    const bool recv_waits = active.recv[r] >= 0;
+    const bool send_waits = active.send[r] >= 0 && !waits_on_own_receive(sends[active.send[r]]);
+    if (!recv_waits && !send_waits) continue;
+    // Shared memory has no wake-up as cheap and prompt as a socket's; it keeps the spinning wait.
+    if (peers_[r]->shm) return false;
+    if (recv_waits && !streams(recvs[active.recv[r]])) return false;
+    any = true;  // a send waits for socket space: the peer has a full buffer to read first
+  }
+  return any;
+}
+
+void Mesh::set_wake_thresholds(const std::vector<RecvItem>& recvs, const Active& active) {
+  for (int r = 0; r < options_.size; ++r) {
+    if (!peers_[r] || peers_[r]->shm || active.recv[r] < 0) continue;
+    Peer& peer = *peers_[r];
+    const RecvItem& item = recvs[active.recv[r]];
+    int lowat = streams(item) ? int(std::min(bytes_to_come(item), kTcpWakeBytes)) : 1;
+    if (lowat == peer.rcvlowat) continue;
+    // A failure leaves the previous threshold, which only changes how often this rank wakes.
+    if (::setsockopt(peer.data.get(), SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(lowat)) == 0) peer.rcvlowat = lowat;
+  }
+}
+
 void Mesh::wait_for_progress(const std::vector<SendItem>& sends, const std::vector<RecvItem>& recvs,
                              const Active& active, const Deadline& deadline, const std::string& what) {
   if (deadline.expired()) time_out(sends, recvs, active, what);
+  set_wake_thresholds(recvs, active);
   std::vector<bool> reading(options_.size, false), writing(options_.size, false);
   bool any_tcp = false;
   ShmRing* shm_wait_data = nullptr;
@@ -552,6 +610,14 @@ void Mesh::run(std::vector<SendItem>& sends, std::vector<RecvItem>& recvs, const
     if (pass.progressed) {
       idle.rounds = 0;
       continue;
+    }
+    if (waits_on_bulk_tcp(sends, recvs, active)) {
+      wait_for_progress(sends, recvs, active, deadline, what);
+      continue;
+    }
+    // A spinning wait tries every socket on every pass.
+    for (auto& p : peers_) {
+      if (p) p->drained = false;
     }
     if (!spin_or_yield(wait, idle)) wait_for_progress(sends, recvs, active, deadline, what);
   }

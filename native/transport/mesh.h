@@ -172,6 +172,10 @@ class Mesh {
   void check_items(const std::vector<SendItem>& sends, const std::vector<RecvItem>& recvs,
                    const std::string& what) const;
   Pass progress_all(std::vector<SendItem>& sends, std::vector<RecvItem>& recvs, Active& active);
+  // Whether every wait is on a TCP peer with much still to come, so sleeping at once costs nothing.
+  bool waits_on_bulk_tcp(const std::vector<SendItem>& sends, const std::vector<RecvItem>& recvs,
+                         const Active& active) const;
+  void set_wake_thresholds(const std::vector<RecvItem>& recvs, const Active& active);
   void wait_for_progress(const std::vector<SendItem>& sends, const std::vector<RecvItem>& recvs,
                          const Active& active, const Deadline& deadline, const std::string& what);
   [[noreturn]] void time_out(const std::vector<SendItem>& sends, const std::vector<RecvItem>& recvs,

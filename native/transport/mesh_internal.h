@@ -46,6 +46,10 @@ struct Mesh::Peer {
   ShmRing in;
   bool said_bye = false;
   int pongs = 0;
+  int rcvlowat = 1;  // the data socket's SO_RCVLOWAT: poll() reports it readable from this many bytes
+  // The last recv() emptied the data socket: a streaming receive leaves it alone until poll() reports a
+  // batch (see kTcpWakeBytes in mesh.cc).
+  bool drained = false;
   // Incoming bytes not yet reduced: a partial element, or a TCP chunk. Receives from one peer complete
   // in order, so one buffer per peer serves them all and lives as long as the mesh.
   ByteBuffer staging;

@@ -13,7 +13,7 @@ import datetime
 import secrets
 import tempfile
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Sequence
 
 from pyspark.ml import Estimator
 from pyspark.ml.util import MLReadable, MLReader, MLWritable, MLWriter
@@ -29,12 +29,14 @@ from spark_hvd.estimator.classifier_outputs import (
 )
 from spark_hvd.estimator.elastic_plan import check_no_elastic_params, checked_elastic_bounds
 from spark_hvd.estimator.epoch_listeners import epoch_callback
+from spark_hvd.estimator.fit_context import active_mlflow_parent, current_fit_context
 from spark_hvd.estimator.fit_identity import TRAINING_PARAMS, FitIdentity, identity_of
 from spark_hvd.estimator.mlflow_logging import start_mlflow_fit_log
 from spark_hvd.estimator.param_table import declare_params, set_defaults
 from spark_hvd.estimator.params import ESTIMATOR_PARAMS, LR_SCALING_POLICIES, READERS, default_output_cols
 from spark_hvd.estimator.progress import FitProgress, FitStatus
 from spark_hvd.estimator.run_claim import claim_run
+from spark_hvd.estimator.tuned_fits import TunedFits
 from spark_hvd.estimator.unused_params import warn_unused_params
 from spark_hvd.recipe.plan import ElasticPlan, EpochSteps, FitPlan
 
@@ -107,6 +109,12 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         raise NotImplementedError
 
     # --- fit ------------------------------------------------------------------------------
+    def fitMultiple(self, dataset: DataFrame, paramMaps: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+        """Spark ML's tuning entry (CrossValidator, TrainValidationSplit, ``fit(df, [maps])``): one fit per param
+        map, drawn from any thread; each fit's progress lines carry its param map, and under an active MLflow
+        run each fit logs to a run of its own nested under it (tuned_fits.py)."""
+        return TunedFits(self.copy(), dataset, paramMaps, active_mlflow_parent())
+
     def _fit(self, df: DataFrame) -> Any:
         """check -> materialise -> backend.run -> model."""
         from spark_hvd.common.util import DEFAULT_SPLIT_SEED
@@ -114,7 +122,7 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
 
         began = time.monotonic()
         spark = df.sparkSession
-        status = FitStatus(enabled=self.getVerbose() >= 1)
+        status = FitStatus(enabled=self.getVerbose() >= 1, label=_fit_label())
         plan = self._check_input(df, status)
         store = self._store_for(spark)
         # The backend for this fit: its ranks counted once; their processes start (and import the framework)
@@ -150,7 +158,7 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
             raise InputError(f"fit_on_parquet: column(s) {missing} were not prepared; dataset {data.key!r} "
                              f"holds {list(data.columns)}")
         spark = SparkSession.active()
-        status = FitStatus(enabled=self.getVerbose() >= 1)
+        status = FitStatus(enabled=self.getVerbose() >= 1, label=_fit_label())
         with self._backend(spark).for_fit(self._fit_launch(spark, status, warm_up=False)) as backend:
             self._check_elastic(backend)
             return self._fit_on_materialized(data, backend, began, status)
@@ -226,6 +234,7 @@ class HorovodEstimator(Estimator, MLWritable, MLReadable):
         model._epoch_times = list(results[0].get("epoch_times", [])) if isinstance(results[0], dict) else []
         if mlflow_log is not None:
             mlflow_log.log_model(model)
+            mlflow_log.finish()
         return model
 
     def _fit_identity(self, data: Any) -> FitIdentity:
@@ -395,6 +404,12 @@ def _timings(began: float, prepared: float, progress: FitProgress, ended: float)
     finished = progress.finished_at if progress.finished_at is not None else started
     return {"materialize": prepared - began, "launch": started - prepared, "train": finished - started,
             "return": ended - finished, "total": ended - began}
+
+
+def _fit_label() -> str | None:
+    """The label a tuner gave the fit this thread runs (its param map, its trial), for its progress lines."""
+    context = current_fit_context()
+    return None if context is None else context.label
 
 
 def _new_run_id() -> str:

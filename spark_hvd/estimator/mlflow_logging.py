@@ -1,16 +1,21 @@
 """A fit's MLflow logging, on the driver, when the caller has an active MLflow run: params when the ranks
 launch, each epoch's metrics as rank 0 reports them (step = epoch), and the fitted model as an MLflow model
 (see mlflow_model.py) at the end. A fit that fails after launch ends its run FAILED, with the metrics so far.
+
+A fit a tuner makes (Spark ML's ``fitMultiple``, an Optuna trial; fit_context.py) logs instead to a run of its
+own, nested under the caller's, which it starts and ends: fits side by side never share a run, and a pruned
+trial's run ends KILLED.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
 import warnings
 from typing import Any
+
+from spark_hvd.estimator.fit_context import FitContext, MlflowParent, active_mlflow_run, current_fit_context
 
 # Params worth seeing in the MLflow UI; objects (model, optimizer, store) are logged by type name.
 _LOGGED_PARAMS = ("num_proc", "backend", "batch_size", "val_batch_size", "epochs", "train_steps_per_epoch",
@@ -22,20 +27,14 @@ _MAX_TAG_CHARS = 5000
 MODEL_NAME = "model"
 
 
-def active_mlflow_run() -> Any:
-    # A caller with an active run has imported mlflow already; importing it here would cost
-    # seconds on every fit of those who do not use it.
-    mlflow = sys.modules.get("mlflow")
-    return None if mlflow is None else mlflow.active_run()
-
-
 class MlflowFitLog:
     """One fit's logging into the run that was active when it started."""
 
-    def __init__(self, run_id: str, tracking_uri: str) -> None:
+    def __init__(self, run_id: str, tracking_uri: str, owned: bool = False) -> None:
         from mlflow.tracking import MlflowClient
 
         self.run_id = run_id
+        self._owned = owned   # this fit started the run, so this fit ends it
         # Epoch events arrive on the launcher's thread, where the caller's active run is not visible:
         # an explicit client writes to the run by id.
         self._client = MlflowClient(tracking_uri)
@@ -49,10 +48,11 @@ class MlflowFitLog:
             params[name] = value if isinstance(value, (int, float, str, bool, type(None), list)) \
                 else type(value).__name__
         params["num_proc"] = num_proc
-        import mlflow
+        from mlflow.entities import Param
 
         try:
-            mlflow.log_params({k: json.dumps(v) if isinstance(v, list) else v for k, v in params.items()})
+            self._client.log_batch(self.run_id, params=[Param(k, json.dumps(v) if isinstance(v, list) else str(v))
+                                                        for k, v in params.items()])
         except Exception as error:  # noqa: BLE001 - e.g. a second fit in one run with other params
             warnings.warn(f"MLflow: the fit's params were not logged to run {self.run_id}: {error}",
                           RuntimeWarning, stacklevel=2)
@@ -86,7 +86,8 @@ class MlflowFitLog:
         except metadata.PackageNotFoundError:
             ours = ["spark-hvd"]
         try:
-            return Model.log(artifact_path=None, name=MODEL_NAME, flavor=mlflow_model, spark_hvd_model=model,
+            return Model.log(artifact_path=None, name=MODEL_NAME, run_id=self.run_id, flavor=mlflow_model,
+                             spark_hvd_model=model,
                              signature=mlflow_model.model_signature(model),
                              pip_requirements=[*ours, *_installed("pandas", "pyarrow", "cloudpickle", "numpy")])
         except Exception as error:  # noqa: BLE001 - the fit succeeded: the caller keeps its model
@@ -94,31 +95,53 @@ class MlflowFitLog:
                           f"{type(error).__name__}: {error}", RuntimeWarning, stacklevel=2)
             return None
 
+    def finish(self) -> None:
+        """Ends the run this fit started (a tuner's fit); the caller's own run stays the caller's to end."""
+        if self._owned:
+            self._client.set_terminated(self.run_id, status="FINISHED")
+
     def fail(self, error: BaseException) -> None:
-        """Ends the run FAILED, naming the error, keeping the epochs already logged."""
+        """Ends the run FAILED, naming the error, keeping the epochs already logged; a pruned Optuna trial's
+        run ends KILLED."""
         import mlflow
 
+        pruned = type(error).__name__ == "TrialPruned"
         message = f"{type(error).__name__}: {error}"
+        status = "KILLED" if pruned else "FAILED"
         try:
-            self._client.set_tag(self.run_id, "spark_hvd.error", message[:_MAX_TAG_CHARS])
+            self._client.set_tag(self.run_id, "spark_hvd.pruned" if pruned else "spark_hvd.error",
+                                 message[:_MAX_TAG_CHARS])
         finally:
             active = mlflow.active_run()
             if active is not None and active.info.run_id == self.run_id:
-                mlflow.end_run(status="FAILED")
+                mlflow.end_run(status=status)
             else:
-                self._client.set_terminated(self.run_id, status="FAILED")
+                self._client.set_terminated(self.run_id, status=status)
 
 
 def start_mlflow_fit_log(estimator: Any, num_proc: int) -> MlflowFitLog | None:
-    """The fit's logging when an MLflow run is active (its params logged), else None."""
-    run = active_mlflow_run()
-    if run is None:
-        return None
-    import mlflow
+    """The fit's logging (its params logged): to a new nested run when a tuner made the fit under an MLflow
+    run, to the active run otherwise; None when there is neither."""
+    context = current_fit_context()
+    if context is not None and context.mlflow_parent is not None:
+        log = _nested_run(context.mlflow_parent, context)
+    else:
+        run = active_mlflow_run()
+        if run is None:
+            return None
+        import mlflow
 
-    log = MlflowFitLog(run.info.run_id, mlflow.get_tracking_uri())
+        log = MlflowFitLog(run.info.run_id, mlflow.get_tracking_uri())
     log.log_params(estimator, num_proc)
     return log
+
+
+def _nested_run(parent: MlflowParent, context: FitContext) -> MlflowFitLog:
+    from mlflow.tracking import MlflowClient
+
+    tags = {"mlflow.parentRunId": parent.run_id, **context.tags}
+    run = MlflowClient(parent.tracking_uri).create_run(parent.experiment_id, run_name=context.label, tags=tags)
+    return MlflowFitLog(run.info.run_id, parent.tracking_uri, owned=True)
 
 
 def _installed(*names: str) -> list[str]:

@@ -89,8 +89,11 @@ class FitStatus:
     with its time. The fit's launch is set up before its FitProgress exists (which needs the data's size), so
     the ranks' events come here (``on_event``) and go on to the FitProgress made with this status."""
 
-    def __init__(self, enabled: bool = True, display: _Display | None = None) -> None:
+    def __init__(self, enabled: bool = True, display: _Display | None = None, label: str | None = None) -> None:
         self.enabled = enabled
+        # A tuner's fits run side by side on one console: each line says whose it is.
+        self.label = label
+        self.prefix = _PREFIX if label is None else f"spark-hvd [{label}]: "
         self.display = display if display is not None else (_Display() if enabled else None)
         self._phase_started: float | None = None
         self.progress: FitProgress | None = None
@@ -103,13 +106,13 @@ class FitStatus:
     def phase(self, doing: str) -> None:
         self._phase_started = time.monotonic()
         if self.enabled:
-            self.display.line(f"{_PREFIX}{doing} ...")
+            self.display.line(f"{self.prefix}{doing} ...")
 
     def done(self, what: str) -> None:
         elapsed = 0.0 if self._phase_started is None else time.monotonic() - self._phase_started
         self._phase_started = None
         if self.enabled:
-            self.display.line(f"{_PREFIX}{what} ({_seconds(elapsed)})")
+            self.display.line(f"{self.prefix}{what} ({_seconds(elapsed)})")
 
 
 class FitProgress:
@@ -127,6 +130,9 @@ class FitProgress:
             status.display if status is not None and status.display is not None else
             (_Display() if enabled else None))
         self._status = status
+        label = status.label if status is not None else None
+        self._tag = "" if label is None else f"[{label}] "
+        self._prefix = _PREFIX if status is None else status.prefix
         if status is not None:
             status.progress = self
         self._num_proc = num_proc
@@ -194,10 +200,10 @@ class FitProgress:
         self._epoch_started = now
         if self._enabled:
             values = ", ".join(f"{k}={v:.4g}" for k, v in metrics.items())
-            self._display.line(f"epoch {epoch + 1}/{self.epochs}: {values} ({_seconds(took)})")
+            self._display.line(f"{self._tag}epoch {epoch + 1}/{self.epochs}: {values} ({_seconds(took)})")
             split = _time_split(times)
             if split:
-                self._display.line(split)
+                self._display.line(self._tag + split)
             if epoch + 1 >= self.epochs:
                 self._finish()
         if self._on_epoch is not None:
@@ -211,11 +217,11 @@ class FitProgress:
         trained = self.finished_at - self.started_at
         steps = (self.epochs - self._first_epoch) * self.steps_per_epoch
         rate = f"{steps / trained:.3g} steps/s" if trained > 0 else "-"
-        self._display.line(f"{_PREFIX}trained {self.epochs - self._first_epoch} epoch(s), {steps} steps in "
+        self._display.line(f"{self._prefix}trained {self.epochs - self._first_epoch} epoch(s), {steps} steps in "
                            f"{_seconds(trained)} ({rate})")
 
     def _description(self, epoch: int) -> str:
-        return f"epoch {min(epoch + 1, self.epochs)}/{self.epochs}"
+        return f"{self._tag}epoch {min(epoch + 1, self.epochs)}/{self.epochs}"
 
 
 def _time_split(times: Mapping[str, Any] | None) -> str:

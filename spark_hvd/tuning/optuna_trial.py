@@ -14,13 +14,19 @@ from typing import Any
 
 from spark_hvd.errors import InputError
 from spark_hvd.estimator.epoch_listeners import listening
+from spark_hvd.estimator.fit_context import FitContext, active_mlflow_parent, fitting_as, mlflow_parent_by_id
 
 
-def fit_trial(trial: Any, estimator: Any, df: Any, monitor: str = "val_loss", params: dict | None = None) -> Any:
+def fit_trial(trial: Any, estimator: Any, df: Any, monitor: str = "val_loss", params: dict | None = None,
+              mlflow_parent_run_id: str | None = None) -> Any:
     """Fits ``estimator`` (with ``params``, a Spark ML param map, when given) on ``df`` as the Optuna ``trial``:
     each epoch's ``monitor`` metric (a key of ``model.getEpochMetrics()``, e.g. ``val_loss``) goes to
     ``trial.report(value, epoch)``; when ``trial.should_prune()``, the fit stops and ``optuna.TrialPruned``
-    is raised. Returns the fitted model; ``last_metric(model, monitor)`` is the usual objective value."""
+    is raised. Returns the fitted model; ``last_metric(model, monitor)`` is the usual objective value.
+
+    The fit's progress lines carry ``trial N``. Under MLflow the trial's fit logs to a run of its own, nested
+    under ``mlflow_parent_run_id`` or else under the run active in this thread (``n_jobs`` worker threads have
+    none: pass the parent's id); its run ends KILLED when the trial is pruned."""
     import optuna
 
     def report(epoch: int, metrics: dict[str, float]) -> None:
@@ -32,7 +38,11 @@ def fit_trial(trial: Any, estimator: Any, df: Any, monitor: str = "val_loss", pa
         if trial.should_prune():
             raise optuna.TrialPruned(f"pruned after epoch {epoch + 1}: {monitor}={value:.6g}")
 
-    with listening(report):
+    parent = mlflow_parent_by_id(mlflow_parent_run_id) if mlflow_parent_run_id else active_mlflow_parent()
+    study = getattr(trial, "study", None)
+    tags = {"optuna.trial_number": str(trial.number), "optuna.study": getattr(study, "study_name", "")}
+    context = FitContext(label=f"trial {trial.number}", mlflow_parent=parent, tags=tags)
+    with listening(report), fitting_as(context):
         model = estimator.fit(df, params) if params else estimator.fit(df)
     trial.set_user_attr("run_id", model.getRunId())
     return model
