@@ -151,7 +151,7 @@ class Mesh {
   void open_shm(Peer& peer, const std::string& payload);
   void mark_ready(Peer& peer);
   void stop_listening();
-  [[noreturn]] void connect_timed_out(const std::vector<int>& absent, bool forming);
+  [[noreturn]] void connect_timed_out(const std::vector<int>& absent, bool forming, const std::string& reported = "");
   std::vector<int> silent_peers();
   bool progress_send(SendItem& item, Peer& peer);
   bool progress_recv(RecvItem& item, Peer& peer);

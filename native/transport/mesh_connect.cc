@@ -208,7 +208,22 @@ void Mesh::connect_peers(const std::vector<int>& wanted, const Deadline& deadlin
     if (::poll(fds.data(), fds.size(), listener_state_->poll_timeout_ms(deadline.remaining_ms(100))) < 0) continue;
     // Control frames first: an abort, a death, or the shared-memory setup of a pair being connected.
     for (size_t i = 0; i < listener_from; ++i) {
-      if (control_of[i] != nullptr && fds[i].revents != 0) read_control_frame(*control_of[i]);
+      if (control_of[i] == nullptr || fds[i].revents == 0) continue;
+      try {
+        read_control_frame(*control_of[i]);
+      } catch (const Error& e) {
+        // A peer gave up on a rank this rank waits for too: fail as this rank's own wait would, naming
+        // that rank with what this listener saw of strangers (and its claims of a wrong secret).
+        std::vector<int> absent;
+        for (int j : wanted) {
+          if (!peers_[j]->ready) absent.push_back(j);
+        }
+        if (e.peer_rank() != control_of[i]->rank &&
+            std::find(absent.begin(), absent.end(), e.peer_rank()) != absent.end()) {
+          connect_timed_out({e.peer_rank()}, forming, e.what());
+        }
+        throw;
+      }
     }
     service_listener();
   }
@@ -285,14 +300,16 @@ void Mesh::stop_listening() {
   listener_.reset();
 }
 
-void Mesh::connect_timed_out(const std::vector<int>& absent, bool forming) {
+void Mesh::connect_timed_out(const std::vector<int>& absent, bool forming, const std::string& reported) {
   const int me = options_.rank;
   StrangerCounts strangers = listener_state_->strangers();
   std::string ranks;
   for (int j : absent) ranks += (ranks.empty() ? "" : ", ") + std::to_string(j);
   const double seconds = forming ? options_.connect_timeout_s : options_.timeout_s;
-  std::string msg = peer_name(me) + " timed out after " + seconds_text(seconds) + " s waiting for rank(s) " + ranks +
-                    " to connect; " + strangers.describe(options_.handshake_timeout_s, options_.max_pending_handshakes);
+  std::string msg = peer_name(me) + (reported.empty() ? " timed out after " + seconds_text(seconds) + " s waiting for"
+                                                      : std::string(" gave up waiting for")) + " rank(s) ";
+  msg += ranks + " to connect; " + strangers.describe(options_.handshake_timeout_s, options_.max_pending_handshakes);
+  if (!reported.empty()) msg += "; a peer reported: " + reported;
   // An answer shaped like a missing rank's that failed the MAC is most likely that rank with another
   // secret; a stranger could forge one, but only to change how this failure reads.
   for (int j : absent) {
