@@ -212,13 +212,14 @@ void Mesh::connect_peers(const std::vector<int>& wanted, const Deadline& deadlin
       try {
         read_control_frame(*control_of[i]);
       } catch (const Error& e) {
-        // A peer gave up on a rank this rank waits for too: fail as this rank's own wait would, naming
-        // that rank with what this listener saw of strangers (and its claims of a wrong secret).
+        // At formation, a peer gave up on a rank this rank waits for too: fail as this rank's own wait
+        // would, naming that rank with what this listener saw of strangers (and its claims of a wrong
+        // secret). Later, a rank that fails to connect has died, and the peer failure says so.
         std::vector<int> absent;
         for (int j : wanted) {
           if (!peers_[j]->ready) absent.push_back(j);
         }
-        if (e.peer_rank() != control_of[i]->rank &&
+        if (forming && e.peer_rank() != control_of[i]->rank &&
             std::find(absent.begin(), absent.end(), e.peer_rank()) != absent.end()) {
           connect_timed_out({e.peer_rank()}, forming, e.what());
         }
