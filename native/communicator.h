@@ -20,6 +20,7 @@ class Communicator {
   int rank() const { return mesh_->rank(); }
   int size() const { return mesh_->size(); }
   bool uses_shm(int peer) const { return mesh_->uses_shm(peer); }
+  int connected_peers() const { return mesh_->connected_peers(); }
   // For the engine, which drives the mesh itself while it runs.
   Mesh& mesh() { return *mesh_; }
 

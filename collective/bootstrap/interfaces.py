@@ -77,9 +77,12 @@ def check_reachable(peers: Sequence[dict]) -> None:
     ``host_key_per_rank``) are fine.
     """
     loopback = [rank for rank, peer in enumerate(peers) if _is_loopback(peer["host"])]
+    if len(loopback) == len(peers):
+        return  # one machine: every rank reaches every other
+    on_loopback = set(loopback)
     for rank in loopback:
         remote = [other for other, peer in enumerate(peers)
-                  if other not in loopback and peer["host_key"] != peers[rank]["host_key"]]
+                  if other not in on_loopback and peer["host_key"] != peers[rank]["host_key"]]
         if remote:
             raise ValueError(
                 f"rank {rank} advertises the loopback address {peers[rank]['host']}, but ranks {remote} run on "

@@ -76,6 +76,9 @@ void register_communicator(nb::module_& m) {
       .def_prop_ro("rank", [](PyCommunicator& c) { return c.comm->rank(); })
       .def_prop_ro("size", [](PyCommunicator& c) { return c.comm->size(); })
       .def("uses_shm", [](PyCommunicator& c, int peer) { return c.comm->uses_shm(peer); })
+      .def("connected_peers", [](PyCommunicator& c) { return c.comm->connected_peers(); },
+           "Peers this rank holds connections to now: its ring neighbours after init, then each peer a call "
+           "has moved data with (pairs connect on first use).")
       .def(
           "bytes_sent",
           [](PyCommunicator& c) {

@@ -209,13 +209,18 @@ void IncomingHandshake::check_answer() {
 }
 
 Fd dial_peer(const std::string& host, int port, int peer, Channel channel, HandshakeKey key, double attempt_s,
-             const Deadline& deadline) {
+             const Deadline& deadline, bool refused_is_death) {
   std::string last = "no attempt made";
   std::string refusal;  // the latest refusal: it outweighs a later plain failure in the final error
   int backoff_ms = 5;
   while (!deadline.expired()) {
     std::string why;
-    Fd fd = connect_tcp(host, port, deadline, &why);
+    int error = 0;
+    Fd fd = connect_tcp(host, port, deadline, &why, &error);
+    if (refused_is_death && error == ECONNREFUSED) {
+      fail(ErrorKind::kPeerFailure, "rank " + std::to_string(peer) + " no longer listens at " + host + ":" +
+                                        std::to_string(port) + " (connection refused): it died or shut down", peer);
+    }
     if (fd.valid()) {
       Attempt attempt = authenticate_outgoing(fd.get(), peer, channel, key, attempt_s, deadline);
       if (attempt.ok) return fd;

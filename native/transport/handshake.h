@@ -66,8 +66,10 @@ class IncomingHandshake {
 // reset or dropped attempt (the peer is not listening yet, or dropped us while busy) with back-off until
 // `deadline`. Each attempt waits at most `attempt_s` for the peer's challenge. Throws kAuthentication
 // when the last attempts were refused after our answer or the peer could not prove it holds the secret,
-// kTimeout otherwise; either names `peer`.
+// kTimeout otherwise; either names `peer`. With `refused_is_death`, a refused connection is final: once a
+// job has formed, every rank's listener stays open until it leaves, so nobody listening means it is gone
+// (kPeerFailure naming `peer`).
 Fd dial_peer(const std::string& host, int port, int peer, Channel channel, HandshakeKey key, double attempt_s,
-             const Deadline& deadline);
+             const Deadline& deadline, bool refused_is_death = false);
 
 }  // namespace shvd

@@ -139,46 +139,59 @@ void PeerListener::accept_ready(Clock::time_point now) {
   }
 }
 
-int PeerListener::poll_timeout_ms(const Deadline& deadline, Clock::time_point now) const {
-  int ms = deadline.remaining_ms(100);
+int PeerListener::poll_timeout_ms(int at_most_ms) const {
+  auto now = Clock::now();
+  int ms = at_most_ms;
   for (const auto& p : pending_) ms = std::min(ms, ms_until(p->deadline, now));
   if (now < paused_until_) ms = std::min(ms, ms_until(paused_until_, now));
   return ms;
 }
 
-bool PeerListener::next(const Deadline& deadline, AuthenticatedPeer* out) {
+void PeerListener::add_pollfds(std::vector<pollfd>* fds) const {
+  if (Clock::now() >= paused_until_) fds->push_back({listen_fd_, POLLIN, 0});
+  for (const auto& p : pending_) fds->push_back({p->handshake.fd(), p->handshake.poll_events(), 0});
+}
+
+void PeerListener::service(int timeout_ms) {
+  auto now = Clock::now();
+  auto expired = [&](const std::unique_ptr<Pending>& p) { return p->deadline <= now; };
+  counts_.silent += int(std::count_if(pending_.begin(), pending_.end(), expired));
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(), expired), pending_.end());
+  const bool listening = now >= paused_until_;
   std::vector<pollfd> fds;
-  std::vector<bool> over;
-  while (ready_.empty()) {
-    auto now = Clock::now();
-    auto expired = [&](const std::unique_ptr<Pending>& p) { return p->deadline <= now; };
-    counts_.silent += int(std::count_if(pending_.begin(), pending_.end(), expired));
-    pending_.erase(std::remove_if(pending_.begin(), pending_.end(), expired), pending_.end());
-    if (deadline.expired()) return false;
-    const bool listening = now >= paused_until_;
-    fds.clear();
-    if (listening) fds.push_back({listen_fd_, POLLIN, 0});
-    for (const auto& p : pending_) fds.push_back({p->handshake.fd(), p->handshake.poll_events(), 0});
-    if (::poll(fds.data(), fds.size(), poll_timeout_ms(deadline, now)) < 0) {
-      if (errno == EINTR) continue;
-      fail(ErrorKind::kGeneric, "poll() on the mesh listener failed: " + errno_text(errno));
-    }
-    // Handshakes first: an answer that has arrived is never dropped to make room for a newcomer.
-    const size_t first = listening ? 1 : 0;
-    over.assign(pending_.size(), false);
-    for (size_t i = 0; i < pending_.size(); ++i) {
-      if (fds[first + i].revents != 0) over[i] = !step(*pending_[i]);
-    }
-    size_t kept = 0;
-    for (size_t i = 0; i < pending_.size(); ++i) {
-      if (!over[i]) pending_[kept++] = std::move(pending_[i]);
-    }
-    pending_.resize(kept);
-    if (listening && (fds[0].revents & POLLIN)) accept_ready(Clock::now());
+  add_pollfds(&fds);
+  if (fds.empty()) return;
+  if (::poll(fds.data(), fds.size(), std::min(timeout_ms, poll_timeout_ms(timeout_ms))) < 0) {
+    if (errno == EINTR) return;
+    fail(ErrorKind::kGeneric, "poll() on the mesh listener failed: " + errno_text(errno));
   }
+  // Handshakes first: an answer that has arrived is never dropped to make room for a newcomer.
+  const size_t first = listening ? 1 : 0;
+  std::vector<bool> over(pending_.size(), false);
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    if (fds[first + i].revents != 0) over[i] = !step(*pending_[i]);
+  }
+  size_t kept = 0;
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    if (!over[i]) pending_[kept++] = std::move(pending_[i]);
+  }
+  pending_.resize(kept);
+  if (listening && (fds[0].revents & POLLIN)) accept_ready(Clock::now());
+}
+
+bool PeerListener::take(AuthenticatedPeer* out) {
+  if (ready_.empty()) return false;
   *out = std::move(ready_.front());
   ready_.erase(ready_.begin());
   return true;
+}
+
+bool PeerListener::next(const Deadline& deadline, AuthenticatedPeer* out) {
+  while (ready_.empty()) {
+    if (deadline.expired()) return false;
+    service(deadline.remaining_ms(100));
+  }
+  return take(out);
 }
 
 }  // namespace shvd

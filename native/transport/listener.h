@@ -3,6 +3,8 @@
 // its own short deadline; at most `max_pending` wait, the oldest dropped first; and an exhausted
 // descriptor table drops the oldest stranger or backs the listener off instead of spinning.
 #pragma once
+#include <poll.h>
+
 #include <chrono>
 #include <memory>
 #include <string>
@@ -48,6 +50,15 @@ class PeerListener {
 
   // Waits for the next peer to pass the challenge; false when `deadline` passes first.
   bool next(const Deadline& deadline, AuthenticatedPeer* out);
+  // For a caller that multiplexes the listener with its own sockets (the mesh, for its whole life): the
+  // descriptors to poll, then one step of every ready handshake (`timeout_ms` 0: no waiting), then take()
+  // what passed the challenge.
+  void add_pollfds(std::vector<pollfd>* fds) const;
+  void service(int timeout_ms);
+  bool take(AuthenticatedPeer* out);
+  bool has_pending() const { return !pending_.empty(); }
+  // How long the caller may sleep before a handshake's deadline needs this listener.
+  int poll_timeout_ms(int at_most_ms) const;
   StrangerCounts strangers() const;
 
  private:
@@ -62,7 +73,6 @@ class PeerListener {
   void drop_oldest();
   // Advances one handshake; false once it is over (its peer then queued in ready_, or refused).
   bool step(Pending& p);
-  int poll_timeout_ms(const Deadline& deadline, Clock::time_point now) const;
 
   int listen_fd_;
   ListenerOptions options_;

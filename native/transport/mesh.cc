@@ -16,21 +16,10 @@
 #include "reduce/reduce.h"
 #include "transport/handshake.h"
 #include "transport/listener.h"
+#include "transport/mesh_internal.h"
 
 namespace shvd {
 namespace {
-
-constexpr uint32_t kFrameMagic = 0x44564853;  // "SHVD"
-// A rank that times out pings every peer and blames one that does not answer: a live rank answers from
-// whatever wait it is in, a stopped or hung one cannot.
-enum FrameType : uint32_t { kAbort = 2, kBye = 3, kShmSetup = 4, kShmAck = 5, kPing = 6, kPong = 7 };
-
-struct FrameHeader {
-  uint32_t magic;
-  uint32_t type;
-  uint64_t length;
-};
-static_assert(sizeof(FrameHeader) == 16, "frame header is sent raw");
 
 // Largest piece moved per step, so receivers start (and gated sends follow) early.
 constexpr size_t kPieceBytes = 256 << 10;
@@ -41,11 +30,8 @@ constexpr size_t kTcpReduceChunk = 256 << 10;
 // taking each segment as it lands. The kernel keeps receiving meanwhile, so the link loses nothing, and
 // one wake-up per batch costs far less CPU than a recv() (and the window update it sends) per segment.
 constexpr size_t kTcpWakeBytes = 256 << 10;
-constexpr size_t kMaxControlPayload = 64 << 10;
 // A self-describing block starts with 16 bytes whose second 8 hold the block's total length.
 constexpr size_t kDescribeBytes = 16;
-// How long a broken data connection waits for the peer's explanation on its control connection.
-constexpr double kAbortGraceSeconds = 0.2;
 // How long a timed-out rank waits for its peers to answer a ping before it blames the silent ones.
 constexpr double kProbeSeconds = 1.0;
 
@@ -55,41 +41,10 @@ inline void cpu_relax() {
 #endif
 }
 
-std::string peer_name(int rank) { return "rank " + std::to_string(rank); }
-
-void send_frame_blocking(int fd, uint32_t type, const void* payload, size_t len, const Deadline& deadline,
-                         int peer) {
-  FrameHeader h{kFrameMagic, type, len};
-  std::string why;
-  if (!write_all(fd, &h, sizeof(h), deadline, &why) || (len > 0 && !write_all(fd, payload, len, deadline, &why))) {
-    fail(ErrorKind::kPeerFailure, "sending to " + peer_name(peer) + " failed: " + why, peer);
-  }
-}
-
 void send_pong(int fd) {
   FrameHeader h{kFrameMagic, kPong, 0};
   std::string why;
   write_all(fd, &h, sizeof(h), Deadline::after_seconds(kAbortGraceSeconds), &why);  // unanswered reads as silent
-}
-
-std::string read_frame_blocking(int fd, uint32_t expected_type, const Deadline& deadline, int peer) {
-  FrameHeader h{};
-  std::string why;
-  do {
-    if (!read_all(fd, &h, sizeof(h), deadline, &why)) {
-      fail(ErrorKind::kPeerFailure, "reading from " + peer_name(peer) + " failed: " + why, peer);
-    }
-    // A peer that already timed out in a collective probes this rank, still setting up.
-    if (h.magic == kFrameMagic && h.type == kPing && h.length == 0) send_pong(fd);
-  } while (h.magic == kFrameMagic && (h.type == kPing || h.type == kPong) && h.length == 0);
-  if (h.magic != kFrameMagic || h.type != expected_type || h.length > kMaxControlPayload) {
-    fail(ErrorKind::kPeerFailure, "unexpected frame from " + peer_name(peer) + " while setting up", peer);
-  }
-  std::string payload(h.length, '\0');
-  if (h.length > 0 && !read_all(fd, payload.data(), h.length, deadline, &why)) {
-    fail(ErrorKind::kPeerFailure, "reading from " + peer_name(peer) + " failed: " + why, peer);
-  }
-  return payload;
 }
 
 bool item_complete(const SendItem& s) { return s.done == s.len; }
@@ -131,24 +86,14 @@ bool spin_or_yield(const WaitPolicy& wait, IdleSpell& idle) {
 
 }  // namespace
 
-struct Mesh::Peer {
-  int rank = -1;
-  Fd control;
-  Fd data;
-  bool shm = false;
-  ShmSegment segment;
-  ShmRing out;
-  ShmRing in;
-  bool said_bye = false;
-  int pongs = 0;
-  int rcvlowat = 1;  // the data socket's SO_RCVLOWAT: poll() reports it readable from this many bytes
-  // The last recv() emptied the data socket: a streaming receive leaves it alone until poll() reports a
-  // batch (see kTcpWakeBytes).
-  bool drained = false;
-  // Incoming bytes not yet reduced: a partial element, or a TCP chunk. Receives from one peer complete
-  // in order, so one buffer per peer serves them all and lives as long as the mesh.
-  ByteBuffer staging;
-};
+void send_frame_blocking(int fd, uint32_t type, const void* payload, size_t len, const Deadline& deadline,
+                         int peer) {
+  FrameHeader h{kFrameMagic, type, len};
+  std::string why;
+  if (!write_all(fd, &h, sizeof(h), deadline, &why) || (len > 0 && !write_all(fd, payload, len, deadline, &why))) {
+    fail(ErrorKind::kPeerFailure, "sending to " + peer_name(peer) + " failed: " + why, peer);
+  }
+}
 
 int Mesh::bind_listener(const std::string& host, Fd* listener) {
   int port = 0;
@@ -178,131 +123,13 @@ Mesh::Mesh(MeshOptions options, Fd listener) : options_(std::move(options)), lis
   // Sleeping costs a scheduler wake-up (tens of microseconds on a busy core) when the data arrives;
   // yielding keeps this rank ready to run while still handing the core to anyone who needs it.
   default_wait_.yield_us = std::max(options_.yield_us, 0);
-  connect_all();
-  setup_shm();
+  form();
 }
 
 Mesh::~Mesh() {
   try {
     close();
   } catch (...) {
-  }
-}
-
-bool Mesh::uses_shm(int peer) const { return peers_[peer] && peers_[peer]->shm; }
-
-void Mesh::connect_all() {
-  const int me = options_.rank;
-  const int n = options_.size;
-  Deadline deadline = Deadline::after_seconds(options_.connect_timeout_s);
-  for (int j = 0; j < n; ++j) {
-    if (j != me) {
-      peers_[j] = std::make_unique<Peer>();
-      peers_[j]->rank = j;
-    }
-  }
-  const HandshakeKey key{&options_.secret, me, n};
-  for (int j = 0; j < me; ++j) {
-    for (Channel channel : {Channel::kControl, Channel::kData}) {
-      (channel == Channel::kControl ? peers_[j]->control : peers_[j]->data) =
-          dial_peer(options_.hosts[j], options_.ports[j], j, channel, key, options_.handshake_timeout_s, deadline);
-    }
-  }
-  if (me < n - 1) accept_peers(deadline);
-  listener_.reset();
-  for (auto& peer : peers_) {
-    if (!peer) continue;
-    set_nonblocking(peer->control.get(), true);
-    set_nonblocking(peer->data.get(), true);
-    tune_data_socket(peer->control.get(), 0);
-    tune_data_socket(peer->data.get(), options_.tcp_socket_buffer_bytes);
-  }
-}
-
-void Mesh::accept_peers(const Deadline& deadline) {
-  const int me = options_.rank;
-  const int n = options_.size;
-  PeerListener listener(listener_.get(), {{&options_.secret, me, n}, options_.handshake_timeout_s,
-                                          options_.max_pending_handshakes});
-  int missing = 2 * (n - 1 - me);
-  AuthenticatedPeer peer;
-  while (missing > 0) {
-    if (!listener.next(deadline, &peer)) break;
-    Fd& slot = peer.channel == Channel::kControl ? peers_[peer.rank]->control : peers_[peer.rank]->data;
-    // Only a holder of the secret gets here: a second connection is the peer dialling again after its
-    // first attempt failed on its side, so the newer one is the one it uses.
-    if (!slot.valid()) --missing;
-    slot = std::move(peer.fd);
-  }
-  if (missing == 0) return;
-  std::vector<int> absent;
-  for (int j = me + 1; j < n; ++j) {
-    if (!peers_[j]->control.valid() || !peers_[j]->data.valid()) absent.push_back(j);
-  }
-  StrangerCounts strangers = listener.strangers();
-  std::string ranks;
-  for (int j : absent) ranks += (ranks.empty() ? "" : ", ") + std::to_string(j);
-  char seconds[32];
-  std::snprintf(seconds, sizeof(seconds), "%g", options_.connect_timeout_s);
-  std::string msg = peer_name(me) + " timed out after " + seconds + " s waiting for rank(s) " + ranks +
-                    " to connect; " + strangers.describe(options_.handshake_timeout_s, options_.max_pending_handshakes);
-  // An answer shaped like a missing rank's that failed the MAC is most likely that rank with another
-  // secret; a stranger could forge one, but only to change how this failure reads.
-  for (int j : absent) {
-    if (strangers.claimed[j] > 0) {
-      fail(ErrorKind::kAuthentication,
-           msg + "; a connection claiming to be rank " + std::to_string(j) +
-               " failed the HMAC challenge: do all ranks share the same job secret?",
-           j);
-    }
-  }
-  fail(ErrorKind::kTimeout, msg, absent.front());
-}
-
-void Mesh::setup_shm() {
-  if (!options_.enable_shm) return;
-  const int me = options_.rank;
-  const int n = options_.size;
-  Deadline deadline = Deadline::after_seconds(options_.connect_timeout_s);
-  auto same_host = [&](int j) { return j != me && options_.host_keys[j] == options_.host_keys[me]; };
-  // Create every segment we own and announce it before waiting on anyone, so no pair can deadlock.
-  uint8_t tag[6];
-  random_bytes(tag, sizeof(tag));
-  char tag_hex[13];
-  for (int i = 0; i < 6; ++i) snprintf(tag_hex + 2 * i, 3, "%02x", tag[i]);
-  for (int j = me + 1; j < n; ++j) {
-    if (!same_host(j)) continue;
-    std::string name = "/shvd-" + std::to_string(getpid()) + "-" + tag_hex + "-" + std::to_string(me) + "-" +
-                       std::to_string(j);
-    Peer& peer = *peers_[j];
-    peer.segment = ShmSegment::create(name, options_.shm_buffer_bytes);
-    std::string payload(8, '\0');
-    uint64_t capacity = options_.shm_buffer_bytes;
-    std::memcpy(payload.data(), &capacity, 8);
-    payload += name;
-    send_frame_blocking(peer.control.get(), kShmSetup, payload.data(), payload.size(), deadline, j);
-  }
-  for (int j = 0; j < me; ++j) {
-    if (!same_host(j)) continue;
-    Peer& peer = *peers_[j];
-    std::string payload = read_frame_blocking(peer.control.get(), kShmSetup, deadline, j);
-    if (payload.size() < 9) fail(ErrorKind::kPeerFailure, "malformed shared-memory setup from " + peer_name(j), j);
-    uint64_t capacity = 0;
-    std::memcpy(&capacity, payload.data(), 8);
-    peer.segment = ShmSegment::open(payload.substr(8), capacity);
-    peer.out = peer.segment.outgoing(false);
-    peer.in = peer.segment.incoming(false);
-    peer.shm = true;
-    send_frame_blocking(peer.control.get(), kShmAck, nullptr, 0, deadline, j);
-  }
-  for (int j = me + 1; j < n; ++j) {
-    if (!same_host(j)) continue;
-    Peer& peer = *peers_[j];
-    read_frame_blocking(peer.control.get(), kShmAck, deadline, j);
-    peer.segment.unlink_name();
-    peer.out = peer.segment.outgoing(true);
-    peer.in = peer.segment.incoming(true);
-    peer.shm = true;
   }
 }
 
@@ -342,6 +169,14 @@ void Mesh::read_control_frame(Peer& peer) {
   }
   if (h.type == kPong) {
     ++peer.pongs;
+    return;
+  }
+  if (h.type == kShmSetup) {
+    open_shm(peer, payload);
+    return;
+  }
+  if (h.type == kShmAck) {
+    peer.segment.unlink_name();  // both sides have it mapped: nothing outlives the pair now
     return;
   }
   fail(ErrorKind::kPeerFailure, "unexpected control frame " + std::to_string(h.type) + " from " + peer_name(peer.rank),
@@ -535,16 +370,20 @@ void Mesh::watch(const std::vector<bool>& reading, const std::vector<bool>& writ
       data_of.push_back(p.get());
     }
   }
+  // The listener stays open for the life of the mesh: a peer dials in when it first needs this rank,
+  // and strangers are handshaken here too, each under its own short deadline.
+  const size_t listener_from = fds.size();
+  if (listener_state_) listener_state_->add_pollfds(&fds);
   if (fds.empty()) return;
-  int rc = ::poll(fds.data(), fds.size(), timeout_ms);
-  if (rc <= 0) {
+  int rc = ::poll(fds.data(), fds.size(), listener_state_ ? listener_state_->poll_timeout_ms(timeout_ms) : timeout_ms);
+  if (rc < 0) return;
+  if (rc == 0) {
     // Nothing came in a whole wait: try every socket again rather than trust a threshold.
     for (auto& p : peers_) {
       if (p) p->drained = false;
     }
-    return;
   }
-  for (size_t i = 0; i < fds.size(); ++i) {
+  for (size_t i = 0; i < listener_from; ++i) {
     if (fds[i].revents == 0) continue;
     if (control_of[i] != nullptr) {
       read_control_frame(*control_of[i]);
@@ -552,6 +391,9 @@ void Mesh::watch(const std::vector<bool>& reading, const std::vector<bool>& writ
       data_of[i]->drained = false;
     }
   }
+  bool listener_ready = false;
+  for (size_t i = listener_from; i < fds.size(); ++i) listener_ready |= fds[i].revents != 0;
+  if (listener_ready || (listener_state_ && listener_state_->has_pending())) service_listener();
 }
 
 std::vector<int> Mesh::silent_peers() {
@@ -759,6 +601,7 @@ void Mesh::run(std::vector<SendItem>& sends, std::vector<RecvItem>& recvs, const
                const std::string& what, const WaitPolicy* policy) {
   const WaitPolicy wait = policy ? *policy : default_wait_;
   check_items(sends, recvs, what);
+  connect_for(sends, recvs, deadline);
   Active active{std::vector<int>(options_.size), std::vector<int>(options_.size)};
   IdleSpell idle;
   while (true) {
@@ -783,6 +626,7 @@ void Mesh::run(std::vector<SendItem>& sends, std::vector<RecvItem>& recvs, const
 void Mesh::abort(int cause_rank, const std::string& message) {
   if (broken_ || closed_) return;
   broken_ = true;
+  stop_listening();
   std::string payload(4, '\0');
   std::memcpy(payload.data(), &cause_rank, 4);
   payload += message.substr(0, kMaxControlPayload - 8);
@@ -807,6 +651,7 @@ void Mesh::abort(int cause_rank, const std::string& message) {
 void Mesh::close() {
   if (closed_ || broken_) return;
   closed_ = true;
+  stop_listening();
   Deadline deadline = Deadline::after_seconds(1.0);
   for (auto& peer : peers_) {
     if (!peer || !peer->control.valid()) continue;

@@ -1,10 +1,14 @@
-// The full mesh of connections of one rank, and the progress loop that moves data over it.
+// The mesh of connections of one rank, and the progress loop that moves data over it.
 //
-// Every pair of ranks holds two authenticated TCP connections: a control connection that carries only
-// small frames (shared-memory setup, abort with its cause, goodbye) and a data connection that carries raw
-// bytes. Same-host pairs move their data through a shared-memory segment instead. Every wait also watches
-// every peer's control connection, so a dead or failing peer is noticed wherever this rank is waiting,
-// and an abort can always be delivered, even in the middle of a transfer.
+// A pair of ranks that talks holds two authenticated TCP connections: a control connection that carries
+// only small frames (shared-memory setup, abort with its cause, goodbye) and a data connection that carries
+// raw bytes. Same-host pairs move their data through a shared-memory segment instead. Pairs connect
+// lazily: at formation a rank connects only its two ring neighbours, and any other pair connects the first
+// time a call moves data between them (the higher rank dials; the listener stays open for the life of the
+// mesh and is serviced in every wait). Every wait also watches every connected peer's control connection,
+// so a dead or failing peer is noticed wherever this rank is waiting, and an abort can always be
+// delivered, even in the middle of a transfer; a rank that fails passes the abort on to all its connected
+// peers, so it floods the job along the ring that every rank holds.
 #pragma once
 #include <cstddef>
 #include <atomic>
@@ -18,7 +22,9 @@
 #include "common/deadline.h"
 #include "common/types.h"
 #include "reduce/reduce.h"
+#include "transport/handshake.h"
 #include "transport/host_layout.h"
+#include "transport/listener.h"
 #include "transport/shm_ring.h"
 #include "transport/socket.h"
 
@@ -111,7 +117,10 @@ class Mesh {
 
   int rank() const { return options_.rank; }
   int size() const { return options_.size; }
+  // Whether data to `peer` goes through shared memory (once the pair connects, if it has not yet).
   bool uses_shm(int peer) const;
+  // Peers this rank holds connections to now (ring neighbours after formation, then whoever calls used).
+  int connected_peers() const { return connected_count_.load(std::memory_order_relaxed); }
   const MeshOptions& options() const { return options_; }
   // Which ranks share a host; rings and chains follow its order.
   const HostLayout& layout() const { return layout_; }
@@ -131,10 +140,22 @@ class Mesh {
 
  private:
   struct Peer;
-  void connect_all();
-  void accept_peers(const Deadline& deadline);
+  struct DialJob;
+  // Connecting pairs (mesh_connect.cc).
+  void form();
+  void connect_for(const std::vector<SendItem>& sends, const std::vector<RecvItem>& recvs, const Deadline& deadline);
+  void connect_peers(const std::vector<int>& wanted, const Deadline& deadline, bool forming);
+  std::vector<std::shared_ptr<DialJob>> start_dials(const std::vector<int>& wanted, const Deadline& deadline,
+                                                    bool forming);
+  void finish_dial(DialJob& job);
+  void service_listener();
+  void install(int rank, Channel channel, Fd fd);
+  void on_connected(Peer& peer);
+  void open_shm(Peer& peer, const std::string& payload);
+  void mark_ready(Peer& peer);
+  void stop_listening();
+  [[noreturn]] void connect_timed_out(const std::vector<int>& absent, bool forming, const std::string& reported = "");
   std::vector<int> silent_peers();
-  void setup_shm();
   bool progress_send(SendItem& item, Peer& peer);
   bool progress_recv(RecvItem& item, Peer& peer);
   bool progress_recv_tcp(RecvItem& item, Peer& peer);
@@ -167,6 +188,9 @@ class Mesh {
   HostLayout layout_;
   TrafficCounters traffic_;
   Fd listener_;
+  std::unique_ptr<PeerListener> listener_state_;  // handshakes on listener_ in progress
+  std::string shm_tag_;                           // random, so segment names never collide across jobs
+  std::atomic<int> connected_count_{0};
   std::vector<std::unique_ptr<Peer>> peers_;
   WaitPolicy default_wait_;
   bool broken_ = false;

@@ -84,7 +84,7 @@ Fd listen_tcp(const std::string& host, int port, int* bound_port) {
   return fd;
 }
 
-Fd connect_tcp(const std::string& host, int port, const Deadline& deadline, std::string* why) {
+Fd connect_tcp(const std::string& host, int port, const Deadline& deadline, std::string* why, int* error) {
   socklen_t len = 0;
   sockaddr_storage addr = resolve(host, port, &len);
   Fd fd(::socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
@@ -105,6 +105,7 @@ Fd connect_tcp(const std::string& host, int port, const Deadline& deadline, std:
     errno = err;
   }
   if (rc != 0) {
+    if (error != nullptr) *error = errno;
     *why = "connect failed: " + errno_text(errno);
     return Fd();
   }

@@ -30,8 +30,9 @@ class Fd {
 
 // Listens on host:port (port 0 picks a free one). Returns the bound port through *bound_port.
 Fd listen_tcp(const std::string& host, int port, int* bound_port);
-// One attempt to connect before the deadline; an invalid Fd, and the reason in *why, if it failed.
-Fd connect_tcp(const std::string& host, int port, const Deadline& deadline, std::string* why);
+// One attempt to connect before the deadline; an invalid Fd, and the reason in *why (and the errno in
+// *error, when given) if it failed.
+Fd connect_tcp(const std::string& host, int port, const Deadline& deadline, std::string* why, int* error = nullptr);
 
 void set_nonblocking(int fd, bool on);
 void tune_data_socket(int fd, int buffer_bytes);

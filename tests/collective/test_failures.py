@@ -55,6 +55,27 @@ def test_killed_rank_is_named_by_every_survivor_within_10s(num_proc: int, transp
             assert record["at"] - killed_at < 10.0, f"rank {rank} took {record['at'] - killed_at:.1f} s"
 
 
+@pytest.mark.timeout(240)
+def test_a_killed_rank_is_named_on_every_rank_of_a_partial_mesh(transport: str) -> None:
+    # Under the engine, 16 ranks hold only their ring neighbours and the coordinator (pairs connect on
+    # first use): most survivors hold no connection to the victim and learn of it from the abort that the
+    # ranks which saw it die pass on to their own peers.
+    num_proc, victim = 16, 7
+    with ManualJob("kill_target.py", num_proc, transport, "engine") as job:
+        for rank in range(num_proc):
+            job.wait_for_line(rank, "looping")
+        job.kill(victim)
+        for rank in range(num_proc):
+            if rank == victim:
+                continue
+            code, out = job.finish(rank, timeout_s=120)
+            lines = [json.loads(line[len(RESULT_TAG):]) for line in out.splitlines() if line.startswith(RESULT_TAG)]
+            assert lines, f"rank {rank} reported nothing (exit {code}):\n{out[-3000:]}"
+            assert lines[0]["kind"] == "peer-failure", (rank, lines[0])
+            assert lines[0]["rank"] == victim, (rank, lines[0])
+            assert f"rank {victim}" in lines[0]["message"], (rank, lines[0])
+
+
 @pytest.mark.timeout(60)
 def test_a_rank_that_leaves_mid_collective_is_named_at_once(transport: str) -> None:
     # Over shared memory a goodbye closes no socket: the waiting rank must notice it all the same, not

@@ -96,6 +96,17 @@ class MeshJob:
             stdin.write(json.dumps([json.dumps(r).encode().hex() for r in told]) + "\n")
             stdin.flush()
 
+    def wait_for_line(self, rank: int, line: str, timeout_s: float) -> None:
+        """Waits until `rank` prints `line` (a live rank's "FORMED")."""
+        self._next_line(rank, line, time.monotonic() + timeout_s)
+
+    def tell(self, rank: int, line: str) -> None:
+        """Writes one line to a rank's stdin (a live rank stops at it)."""
+        stdin = self.procs[rank].stdin
+        assert stdin is not None
+        stdin.write(line + "\n")
+        stdin.flush()
+
     def results(self, timeout_s: float) -> tuple[list[dict], float]:
         """Every rank's result, and the seconds from release() until the last rank reported it."""
         deadline = time.monotonic() + timeout_s

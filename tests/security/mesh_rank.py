@@ -3,7 +3,9 @@
 The rank prints its mesh record and blocks on stdin until the test answers with every rank's record,
 so the test knows each listener's port and can have its strangers in place before any rank connects.
 argv: the allreduce's element count, then "fd-headroom N" to leave this rank only N free file
-descriptors while the mesh forms (the test of a listener at its open-file limit).
+descriptors while the mesh forms (the test of a listener at its open-file limit), or "live": the rank
+prints "FORMED" once the mesh has formed and runs allreduces until the test writes a line to its stdin
+(the test of strangers on the listener of a running job, which stays open for the life of the mesh).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 import os
 import resource
 import sys
+import threading
 import time
 
 import numpy as np
@@ -56,11 +59,32 @@ def main() -> None:
     formed = time.monotonic()
     if fd_headroom is not None:
         resource.setrlimit(resource.RLIMIT_NOFILE, StdioBootstrap.original_fd_limit)
+    expected = size * (size + 1) / 2
+    if sys.argv[2:3] == ["live"]:
+        print("RESULT " + json.dumps(run_until_told(count, rank, expected)), flush=True)
+        hvd.shutdown()
+        return
     data = np.full(count, rank + 1.0, np.float32)
     hvd.allreduce_(data, op=hvd.Sum, name="hostile")
-    expected = size * (size + 1) / 2
     print("RESULT " + json.dumps({"ok": bool(np.all(data == expected)), "mesh_s": formed - started}), flush=True)
     hvd.shutdown()
+
+
+def run_until_told(count: int, rank: int, expected: float) -> dict:
+    """Allreduces until the test writes a line to stdin; every rank stops after the same call, as the
+    ranks agree on stopping through the allreduce itself."""
+    told = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.readline(), told.set()), daemon=True).start()
+    print("FORMED", flush=True)
+    calls, ok = 0, True
+    while True:
+        data = np.full(count + 1, rank + 1.0, np.float32)
+        data[-1] = 1.0 if told.is_set() else 0.0
+        hvd.allreduce_(data, op=hvd.Sum, name="live")
+        calls += 1
+        ok &= bool(np.all(data[:-1] == expected))
+        if data[-1] > 0:
+            return {"ok": ok, "calls": calls}
 
 
 if __name__ == "__main__":

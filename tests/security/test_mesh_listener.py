@@ -204,3 +204,32 @@ def test_a_rank_retries_reset_handshakes_until_its_deadline() -> None:
             tap.close()
     assert all(r["ok"] for r in results), results
     assert tap.resets_done == 2
+
+
+@pytest.mark.timeout(240)
+def test_strangers_on_a_running_jobs_listener_are_dropped_while_it_runs(recorded: tuple[bytes, list[bytes]]) -> None:
+    # The mesh listener stays open for the life of the job (pairs connect on first use), so it meets
+    # strangers while collectives run: each is challenged, refused or dropped at its handshake deadline,
+    # more than the cap of pending handshakes are evicted, and none of it stops the job.
+    secret, answers = recorded
+    with MeshJob(SIZE, count=1024, rank_args={r: ["live"] for r in range(SIZE)}, secret=secret) as job, \
+            Strangers() as strangers:
+        listeners = job.listeners()
+        job.release()
+        for rank in range(SIZE):
+            job.wait_for_line(rank, "FORMED", timeout_s=60)
+        silent = on_every_listener(10)(strangers, listeners) + strangers.open(listeners[0], 80)
+        noisy = on_every_listener(5, send=os.urandom(ANSWER_BYTES))(strangers, listeners)
+        forged = [s for real in answers for s in strangers.open(listeners[0], 3, answer=forge(real))]
+        replayed = [s for real in answers for s in strangers.open(listeners[0], 3, answer=lambda _, real=real: real)]
+        made = silent + noisy + forged + replayed
+        strangers.wait_connected(made, timeout_s=30)
+        strangers.wait_settled(made, timeout_s=60)
+        open_while_running = [s for s in made if not (s.hung_up or s.failed)]
+        for rank in range(SIZE):
+            job.tell(rank, "stop")
+        results, _ = job.results(timeout_s=60)
+    assert not open_while_running, f"{len(open_while_running)} of {len(made)} strangers still held by the job"
+    assert all(r["ok"] for r in results), results
+    assert_refused_after_the_challenge(forged + replayed)
+    assert {len(s.received) for s in noisy} == {CHALLENGE_BYTES}
