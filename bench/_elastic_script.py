@@ -31,8 +31,8 @@ torch.set_num_threads(1)
 hvd.init()
 torch.manual_seed(0)
 width = args.width
-model = torch.nn.Sequential(torch.nn.Linear(512, width), torch.nn.ReLU(), torch.nn.Linear(width, width), torch.nn.ReLU(),
-                            torch.nn.Linear(width, 10))
+model = torch.nn.Sequential(torch.nn.Linear(512, width), torch.nn.ReLU(), torch.nn.Linear(width, width),
+                            torch.nn.ReLU(), torch.nn.Linear(width, 10))
 optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
                                      named_parameters=model.named_parameters())
 x, y = torch.randn(32, 512), torch.randint(0, 10, (32,))

@@ -85,8 +85,7 @@ def recovery_hosts(ranks: int, slots_per_host: int) -> str:
     """The discovery script's hosts: the survivors on hosts of ``slots_per_host`` slots, and the victim, the
     last rank, alone on a host of its own (its host is blacklisted when it dies, so no replacement comes)."""
     survivors = ranks - 1
-    sizes = [slots_per_host] * (survivors // slots_per_host) + ([survivors % slots_per_host] if survivors % slots_per_host
-                                                                else [])
+    sizes = [min(slots_per_host, survivors - first) for first in range(0, survivors, slots_per_host)]
     return "\n".join(f"host{i}:{slots}" for i, slots in enumerate(sizes + [1]))
 
 
