@@ -47,7 +47,7 @@ def discovery_script(directory: str, hosts: str) -> str:
 
 def job_timeout_s(ranks: int) -> int:
     """The launcher's --timeout: many ranks on 2 cores take minutes to import torch."""
-    return max(300, 20 * ranks)
+    return max(300, 40 * ranks)
 
 
 def launcher(discovery: str, ranks: int, *script_args: str) -> list[str]:
@@ -74,7 +74,8 @@ def commit_overhead(args: argparse.Namespace, directory: str, ranks: int) -> Non
         print(f"| {config} | {median * 1e3:.2f} | {median / medians['no-commit']:.3f} |")
 
 
-# Recovery phases, each from the mark before it: (name, mark it ends at, mark it starts from).
+VICTIM_STEP = 12  # the last rank dies after this step; the last commit was at step 10
+# Recovery phases (name, the mark it ends at, the mark it starts from): consecutive, then their total.
 PHASES = (("detect", "lost", "kill"), ("re-form", "round", "lost"), ("mesh", "join-end", "round"),
           ("sync", "resumed", "join-end"), ("first step", "first step", "resumed"), ("total", "first step", "kill"))
 # Rank 0's own view, overlapping the phases above: its collective failing, and the broken formation torn down.
@@ -95,7 +96,7 @@ def recovery(args: argparse.Namespace, directory: str, ranks: int) -> dict[str, 
     phases: dict[str, list[float]] = {name: [] for name, _, _ in PHASES + SIDE_MARKS}
     for _ in range(args.recoveries):
         marks = _recovery_run(launcher(discovery, ranks, "--steps", str(args.recovery_steps), "--commit-every", "5",
-                                       "--victim-step", "12", "--width", str(args.width)), job_timeout_s(ranks))
+                                       "--victim-step", str(VICTIM_STEP), "--width", str(args.width)), job_timeout_s(ranks))
         for name, end, begin in PHASES + SIDE_MARKS:
             phases[name].append(marks[end] - marks[begin])
         print(f"recovery at {ranks}: " + ", ".join(f"{k} {v[-1]:.3f} s" for k, v in phases.items()), flush=True)
@@ -103,7 +104,7 @@ def recovery(args: argparse.Namespace, directory: str, ranks: int) -> dict[str, 
 
 
 def _recovery_run(cmd: list[str], timeout_s: float) -> dict[str, float]:
-    """One job whose last rank is SIGKILLed after its step 12: the time of each mark (time.time())."""
+    """One job whose last rank is SIGKILLed after its step VICTIM_STEP: the time of each mark (time.time())."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"})
     lines: queue.SimpleQueue = queue.SimpleQueue()
@@ -134,8 +135,9 @@ def _recovery_run(cmd: list[str], timeout_s: float) -> dict[str, float]:
                 marks["lost"] = seen_at
             elif "round 2:" in line:
                 marks["round"] = seen_at
-        if proc.wait(timeout=300) != 0:
-            raise RuntimeError(f"the recovery run failed with exit {proc.returncode}")
+        if proc.wait(timeout=max(1.0, deadline - time.monotonic())) != 0:
+            print(f"recovery marks: {marks}", flush=True)  # measured, but the re-formed job did not finish
+            raise RuntimeError(f"the recovery run failed with exit {proc.returncode} after its re-form")
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -176,6 +178,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.part != "overhead" and args.ranks and min(args.ranks) < 3:
         parser.error("a recovery needs at least 3 workers: 2 survive it (--min-np 2)")
+    if args.recovery_steps <= VICTIM_STEP:
+        parser.error(f"--recovery-steps must go past the step the victim dies after ({VICTIM_STEP})")
     with tempfile.TemporaryDirectory() as directory:
         if args.part in ("all", "overhead"):
             for ranks in args.ranks or [2]:
