@@ -113,3 +113,4 @@ def reform(lifecycle: Lifecycle) -> None:
             # A TimeoutError here is a member that never joined this round: try the next one.
             if not lifecycle.peer_loss(error) and not isinstance(error, TimeoutError):
                 raise
+            _clear_frames(error)  # the half-joined formation goes too
