@@ -116,5 +116,10 @@ def wait_each(waits: Sequence[Callable[[], Any]]) -> list[Any]:
             error = error or exc
             results.append(None)
     if error is not None:
-        raise error
+        try:
+            raise error
+        finally:
+            # The raised error's traceback holds this frame: the name would make a reference cycle, which
+            # keeps the engine (and an elastic job's broken mesh) alive until a full garbage collection.
+            del error
     return results

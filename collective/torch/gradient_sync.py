@@ -182,5 +182,8 @@ class GradientSync:
         self._submitted.clear()
         self._passes_left = {p: self.backward_passes_per_step for p in self._params}
         if error is not None:
-            raise error
+            try:
+                raise error
+            finally:
+                del error  # as in collective.engine.wait_each: no cycle through this frame
 

@@ -3,6 +3,9 @@ bookkeeping, which errors are retried, and the run wrapper's restore-reform-cont
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import pytest
 import torch
 
@@ -148,6 +151,36 @@ def test_run_restores_reforms_and_continues_after_a_lost_peer(single_rank):
     assert train(state, 3) == 4
     assert calls == [0, 2]  # the retry started from the commit, not from the step that failed
     assert resets == [1] and collective.is_initialized()
+
+
+def test_a_retried_error_leaves_nothing_its_frames_held_without_a_garbage_collection(single_rank):
+    """A frame that kept the error in a local to raise it later (as a wait for several handles does) forms a
+    reference cycle with it. The retry runs without a full collection (too slow on every rank of a host at
+    once), so it must not leave the failed call's objects (there, the broken mesh) to one."""
+    state = hvd.elastic.ObjectState(step=0)
+    held = []
+
+    def wait_then_raise(resource):
+        error = PeerFailureError("rank 1 died")
+        raise error
+
+    @hvd.elastic.run
+    def train(state):
+        if not held:
+            resource = Held()
+            held.append(weakref.ref(resource))
+            wait_then_raise(resource)
+        return held[0]() is None
+
+    gc.disable()
+    try:
+        assert train(state), "the failed call's frames still hold what they named"
+    finally:
+        gc.enable()
+
+
+class Held:
+    """An object a weak reference can follow."""
 
 
 def test_run_reraises_the_callers_own_errors_without_retry(single_rank):

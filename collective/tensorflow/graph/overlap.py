@@ -27,6 +27,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
+from collective.engine import wait_each
 from collective.process_sets import ProcessSet
 from collective.reduce_ops import ReduceOp
 from collective.runtime import current, is_initialized
@@ -181,12 +182,5 @@ def _wait(*tickets: np.ndarray | int) -> list[np.ndarray]:
     """Every bucket's reduced arrays, in bucket order. Waits for all of them before raising the first
     error, since until then the engine may still write into the arrays."""
     pending = [_in_flight.pop(int(ticket))[1] for ticket in tickets]
-    error: Exception | None = None
-    for in_flight in pending:
-        try:
-            in_flight.wait()
-        except Exception as exc:  # noqa: BLE001 - re-raised once nothing is in flight
-            error = error or exc
-    if error is not None:
-        raise error
+    wait_each([in_flight.wait for in_flight in pending])
     return [array for in_flight in pending for array in in_flight.arrays]
