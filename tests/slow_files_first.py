@@ -16,12 +16,16 @@ from xdist.scheduler import LoadFileScheduling
 
 # The slowest files of CI's --durations, slowest first (a file's tests together, under -n 2).
 SLOWEST_FILES = (
+    "tests/scale/test_many_ranks.py",
+    "tests/collective/test_small_calls.py",
+    "tests/scale/test_many_rank_failures.py",
     "tests/compat/test_ports.py",
     "tests/spark/test_keras_horovod_parity.py",
     "tests/tensorflow/test_tf_ops.py",
     "tests/spark/test_tuning_standalone.py",
     "tests/spark/test_mid_epoch_resume.py",
     "tests/spark/test_concurrent_fits.py",
+    "tests/spark/test_tuning_runs_apart.py",
     "tests/spark/test_exactly_once.py",
     "tests/spark/test_classifier_outputs.py",
     "tests/spark/test_run_elastic_retries.py",
