@@ -34,6 +34,9 @@ constexpr size_t kTcpWakeBytes = 256 << 10;
 constexpr size_t kDescribeBytes = 16;
 // How long a timed-out rank waits for its peers to answer a ping before it blames the silent ones.
 constexpr double kProbeSeconds = 1.0;
+// How long a timed-out rank whose peers all answer waits for one of them to report the rank it waits on:
+// that peer's own deadline is within scheduling skew of this one's, plus its probe.
+constexpr double kRelayGraceSeconds = 3 * kProbeSeconds;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -177,6 +180,7 @@ void Mesh::read_control_frame(Peer& peer) {
   }
   if (h.type == kShmAck) {
     peer.segment.unlink_name();  // both sides have it mapped: nothing outlives the pair now
+    mark_ready(peer);
     return;
   }
   fail(ErrorKind::kPeerFailure, "unexpected control frame " + std::to_string(h.type) + " from " + peer_name(peer.rank),
@@ -474,6 +478,11 @@ void Mesh::time_out(const std::vector<SendItem>& sends, const std::vector<RecvIt
   if (blamed >= 0) {
     msg += "; " + peer_name(blamed) + " is not responding (stopped, hung, or not in a collective)";
   } else if (!waited_on.empty()) {
+    // A live peer that holds back may be a relay (a log-round gather, a ring) waiting on the real culprit,
+    // which it is about to blame: its abort carries that cause, and reading it here throws it.
+    const std::vector<bool> none(options_.size, false);
+    Deadline relay = Deadline::after_seconds(kRelayGraceSeconds);
+    while (!relay.expired()) watch(none, none, relay.remaining_ms(100));
     blamed = waited_on.front();
     msg += "; " + peer_name(blamed) + " still answers but has not sent or taken its data";
   }

@@ -254,7 +254,9 @@ void Mesh::on_connected(Peer& peer) {
     mark_ready(peer);
     return;
   }
-  // The higher rank waits for the segment's name (open_shm); the lower creates it and may use it at once.
+  // The higher rank waits for the segment's name (open_shm); the lower creates it and waits for the
+  // acknowledgement (read_control_frame): a creator that left before its peer opened the segment would take
+  // the name with it.
   if (peer.rank < options_.rank) return;
   if (!peer.shm) {
     std::string name = "/shvd-" + std::to_string(getpid()) + "-" + shm_tag_ + "-" + std::to_string(options_.rank) +
@@ -270,7 +272,6 @@ void Mesh::on_connected(Peer& peer) {
   payload += peer.segment.name();
   send_frame_blocking(peer.control.get(), kShmSetup, payload.data(), payload.size(),
                       Deadline::after_seconds(options_.handshake_timeout_s), peer.rank);
-  mark_ready(peer);
 }
 
 void Mesh::open_shm(Peer& peer, const std::string& payload) {
