@@ -93,6 +93,14 @@ class ManualJob:
         out, _ = self.procs[rank].communicate(timeout=timeout_s)
         return self.procs[rank].returncode, out or ""
 
+    def first_report(self, rank: int, timeout_s: float) -> dict:
+        """Waits for one rank to exit; returns the first RESULT record it printed (fails naming the rank and
+        its output if it printed none)."""
+        code, out = self.finish(rank, timeout_s)
+        records = [json.loads(line[len(RESULT_TAG):]) for line in out.splitlines() if line.startswith(RESULT_TAG)]
+        assert records, f"rank {rank} reported nothing (exit {code}):\n{out[-3000:]}"
+        return records[0]
+
     def close(self) -> None:
         for proc in self.procs:
             if proc.poll() is None:

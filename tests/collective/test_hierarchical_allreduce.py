@@ -5,7 +5,6 @@ each rank sent per transport show which path the data took."""
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
@@ -13,7 +12,7 @@ import pytest
 from collective.errors import MismatchError
 from collective.config import Config, config_from_env
 from collective.runtime import agreed_hierarchical_allreduce
-from jobs import RESULT_TAG, JobResult, ManualJob, run_job
+from jobs import JobResult, ManualJob, run_job
 
 LAYOUTS = {"2x2": "A,B,A,B", "3+1": "A,A,A,B"}
 # Empty; fewer elements than slices (through the engine); inside the descriptor round; past it even for
@@ -155,8 +154,6 @@ def test_a_rank_killed_inside_the_hierarchy_is_named_by_every_survivor(layout: s
         killed_at = time.time()
         killed.kill(victim)
         for rank in (r for r in range(4) if r != victim):
-            code, out = killed.finish(rank, timeout_s=30)
-            lines = [json.loads(line[len(RESULT_TAG):]) for line in out.splitlines() if line.startswith(RESULT_TAG)]
-            assert lines, f"rank {rank} reported nothing (exit {code}):\n{out[-3000:]}"
-            assert lines[0]["kind"] == "peer-failure" and lines[0]["rank"] == victim, lines[0]
-            assert lines[0]["at"] - killed_at < 10.0, f"rank {rank} took {lines[0]['at'] - killed_at:.1f} s"
+            record = killed.first_report(rank, timeout_s=30)
+            assert record["kind"] == "peer-failure" and record["rank"] == victim, record
+            assert record["at"] - killed_at < 10.0, f"rank {rank} took {record['at'] - killed_at:.1f} s"
