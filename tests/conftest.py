@@ -1,4 +1,6 @@
 import os
+import sys
+from typing import Iterator
 
 import pytest
 
@@ -15,6 +17,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.fixture(params=["shm", "tcp"])
 def transport(request: pytest.FixtureRequest) -> str:
     return request.param
+
+
+@pytest.fixture
+def one_rank() -> Iterator[None]:
+    """collective initialised as a one-rank job in the test's own process, and shut down after it."""
+    import collective
+
+    collective.init()
+    yield
+    collective.shutdown()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_job_outlives_its_file() -> Iterator[None]:
+    """A test file that leaves collective initialised in pytest's process fails here, by name, and is shut
+    down: the next file in this worker would run as rank 0 of a one-rank job (an estimator's driver-side
+    check of a transformation_fn, for one, would believe it ran on a rank)."""
+    yield
+    collective = sys.modules.get("collective")
+    if collective is not None and collective.is_initialized():
+        collective.shutdown()
+        pytest.fail("this file left collective initialised in pytest's process: shut it down in the test "
+                    "(the one_rank fixture does)")
 
 
 @pytest.fixture

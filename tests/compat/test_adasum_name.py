@@ -35,8 +35,7 @@ def _refusals() -> dict[str, Callable[[], Any]]:
     }
 
 
-def test_adasum_is_named_everywhere_and_refused_with_not_implemented_error() -> None:
-    collective.init()
+def test_adasum_is_named_everywhere_and_refused_with_not_implemented_error(one_rank: None) -> None:
     wrong = []
     for what, call in _refusals().items():
         try:

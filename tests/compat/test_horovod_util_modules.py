@@ -117,7 +117,7 @@ def test_on_event_calls_once_the_event_is_set_and_not_after_stop() -> None:
 
 
 @pytest.mark.parametrize("framework", ["torch", "tensorflow"])
-def test_mpi_ops_is_the_packages_ops_with_horovods_basics(framework: str) -> None:
+def test_mpi_ops_is_the_packages_ops_with_horovods_basics(framework: str, one_rank: None) -> None:
     import importlib
 
     package = importlib.import_module(f"collective.{framework}")
@@ -125,5 +125,4 @@ def test_mpi_ops_is_the_packages_ops_with_horovods_basics(framework: str) -> Non
     assert package.mpi_ops is mpi_ops
     for name in ("allreduce", "allgather", "broadcast", "Sum", "Average", "ProcessSet", "init", "rank"):
         assert getattr(mpi_ops, name) is getattr(package, name), name
-    collective.init()
     assert mpi_ops._basics._get_process_set_ids_and_ranks() == {0: list(range(collective.size()))}

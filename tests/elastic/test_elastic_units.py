@@ -22,13 +22,6 @@ from collective.run import is_elastic_command
 from collective.errors import InvalidArgumentError, MismatchError, PeerFailureError
 
 
-@pytest.fixture
-def single_rank():
-    hvd.init()
-    yield
-    hvd.shutdown()
-
-
 def test_parse_hosts_reads_slots_in_order_and_defaults_to_one():
     assert parse_hosts("hostB:2\n# comment\n\nhostA\n", "s") == {"hostB": 2, "hostA": 1}
 
@@ -98,7 +91,7 @@ def test_only_lost_peers_are_retried():
         assert is_peer_loss(outer)
 
 
-def test_object_state_commit_restore_and_callback_checks(single_rank):
+def test_object_state_commit_restore_and_callback_checks(one_rank):
     state = hvd.elastic.ObjectState(epoch=0, seen=[])
     state.epoch, state.seen = 3, [1]
     state.commit()
@@ -110,7 +103,7 @@ def test_object_state_commit_restore_and_callback_checks(single_rank):
         state.register_reset_callbacks([42])
 
 
-def test_torch_state_restores_model_optimizer_and_sampler(single_rank):
+def test_torch_state_restores_model_optimizer_and_sampler(one_rank):
     model = torch.nn.Linear(3, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     sampler = hvd.elastic.ElasticSampler(list(range(8)), shuffle=False)
@@ -131,7 +124,7 @@ def test_torch_state_restores_model_optimizer_and_sampler(single_rank):
         hvd.elastic.TorchState(model="not a model")
 
 
-def test_run_restores_reforms_and_continues_after_a_lost_peer(single_rank):
+def test_run_restores_reforms_and_continues_after_a_lost_peer(one_rank):
     state = hvd.elastic.ObjectState(step=0)
     resets = []
     state.register_reset_callbacks([lambda: resets.append(collective.size())])
@@ -153,7 +146,7 @@ def test_run_restores_reforms_and_continues_after_a_lost_peer(single_rank):
     assert resets == [1] and collective.is_initialized()
 
 
-def test_a_retried_error_leaves_nothing_its_frames_held_without_a_garbage_collection(single_rank):
+def test_a_retried_error_leaves_nothing_its_frames_held_without_a_garbage_collection(one_rank):
     """A frame that kept the error in a local to raise it later (as a wait for several handles does) forms a
     reference cycle with it. The retry runs without a full collection (too slow on every rank of a host at
     once), so it must not leave the failed call's objects (there, the broken mesh) to one."""
@@ -183,7 +176,7 @@ class Held:
     """An object a weak reference can follow."""
 
 
-def test_run_reraises_the_callers_own_errors_without_retry(single_rank):
+def test_run_reraises_the_callers_own_errors_without_retry(one_rank):
     state = hvd.elastic.ObjectState(step=0)
     calls = []
 
@@ -199,7 +192,7 @@ def test_run_reraises_the_callers_own_errors_without_retry(single_rank):
         train("not a state")
 
 
-def test_hosts_updated_interrupt_reruns_without_restoring(single_rank):
+def test_hosts_updated_interrupt_reruns_without_restoring(one_rank):
     state = hvd.elastic.ObjectState(step=0)
     calls = []
 

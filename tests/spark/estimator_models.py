@@ -74,12 +74,14 @@ class RecordProcess:
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
+        self.driver_pid = os.getpid()
         self.recorded = False
 
     def __call__(self, row: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         import collective
 
-        if collective.is_initialized() and not self.recorded:   # not the driver's check of a sample
+        on_a_rank = os.getpid() != self.driver_pid and collective.is_initialized()  # not the driver's check
+        if on_a_rank and not self.recorded:
             self.recorded = True
             parent, kind = parent_process()
             with open(os.path.join(self.directory, f"rank{collective.rank()}.json"), "w") as f:
