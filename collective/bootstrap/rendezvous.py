@@ -10,7 +10,8 @@ Wire protocol (all integers big-endian), chosen so the server never deserialises
   response   STATUS(u8) BODY_LEN(u32) BODY
 
 Bodies: SET = value; GET = wait in ms (u32, 0 = do not wait); ADD = delta (i64), answered with
-the new total (i64); DELETE = empty, answered with one byte (1 if the key existed).
+the new total (i64); DELETE = empty, answered with one byte (1 if the key existed); DELETE_PREFIX =
+empty, removes every key that starts with KEY, answered with how many there were (u32).
 Counters are stored as ASCII decimal so GET on a counter key returns something readable.
 
 The store may be reachable by other users of the host or network, so frames are size-limited,
@@ -56,6 +57,7 @@ OP_SET = 1
 OP_GET = 2
 OP_ADD = 3
 OP_DELETE = 4
+OP_DELETE_PREFIX = 5
 
 STATUS_OK = 0
 STATUS_TIMEOUT = 1
@@ -109,33 +111,47 @@ def _validate_key(key: str) -> bytes:
 
 
 class _Store:
-    """The dictionary behind the server, with blocking lookups and a memory cap."""
+    """The dictionary behind the server, with blocking lookups and a memory cap.
+
+    Each waited-on key has a condition of its own (on one shared lock): a SET wakes only the requests
+    waiting for its key. With one condition for the store, each of a 64-rank allgather's SETs woke all
+    63 waiting requests, and their wake-ups were most of the server's time during formation."""
 
     def __init__(self, max_bytes: int) -> None:
         self._data: dict[str, bytes] = {}
         self._bytes = 0
         self._max_bytes = max_bytes
-        self._changed = threading.Condition()
+        self._lock = threading.Lock()
+        self._waiting: dict[str, tuple[threading.Condition, list[int]]] = {}  # key -> (condition, [waiters])
         self._closed = False
 
     def set(self, key: str, value: bytes) -> None:
-        with self._changed:
+        with self._lock:
             self._put_locked(key, value)
-            self._changed.notify_all()
+            self._wake_locked(key)
 
     def get(self, key: str, wait_s: float) -> bytes | None:
         """The value, or None if it did not appear within wait_s or the store closed."""
         deadline = time.monotonic() + wait_s
-        with self._changed:
-            while key not in self._data and not self._closed:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return None
-                self._changed.wait(remaining)
-            return self._data.get(key)
+        with self._lock:
+            if key in self._data or self._closed:
+                return self._data.get(key)
+            condition, waiters = self._waiting.setdefault(key, (threading.Condition(self._lock), [0]))
+            waiters[0] += 1
+            try:
+                while key not in self._data and not self._closed:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return None
+                    condition.wait(remaining)
+                return self._data.get(key)
+            finally:
+                waiters[0] -= 1
+                if not waiters[0]:
+                    del self._waiting[key]
 
     def add(self, key: str, delta: int) -> int:
-        with self._changed:
+        with self._lock:
             current = self._data.get(key, b"0")
             try:
                 total = int(current.decode("ascii")) + delta
@@ -144,21 +160,38 @@ class _Store:
             if not -(1 << 63) <= total < (1 << 63):
                 raise RendezvousError(f"counter {key!r} would overflow int64")
             self._put_locked(key, str(total).encode("ascii"))
-            self._changed.notify_all()
+            self._wake_locked(key)
             return total
 
     def delete(self, key: str) -> bool:
-        with self._changed:
-            value = self._data.pop(key, None)
-            if value is None:
-                return False
-            self._bytes -= len(key) + len(value)
-            return True
+        with self._lock:
+            return self._delete_locked(key)
+
+    def delete_prefix(self, prefix: str) -> int:
+        """Removes every key that starts with ``prefix``; returns how many there were."""
+        with self._lock:
+            doomed = [key for key in self._data if key.startswith(prefix)]
+            for key in doomed:
+                self._delete_locked(key)
+            return len(doomed)
 
     def close(self) -> None:
-        with self._changed:
+        with self._lock:
             self._closed = True
-            self._changed.notify_all()
+            for condition, _ in self._waiting.values():
+                condition.notify_all()
+
+    def _wake_locked(self, key: str) -> None:
+        waiting = self._waiting.get(key)
+        if waiting is not None:
+            waiting[0].notify_all()
+
+    def _delete_locked(self, key: str) -> bool:
+        value = self._data.pop(key, None)
+        if value is None:
+            return False
+        self._bytes -= len(key) + len(value)
+        return True
 
     def _put_locked(self, key: str, value: bytes) -> None:
         old = self._data.get(key)
@@ -272,14 +305,14 @@ class RendezvousServer(Closing):
     def _serve_request(self, conn: socket.socket) -> None:
         op, key_len, body_len = _REQUEST_HEADER.unpack(_recv_exact(conn, _REQUEST_HEADER.size))
         # Validate lengths before reading, so a hostile header cannot make us allocate.
-        if op not in (OP_SET, OP_GET, OP_ADD, OP_DELETE):
+        if op not in (OP_SET, OP_GET, OP_ADD, OP_DELETE, OP_DELETE_PREFIX):
             self._reply_error_and_close(conn, f"unknown op {op}")
         if not 0 < key_len <= MAX_KEY_BYTES:
             self._reply_error_and_close(conn, f"key length {key_len} outside 1..{MAX_KEY_BYTES}")
         if body_len > self._max_value_bytes:
             self._reply_error_and_close(
                 conn, f"body of {body_len} bytes exceeds {self._max_value_bytes}")
-        expected_body = {OP_GET: _U32.size, OP_ADD: _I64.size, OP_DELETE: 0}.get(op)
+        expected_body = {OP_GET: _U32.size, OP_ADD: _I64.size, OP_DELETE: 0, OP_DELETE_PREFIX: 0}.get(op)
         if expected_body is not None and body_len != expected_body:
             self._reply_error_and_close(conn, f"op {op} needs a {expected_body}-byte body")
         try:
@@ -308,6 +341,8 @@ class RendezvousServer(Closing):
         if op == OP_ADD:
             (delta,) = _I64.unpack(body)
             return STATUS_OK, _I64.pack(self._store.add(key, delta))
+        if op == OP_DELETE_PREFIX:
+            return STATUS_OK, _U32.pack(self._store.delete_prefix(key))
         existed = self._store.delete(key)
         return STATUS_OK, bytes([int(existed)])
 
@@ -374,6 +409,11 @@ class RendezvousClient(Closing):
         """Removes ``key``; returns whether it existed."""
         _, body = self._request(OP_DELETE, key, b"", self.timeout_s)
         return body == b"\x01"
+
+    def delete_prefix(self, prefix: str) -> int:
+        """Removes every key that starts with ``prefix`` in one request; returns how many there were."""
+        _, body = self._request(OP_DELETE_PREFIX, prefix, b"", self.timeout_s)
+        return _U32.unpack(body)[0]
 
     def exists(self, key: str) -> bool:
         """Whether ``key`` is set right now (does not wait)."""
@@ -560,11 +600,10 @@ class RendezvousBootstrap(FixedMembership, Bootstrap):
 
     def _forget_round(self, prefix: str) -> None:
         # The last rank to finish reading removes the round, so long jobs do not grow the store.
+        # One request: deleting the round's 2p + 1 keys one at a time held the last rank in init for
+        # 2p + 1 round trips.
         if self._client.add(f"{prefix}/done", 1) == self._size:
-            for peer in range(self._size):
-                self._client.delete(f"{prefix}/{peer}")
-            self._client.delete(f"{prefix}/all")
-            self._client.delete(f"{prefix}/done")
+            self._client.delete_prefix(f"{prefix}/")
 
 
 def _pack_payloads(payloads: list[bytes]) -> bytes:

@@ -147,6 +147,32 @@ def test_add_on_non_counter_and_oversized_values_are_errors(connect) -> None:
 
 
 @pytest.mark.timeout(30)
+def test_delete_prefix_removes_one_rounds_keys_only(connect) -> None:
+    client = connect()
+    for key in ("job/1/0", "job/1/1", "job/1/all", "job/10/0", "job/1", "other/1/0"):
+        client.set(key, b"x")
+    assert client.delete_prefix("job/1/") == 3
+    assert [k for k in ("job/1/0", "job/1/1", "job/1/all", "job/10/0", "job/1", "other/1/0")
+            if client.exists(k)] == ["job/10/0", "job/1", "other/1/0"]
+    assert client.delete_prefix("job/1/") == 0
+
+
+@pytest.mark.timeout(60)
+def test_waiters_on_many_keys_each_get_their_own_value(connect) -> None:
+    """Requests blocked on different keys at once (as a large allgather's are): each SET answers the
+    requests waiting for its key, with its value, and leaves the others waiting."""
+    keys = [f"many/{i}" for i in range(12)]
+    waiters = [connect() for _ in keys] + [connect() for _ in keys]   # two requests per key
+    setter = connect()
+    with ThreadPoolExecutor(len(waiters)) as pool:
+        futures = [pool.submit(client.get, keys[i % len(keys)], 30) for i, client in enumerate(waiters)]
+        for key in reversed(keys):
+            setter.set(key, key.encode())
+        got = [future.result(timeout=30) for future in futures]
+    assert got == [keys[i % len(keys)].encode() for i in range(len(waiters))]
+
+
+@pytest.mark.timeout(30)
 def test_garbage_does_not_hurt_the_server(server: RendezvousServer, connect) -> None:
     bystander = connect()
     bystander.set("before", b"1")
