@@ -45,7 +45,9 @@ from collective.bootstrap.listener import (
 logger = logging.getLogger(__name__)
 
 MAGIC = b"CLRV"
-PROTOCOL_VERSION = 1
+# 2: DELETE_PREFIX. A server answers a hello of another version with its own before it closes, so that
+# a launcher and ranks of different releases fail at once, naming both versions.
+PROTOCOL_VERSION = 2
 AUTH_CONTEXT = b"collective-rendezvous-v1"
 NONCE_BYTES = 32
 MAX_KEY_BYTES = 1024
@@ -272,8 +274,11 @@ class RendezvousServer(Closing):
     def _handshake(self, conn: socket.socket) -> Handshake:
         """The server's side of the handshake, driven by the Listener (fixed sizes only)."""
         magic, version = _HELLO.unpack((yield _HELLO.size))
-        if magic != MAGIC or version != PROTOCOL_VERSION:
+        if magic != MAGIC:
             raise HandshakeRefused(f"bad hello {magic!r} v{version}")
+        if version != PROTOCOL_VERSION:
+            yield _SERVER_HELLO.pack(MAGIC, PROTOCOL_VERSION, 0, bytes(NONCE_BYTES))
+            raise HandshakeRefused(f"a client of protocol v{version}; this server speaks v{PROTOCOL_VERSION}")
         if self._secret is None:
             # Full: close before the hello, so the client retries rather than fails.
             if not (yield ADMIT):
@@ -486,9 +491,14 @@ class RendezvousClient(Closing):
         sock.sendall(_HELLO.pack(MAGIC, PROTOCOL_VERSION))
         magic, version, auth_required, nonce = _SERVER_HELLO.unpack(
             _recv_exact(sock, _SERVER_HELLO.size))
-        if magic != MAGIC or version != PROTOCOL_VERSION:
+        if magic != MAGIC:
             raise ProtocolError(
                 f"{self._host}:{self._port} is not a rendezvous server (v{PROTOCOL_VERSION})")
+        if version != PROTOCOL_VERSION:
+            raise ProtocolError(
+                f"the rendezvous server at {self._host}:{self._port} speaks protocol v{version} and this "
+                f"process v{PROTOCOL_VERSION}: the launcher (or Spark driver) and the ranks run different "
+                f"releases of collective; install one release on both")
         if not auth_required:
             return
         if secret is None:

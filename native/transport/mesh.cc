@@ -452,8 +452,11 @@ void Mesh::time_out(const std::vector<SendItem>& sends, const std::vector<RecvIt
   for (int r = 0; r < options_.size; ++r) {
     if (active.recv[r] >= 0) {
       const RecvItem& it = recvs[active.recv[r]];
+      const bool length_unknown = it.grow_into != nullptr && !it.length_known;
       waiting += (waiting.empty() ? "" : "; ") + std::string("receiving from ") + peer_name(r) + " (" +
-                 std::to_string(it.done) + " of " + std::to_string(it.len) + " bytes)";
+                 (length_unknown ? std::string("nothing yet; its length is not known")
+                                 : std::to_string(it.done) + " of " + std::to_string(it.len) + " bytes") +
+                 ")";
       waited_on.push_back(r);
     }
     if (active.send[r] >= 0) {

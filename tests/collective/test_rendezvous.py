@@ -253,6 +253,40 @@ def test_stop_wakes_blocked_get(server: RendezvousServer, connect) -> None:
 
 
 @pytest.mark.timeout(30)
+def test_a_client_of_another_release_is_told_the_servers_version(server: RendezvousServer) -> None:
+    sock = socket.create_connection(server.address, timeout=5)
+    sock.sendall(struct.pack("!4sB", rdv.MAGIC, rdv.PROTOCOL_VERSION - 1))
+    hello = _read_until_closed(sock)
+    sock.close()
+    magic, version, _, _ = struct.unpack(f"!4sBB{rdv.NONCE_BYTES}s", hello)
+    assert (magic, version) == (rdv.MAGIC, rdv.PROTOCOL_VERSION)
+
+
+@pytest.mark.timeout(30)
+def test_a_server_of_another_release_fails_the_client_at_once_naming_both_versions() -> None:
+    older = socket.create_server(("127.0.0.1", 0))
+    answered = threading.Event()
+
+    def answer_as_an_older_server() -> None:
+        conn, _ = older.accept()
+        with conn:
+            rdv._recv_exact(conn, struct.calcsize("!4sB"))
+            conn.sendall(struct.pack(f"!4sBB{rdv.NONCE_BYTES}s", rdv.MAGIC, 1, 0, bytes(rdv.NONCE_BYTES)))
+            answered.set()
+            _read_until_closed(conn)
+
+    thread = threading.Thread(target=answer_as_an_older_server)
+    thread.start()
+    try:
+        with pytest.raises(rdv.ProtocolError, match=rf"speaks protocol v1 and this process v{rdv.PROTOCOL_VERSION}"):
+            RendezvousClient(*older.getsockname(), 20)
+        assert answered.is_set()
+    finally:
+        thread.join(10)
+        older.close()
+
+
+@pytest.mark.timeout(30)
 def test_client_retries_until_server_listens() -> None:
     # Reserve a port, then start the server on it while the client is already retrying.
     probe = socket.socket()
