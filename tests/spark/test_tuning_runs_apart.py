@@ -36,13 +36,19 @@ def tune_in_parallel(estimator, df):
                                 parallelism=2, seed=3, collectSubModels=True).fit(df)
 
 
+# A cursor movement or erase: with two fits' bars on screen, tqdm moves up a line to print above them.
+ANSI_CONTROL = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
 def epoch_lines(output: str) -> dict[str, list[str]]:
-    """label -> its epoch lines' metric text, in order; "" for lines without a label."""
+    """label -> its epoch lines' metric text, in order; "" for lines without a label. A line's text is read
+    after each carriage return and without cursor movements, as a terminal shows it."""
     found: dict[str, list[str]] = {}
     for line in output.splitlines():
-        match = re.match(r"^(?:\[(.+?)\] )?epoch (\d+)/\d+: (.*) \(\d", line.replace("\r\x1b[K", ""))
-        if match:
-            found.setdefault(match.group(1) or "", []).append(match.group(3))
+        for text in line.split("\r"):
+            match = re.match(r"^(?:\[(.+?)\] )?epoch (\d+)/\d+: (.*) \(\d", ANSI_CONTROL.sub("", text))
+            if match:
+                found.setdefault(match.group(1) or "", []).append(match.group(3))
     return found
 
 
