@@ -24,9 +24,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 WARM_UP_LOGGER = "spark_hvd.launch.driver.zygote_warm_up"
 
 
-def _fit(spark, store, tmp_path, name: str, workers_key: str | None = None, df=None, **overrides):
-    """A two-rank fit whose ranks record which process started them; returns the model and the records.
-    ``workers_key``: fits given the same one may use the same zygotes (by default each fit has its own)."""
+def _fit(spark, store, tmp_path, name: str, **overrides):
+    """A two-rank fit whose ranks record which process started them; returns the model and the records."""
     from spark_hvd import TorchEstimator
 
     records = tmp_path / name
@@ -36,8 +35,8 @@ def _fit(spark, store, tmp_path, name: str, workers_key: str | None = None, df=N
         num_proc=2, model=model, optimizer=torch.optim.Adam(model.parameters(), lr=0.02), loss=class_loss,
         feature_cols=["features"], label_cols=["label"], batch_size=32, epochs=2, store=store, verbose=0,
         random_seed=3, transformation_fn=RecordProcess(str(records)),
-        backend_env={"SPARK_HVD_TEST_FRESH_WORKERS": workers_key or uuid.uuid4().hex}, **overrides)
-    fitted = estimator.fit(blobs(spark, 256) if df is None else df)
+        backend_env={"SPARK_HVD_TEST_FRESH_WORKERS": uuid.uuid4().hex}, **overrides)
+    fitted = estimator.fit(blobs(spark, 256))
     ranks = [json.loads((records / f"rank{rank}.json").read_text()) for rank in range(2)]
     return fitted, ranks
 
@@ -50,19 +49,6 @@ def test_the_first_fit_forks_its_ranks_from_zygotes_the_warm_up_started(local_sp
     kept = [record.args[0] for record in caplog.records if "keep zygotes" in record.msg]
     assert len(kept) == 1, caplog.text
     assert {r["parent"] for r in ranks} == set(kept[0]), caplog.text
-
-
-def test_refits_on_data_already_written_fork_from_the_zygotes_the_first_fit_left(local_spark, store,
-                                                                                   tmp_path) -> None:
-    """A refit's warm-up has nothing to overlap with (its data is reused at once): it must still end before the
-    refit's stage is scheduled, or Spark gives the refit's tasks new Python workers, which hold no zygote."""
-    key, df = uuid.uuid4().hex, blobs(local_spark, 256)
-    _, first = _fit(local_spark, store, tmp_path, "first", workers_key=key, df=df)
-    zygotes = {r["parent"] for r in first}
-    for refit in ("second", "third"):
-        _, ranks = _fit(local_spark, store, tmp_path, refit, workers_key=key, df=df)
-        assert [r["started_by"] for r in ranks] == ["zygote", "zygote"], (refit, ranks)
-        assert {r["parent"] for r in ranks} == zygotes, (refit, ranks, zygotes)
 
 
 def test_a_fit_without_the_warm_up_starts_its_ranks_itself_and_trains_the_same_model(local_spark, store,

@@ -33,12 +33,6 @@ logger = logging.getLogger(__name__)
 _SUBMIT_DEADLINE_S = 5.0
 # Spark reports a submitted job to its status tracker through its listener bus: polled this often.
 _SUBMIT_POLL_S = 0.005
-# How long finish() lets a running warm-up end by itself before it cancels it. A cancelled stage's tasks go on
-# (they are not interrupted) while the run's barrier stage is scheduled, and Spark then gives the run's tasks
-# new Python workers, which hold no zygote: the run's ranks started cold, as without a warm-up (a refit on
-# data already written, where the warm-up had nothing to overlap with, almost always did). Its tasks only
-# start a process, so it normally ends well within this.
-_FINISH_GRACE_S = 5.0
 # How long finish() waits for a stage it cancelled (its running tasks complete; they only start a process).
 _CANCEL_DEADLINE_S = 30.0
 
@@ -71,14 +65,11 @@ class ZygoteWarmUp:
         return self
 
     def finish(self) -> None:
-        """Ends the warm-up: normally it has, or does within a short grace; else it is cancelled (its running
-        tasks complete) and awaited. Once: a second call returns at once."""
+        """Ends the warm-up: normally it has; else it is cancelled (its running tasks complete) and awaited.
+        Once: a second call returns at once."""
         if self._finished or not self._thread.is_alive():
             return
         self._finished = True
-        self._thread.join(_FINISH_GRACE_S)
-        if not self._thread.is_alive():
-            return
         try:
             self._spark.sparkContext.cancelJobGroup(self.group_id)
         except Exception as e:  # noqa: BLE001 - the warm-up never fails the run
