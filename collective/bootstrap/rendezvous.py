@@ -112,6 +112,14 @@ def _validate_key(key: str) -> bytes:
     return encoded
 
 
+class _KeyWaiters:
+    """The requests blocked on one key: their condition (on the store's lock) and how many there are."""
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self.condition = threading.Condition(lock)
+        self.count = 0
+
+
 class _Store:
     """The dictionary behind the server, with blocking lookups and a memory cap.
 
@@ -124,7 +132,7 @@ class _Store:
         self._bytes = 0
         self._max_bytes = max_bytes
         self._lock = threading.Lock()
-        self._waiting: dict[str, tuple[threading.Condition, list[int]]] = {}  # key -> (condition, [waiters])
+        self._waiting: dict[str, _KeyWaiters] = {}
         self._closed = False
 
     def set(self, key: str, value: bytes) -> None:
@@ -138,18 +146,20 @@ class _Store:
         with self._lock:
             if key in self._data or self._closed:
                 return self._data.get(key)
-            condition, waiters = self._waiting.setdefault(key, (threading.Condition(self._lock), [0]))
-            waiters[0] += 1
+            waiters = self._waiting.get(key)
+            if waiters is None:
+                waiters = self._waiting[key] = _KeyWaiters(self._lock)
+            waiters.count += 1
             try:
                 while key not in self._data and not self._closed:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         return None
-                    condition.wait(remaining)
+                    waiters.condition.wait(remaining)
                 return self._data.get(key)
             finally:
-                waiters[0] -= 1
-                if not waiters[0]:
+                waiters.count -= 1
+                if not waiters.count:
                     del self._waiting[key]
 
     def add(self, key: str, delta: int) -> int:
@@ -180,13 +190,13 @@ class _Store:
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            for condition, _ in self._waiting.values():
-                condition.notify_all()
+            for waiters in self._waiting.values():
+                waiters.condition.notify_all()
 
     def _wake_locked(self, key: str) -> None:
-        waiting = self._waiting.get(key)
-        if waiting is not None:
-            waiting[0].notify_all()
+        waiters = self._waiting.get(key)
+        if waiters is not None:
+            waiters.condition.notify_all()
 
     def _delete_locked(self, key: str) -> bool:
         value = self._data.pop(key, None)
